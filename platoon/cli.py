@@ -1,0 +1,88 @@
+"""The ``platoon`` command line: simulate, train, eval, config, tasks, report.
+
+Exit codes: 0 ok, 1 runtime failure, 64 usage error, 78 configuration error (every problem in one report, no
+traceback). Each command's body lives in the layer that owns it; this module parses arguments and maps errors to
+exit codes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from platoon.config.errors import EXIT_CONFIG, EXIT_RUNTIME, EXIT_USAGE, ConfigError, ExtensionError
+
+app = typer.Typer(
+    name="platoon",
+    help="Asynchronous RL training of LLM agents, with a dispatch policy you can simulate before you train.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+config_app = typer.Typer(help="Validate and print configs.", no_args_is_help=True)
+tasks_app = typer.Typer(help="Per-task statistics of a run.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+app.add_typer(tasks_app, name="tasks")
+
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a key: dotted.key=value (YAML-typed), list indices allowed: a.0.b=1."),
+]
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """Print ``platoon: message`` to stderr and exit with ``code``."""
+    typer.echo(f"platoon: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def not_built(command: str, issue: str) -> NoReturn:
+    fail(f"'{command}' is not built yet ({issue}); see the README for what works today", EXIT_RUNTIME)
+
+
+@app.command()
+def simulate(
+    config: Annotated[Path | None, typer.Argument(help="A run config (YAML); none: a preset.")] = None,
+    overrides: SetOption = None,
+) -> None:
+    """Run the dispatch policy in the SimPy simulator and print a summary table."""
+    not_built("platoon simulate", "the simulator issue")
+
+
+@app.command()
+def train(
+    config: Annotated[Path | None, typer.Argument(help="A run config (YAML); none: the embedded default.")] = None,
+    overrides: SetOption = None,
+) -> None:
+    """Train a policy with the live asyncio + PyTorch backend."""
+    not_built("platoon train", "the live backend issue")
+
+
+@app.command("eval")
+def evaluate(target: Annotated[str, typer.Argument(help="A config or a run directory.")]) -> None:
+    """Held-out pass@1 of the initial or a trained policy."""
+    not_built("platoon eval", "the live backend issue")
+
+
+@app.command()
+def report(runs: Annotated[list[Path], typer.Argument(help="One or more run directories.")]) -> None:
+    """Plots and a side-by-side table of one or more runs (simulated or live)."""
+    not_built("platoon report", "the simulator issue")
+
+
+def main() -> None:
+    """Console entry point: run the app, mapping config and extension errors to exit 78."""
+    try:
+        app()
+    except ConfigError as exc:
+        typer.echo(f"platoon: {exc}", err=True)
+        sys.exit(EXIT_CONFIG)
+    except ExtensionError as exc:
+        typer.echo(f"platoon: {exc}", err=True)
+        sys.exit(EXIT_CONFIG)
+
+
+__all__ = ["app", "main", "fail", "EXIT_USAGE"]
