@@ -1,0 +1,47 @@
+"""The run directory: the only place that writes a run's artifacts (the simulator's and the live backend's alike).
+
+- ``atomic``: durable atomic writes of state files and verified reads (``CorruptFileError``);
+- ``jsonl``: append-only, per-line-flushed JSONL logs that survive a torn last line;
+- ``rundir``: ``RunDir``, the layout and ``lock.json``;
+- ``checkpoints``: full checkpoints, their index ``checkpoints.jsonl``, and loading with fallback.
+
+No pandas here: ``platoon.analysis`` turns these files into DataFrames.
+"""
+
+from platoon.runs.atomic import (
+    CorruptFileError,
+    read_json_state,
+    sha256_file,
+    write_atomic,
+    write_json_atomic,
+)
+from platoon.runs.checkpoints import (
+    CheckpointError,
+    LoadedCheckpoint,
+    load_checkpoint,
+    load_latest_checkpoint,
+    read_checkpoint_rows,
+    save_checkpoint,
+)
+from platoon.runs.jsonl import JsonlWriter, iter_jsonl, read_jsonl
+from platoon.runs.rundir import RunDir, checkpoint_name, metrics_row
+
+__all__ = [
+    "CheckpointError",
+    "CorruptFileError",
+    "JsonlWriter",
+    "LoadedCheckpoint",
+    "RunDir",
+    "checkpoint_name",
+    "iter_jsonl",
+    "load_checkpoint",
+    "load_latest_checkpoint",
+    "metrics_row",
+    "read_checkpoint_rows",
+    "read_json_state",
+    "read_jsonl",
+    "save_checkpoint",
+    "sha256_file",
+    "write_atomic",
+    "write_json_atomic",
+]

@@ -1,0 +1,315 @@
+"""Full checkpoints: ``checkpoints/<step:06d>/`` and their index, ``checkpoints.jsonl``.
+
+A full checkpoint is a directory of named files: JSON objects (``tasks/dispatch-<step>.json``, the dispatcher state
+in format 2; ``tasks/state-<step>.json``, the statistics snapshot) and raw bytes (``trainer.pt``, written by the live
+backend). A name ending in ``.json`` holds JSON; any other name holds bytes.
+
+Guarantees:
+
+- **The row is the commit point.** Every file is written and fsynced into ``checkpoints/.<name>.partial/``, the
+  directory is swapped into place, and only then is the row ``{"step", "name", "path", "files": {name: sha256},
+  "time", **row}`` appended to ``checkpoints.jsonl`` and fsynced. A crash before the row leaves the previous
+  checkpoints as they were; a reader never takes a directory that has no row.
+- **A re-save replaces the whole directory.** Saving a step again (a resume re-saves its step) swaps a fresh
+  directory in: atomically on Linux (``renameat2(RENAME_EXCHANGE)``); elsewhere by two renames, where a crash
+  between them leaves the step's directory absent, which readers treat as a broken checkpoint and pass over.
+- **A broken newest checkpoint falls back.** :func:`load_latest_checkpoint` takes the newest row (the last in the
+  file) whose every file exists, has the recorded SHA-256, parses (``.json``) and has a ``format`` this reader
+  knows; each newer row it passes over gets a note naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fnmatch
+import os
+import shutil
+import sys
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from platoon.runs.atomic import CorruptFileError, fsync_dir, json_bytes, parse_json_state, sha256_bytes
+from platoon.runs.jsonl import JsonlWriter, jsonl_line, read_jsonl
+from platoon.runs.rundir import PathLike, RunDir, as_run_dir, checkpoint_name
+
+#: The ``format`` values a reader accepts, by file name pattern (fnmatch). A JSON file that matches no pattern,
+#: or has no ``format`` field, passes the format check.
+DEFAULT_FORMATS: Mapping[str, frozenset[int]] = {"tasks/dispatch-*.json": frozenset({1, 2})}
+
+#: Keys of a checkpoints.jsonl row that save_checkpoint sets itself.
+ROW_BASE_KEYS = ("step", "name", "path", "files", "time")
+
+
+class CheckpointError(ValueError):
+    """No usable checkpoint. ``path`` is the file at fault (the newest bad file, or ``checkpoints.jsonl`` when
+    there is no row); ``problems`` holds one note per checkpoint that was tried, newest first."""
+
+    def __init__(self, message: str, *, path: Path, problems: list[str] | None = None) -> None:
+        self.path = path
+        self.problems = list(problems or [])
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    """A checkpoint that read back whole.
+
+    ``row`` is its ``checkpoints.jsonl`` row; ``files`` maps each name to its parsed JSON (``.json``) or bytes;
+    ``passed_over`` holds one note per newer row that did not read (newest first); ``path`` is its directory.
+    """
+
+    row: dict
+    files: dict[str, object]
+    path: Path
+    passed_over: list[str] = field(default_factory=list)
+
+    @property
+    def step(self) -> int:
+        return self.row["step"]
+
+    @property
+    def name(self) -> str:
+        return self.row["name"]
+
+
+def _file_name(name: object) -> PurePosixPath:
+    """Check that ``name`` is a relative POSIX path inside the checkpoint directory."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a checkpoint file name is a non-empty str, not {name!r}")
+    path = PurePosixPath(name)
+    if path.is_absolute() or "\\" in name or any(part in ("", ".", "..") for part in name.split("/")):
+        raise ValueError(f"checkpoint file name {name!r} is not a plain relative path (a/b.json)")
+    return path
+
+
+def _encode(name: str, value: object) -> bytes:
+    if isinstance(value, bytes | bytearray | memoryview):
+        data = bytes(value)
+        if name.endswith(".json"):
+            # a .json file is read back as JSON: refuse bytes that would make the checkpoint unreadable
+            parse_json_state(name, data)
+        return data
+    if not name.endswith(".json"):
+        raise ValueError(
+            f"checkpoint file {name!r}: only a .json file takes an object; pass bytes for other files"
+        )
+    return json_bytes(value)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directory entries atomically (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    if sys.platform != "linux":
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _replace_dir(src: Path, dst: Path) -> None:
+    """Put the directory ``src`` at ``dst``, replacing what is there (see the module's guarantees)."""
+    if not dst.exists():
+        os.rename(src, dst)
+        return
+    if _exchange(src, dst):
+        shutil.rmtree(src)  # src now holds the old directory
+        return
+    old = dst.with_name(f".{dst.name}.replaced")
+    if old.exists():
+        shutil.rmtree(old)
+    os.rename(dst, old)
+    os.rename(src, dst)
+    shutil.rmtree(old)
+
+
+def save_checkpoint(
+    run_dir: RunDir | PathLike, step: int, files: Mapping[str, object], row: Mapping[str, object]
+) -> dict:
+    """Write the full checkpoint of ``step`` and append its row to ``checkpoints.jsonl``; return the row.
+
+    ``files`` maps a relative name (``tasks/dispatch-000010.json``, ``trainer.pt``) to a JSON-safe object (names
+    ending in ``.json``) or bytes (any name; under ``.json`` they must parse as JSON). ``row`` adds keys to the row
+    (``policy_version``, ``next_position``, ...) and may not reuse :data:`ROW_BASE_KEYS`. Every file, and the row,
+    is checked before anything is written: a bad name or value raises ValueError/TypeError and leaves the run
+    directory as it was. A step saved again gets a fresh directory and a new row (see the module's guarantees).
+    """
+    rd = as_run_dir(run_dir)
+    name = checkpoint_name(step)
+    clash = sorted(set(row) & set(ROW_BASE_KEYS))
+    if clash:
+        raise ValueError(f"checkpoint row keys clash with its own: {', '.join(clash)}")
+    payloads = {str(_file_name(n)): _encode(n, value) for n, value in files.items()}
+    out = {
+        "step": step,
+        "name": name,
+        "path": f"checkpoints/{name}",
+        "files": {n: sha256_bytes(data) for n, data in payloads.items()},
+        "time": time.time(),
+        **row,
+    }
+    jsonl_line(out)  # refuse a row that is not JSON-safe before any file is written
+
+    rd.checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    partial = rd.checkpoints_dir / f".{name}.partial"
+    if partial.exists():
+        shutil.rmtree(partial)  # left by a save that died
+    partial.mkdir()
+    try:
+        dirs = {partial}
+        for n, data in payloads.items():
+            target = partial / n
+            target.parent.mkdir(parents=True, exist_ok=True)
+            dirs.update(p for p in target.parents if p.is_relative_to(partial))
+            _write_synced(target, data)
+        for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
+            fsync_dir(d)
+        _replace_dir(partial, rd.checkpoint_dir(step))
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    fsync_dir(rd.checkpoints_dir)
+    with JsonlWriter(rd.checkpoints_path) as writer:
+        writer.write(out)
+        writer.sync()
+    return out
+
+
+def read_checkpoint_rows(run_dir: RunDir | PathLike) -> list[dict]:
+    """The rows of ``checkpoints.jsonl`` that parse, oldest first (a re-saved step has several)."""
+    return read_jsonl(as_run_dir(run_dir).checkpoints_path)
+
+
+def _formats_for(name: str, formats: Mapping[str, Collection[int]]) -> Collection[int] | None:
+    for pattern, known in formats.items():
+        if fnmatch.fnmatchcase(name, pattern):
+            return known
+    return None
+
+
+def _read_row(
+    rd: RunDir, row: dict, formats: Mapping[str, Collection[int]]
+) -> tuple[Path, dict[str, object]]:
+    """Read and verify every file of ``row``. Raises CheckpointError naming the first file at fault."""
+    rel, names = row.get("path"), row.get("files")
+    label = f"checkpoint {row.get('name', '?')}"
+    if (
+        not isinstance(rel, str)
+        or not isinstance(names, dict)
+        or not all(isinstance(s, str) for s in names.values())
+    ):
+        raise CheckpointError(
+            f"{label}: its row in checkpoints.jsonl has no valid path and files", path=rd.checkpoints_path
+        )
+    try:
+        _file_name(rel)
+    except ValueError:
+        raise CheckpointError(
+            f"{label}: its row's path {rel!r} leaves the run directory", path=rd.checkpoints_path
+        ) from None
+    directory = rd.path / rel
+    loaded: dict[str, object] = {}
+    for name, sha in names.items():
+        shown = f"{rel}/{name}"
+        try:
+            target = directory / _file_name(name)
+        except ValueError as exc:
+            raise CheckpointError(f"{label}: {exc}", path=rd.checkpoints_path) from None
+        try:
+            data = target.read_bytes()
+        except FileNotFoundError:
+            raise CheckpointError(f"{shown}: missing", path=target) from None
+        except OSError as exc:
+            raise CheckpointError(f"{shown}: unreadable ({exc.strerror or exc})", path=target) from None
+        if name.endswith(".json"):
+            try:
+                loaded[name] = parse_json_state(shown, data, sha256=sha, formats=_formats_for(name, formats))
+            except CorruptFileError as exc:
+                raise CheckpointError(str(exc), path=target) from None
+        else:
+            found = sha256_bytes(data)
+            if found != sha.lower():
+                raise CheckpointError(
+                    f"{shown}: checksum mismatch (expected {sha}, found {found})", path=target
+                )
+            loaded[name] = data
+    return directory, loaded
+
+
+def load_latest_checkpoint(
+    run_dir: RunDir | PathLike, *, formats: Mapping[str, Collection[int]] | None = None
+) -> LoadedCheckpoint:
+    """The newest checkpoint whose files all verify, with a note for each newer one passed over.
+
+    ``formats`` maps file name patterns to the ``format`` values this reader knows (default
+    :data:`DEFAULT_FORMATS`: dispatch files 1 and 2). Rows are tried from the last in ``checkpoints.jsonl``
+    backwards. Raises CheckpointError when there is no row, or when none reads (naming the newest bad file; every
+    note is in ``problems``).
+    """
+    rd = as_run_dir(run_dir)
+    formats = DEFAULT_FORMATS if formats is None else formats
+    rows = read_checkpoint_rows(rd)
+    if not rows:
+        raise CheckpointError(
+            f"{rd.path}: no checkpoint (checkpoints.jsonl has no row)", path=rd.checkpoints_path
+        )
+    notes: list[str] = []
+    newest_bad: CheckpointError | None = None
+    for row in reversed(rows):
+        try:
+            directory, files = _read_row(rd, row, formats)
+        except CheckpointError as exc:
+            newest_bad = newest_bad or exc
+            notes.append(
+                f"passed over checkpoint {row.get('name', '?')} (step {row.get('step', '?')}): {exc}"
+            )
+            continue
+        return LoadedCheckpoint(row=row, files=files, path=directory, passed_over=notes)
+    assert newest_bad is not None
+    raise CheckpointError(
+        f"{rd.path}: no checkpoint reads back; the newest: {newest_bad}", path=newest_bad.path, problems=notes
+    )
+
+
+def load_checkpoint(
+    run_dir: RunDir | PathLike, step: int, *, formats: Mapping[str, Collection[int]] | None = None
+) -> LoadedCheckpoint:
+    """The checkpoint of ``step`` (its newest row), strictly: any problem raises CheckpointError naming the file."""
+    rd = as_run_dir(run_dir)
+    formats = DEFAULT_FORMATS if formats is None else formats
+    name = checkpoint_name(step)
+    for row in reversed(read_checkpoint_rows(rd)):
+        if row.get("step") == step and not isinstance(row.get("step"), bool):
+            directory, files = _read_row(rd, row, formats)
+            return LoadedCheckpoint(row=row, files=files, path=directory)
+    raise CheckpointError(f"{rd.path}: no checkpoint {name} in checkpoints.jsonl", path=rd.checkpoints_path)
+
+
+__all__ = [
+    "DEFAULT_FORMATS",
+    "ROW_BASE_KEYS",
+    "CheckpointError",
+    "LoadedCheckpoint",
+    "load_checkpoint",
+    "load_latest_checkpoint",
+    "read_checkpoint_rows",
+    "save_checkpoint",
+]

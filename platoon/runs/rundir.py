@@ -1,0 +1,200 @@
+"""The run directory: where each artifact of a run lives, and the lock file.
+
+```
+RUN/
+  lock.json            config as resolved, every component, versions, and lists appended during the run
+  metrics.jsonl        one JSON object per step: {"step": n, "time": s, "<metric name>": value, ...}
+  tasks/events.jsonl   draw and fate events of every group, in order
+  checkpoints.jsonl    one row per full checkpoint (see platoon.runs.checkpoints)
+  checkpoints/<step:06d>/   a full checkpoint's files
+  report/              what `platoon report` draws
+```
+
+The simulator and the live backend write the same layout through this class. ``lock.json`` is state: every write of
+it is atomic (platoon.runs.atomic). The ``*.jsonl`` files are append-only logs (platoon.runs.jsonl).
+"""
+
+from __future__ import annotations
+
+import platform
+from datetime import UTC, datetime
+from pathlib import Path
+
+import platoon
+from platoon.runs.atomic import CorruptFileError, PathLike, read_json_state, write_json_atomic
+from platoon.runs.jsonl import JsonlWriter, read_jsonl
+
+#: The keys write_lock always writes; ``extra`` and append_lock_list may not use them.
+LOCK_BASE_KEYS = ("platoon_version", "python_version", "config", "components", "created")
+
+#: Lists that a run appends to lock.json while it runs (reference: 1.10 and 6.4); a rewrite of the lock by a
+#: resumed start keeps them, so that what an earlier start recorded is not lost.
+LOCK_LISTS = ("sampling_changed", "tasks_state_lost")
+
+
+class RunDir:
+    """Paths and readers/writers of one run directory. Constructing one touches nothing on disk."""
+
+    def __init__(self, path: PathLike) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    @classmethod
+    def create(cls, path: PathLike, *, exist_ok: bool = False) -> RunDir:
+        """Make the run directory (and ``tasks/``, ``checkpoints/``), parents included.
+
+        A directory that already exists and is not empty raises FileExistsError unless ``exist_ok`` (a resume);
+        an existing empty directory is used as is.
+        """
+        root = Path(path)
+        if root.exists() and not exist_ok:
+            if not root.is_dir() or any(root.iterdir()):
+                raise FileExistsError(f"{root}: the run directory exists and is not empty")
+        root.mkdir(parents=True, exist_ok=True)
+        run = cls(root)
+        run.tasks_dir.mkdir(exist_ok=True)
+        run.checkpoints_dir.mkdir(exist_ok=True)
+        return run
+
+    # paths ------------------------------------------------------------------------------------------------------
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path / "lock.json"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def tasks_dir(self) -> Path:
+        return self.path / "tasks"
+
+    @property
+    def events_path(self) -> Path:
+        return self.tasks_dir / "events.jsonl"
+
+    @property
+    def checkpoints_path(self) -> Path:
+        """``checkpoints.jsonl``, the index of full checkpoints."""
+        return self.path / "checkpoints.jsonl"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / "checkpoints"
+
+    def checkpoint_dir(self, step: int) -> Path:
+        """``checkpoints/<step:06d>``."""
+        return self.checkpoints_dir / checkpoint_name(step)
+
+    @property
+    def report_dir(self) -> Path:
+        return self.path / "report"
+
+    # lock.json --------------------------------------------------------------------------------------------------
+
+    def write_lock(self, config: dict, components: list[dict], extra: dict | None = None) -> dict:
+        """Write ``lock.json`` atomically and return what was written.
+
+        The object is ``{platoon_version, python_version, config, components, created, **extra}``; ``created`` is
+        the UTC time of this write (ISO 8601). When a lock already exists, its :data:`LOCK_LISTS` entries are kept
+        unless ``extra`` sets them. ``extra`` may not reuse a base key (ValueError); everything must be JSON-safe.
+        """
+        extra = dict(extra or {})
+        clash = sorted(set(extra) & set(LOCK_BASE_KEYS))
+        if clash:
+            raise ValueError(f"lock.json extra keys clash with its own: {', '.join(clash)}")
+        lock: dict = {
+            "platoon_version": platoon.__version__,
+            "python_version": platform.python_version(),
+            "config": config,
+            "components": components,
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        if self.lock_path.exists():
+            try:
+                old = self.read_lock()
+            except CorruptFileError:
+                old = {}
+            for key in LOCK_LISTS:
+                if key in old and key not in extra:
+                    lock[key] = old[key]
+        lock.update(extra)
+        write_json_atomic(self.lock_path, lock)
+        return lock
+
+    def read_lock(self) -> dict:
+        """The parsed ``lock.json``. Raises CorruptFileError when it is missing, unreadable or not an object."""
+        lock = read_json_state(self.lock_path)
+        if not isinstance(lock, dict):
+            raise CorruptFileError(self.lock_path, f"not a JSON object but {type(lock).__name__}")
+        return lock
+
+    def append_lock_list(self, key: str, item: object) -> dict:
+        """Append ``item`` to the list ``lock[key]`` (created when absent), rewriting ``lock.json`` atomically.
+
+        Used for ``sampling_changed`` and ``tasks_state_lost``. Returns the new lock. Raises CorruptFileError when
+        the lock cannot be read, ValueError when ``key`` is a base key or holds something other than a list.
+        """
+        if key in LOCK_BASE_KEYS:
+            raise ValueError(f"lock.json key {key!r} is not a list that a run appends to")
+        lock = self.read_lock()
+        current = lock.get(key, [])
+        if not isinstance(current, list):
+            raise ValueError(f"{self.lock_path}: {key} is a {type(current).__name__}, not a list")
+        lock[key] = [*current, item]
+        write_json_atomic(self.lock_path, lock)
+        return lock
+
+    # logs -------------------------------------------------------------------------------------------------------
+
+    def metrics_writer(self) -> JsonlWriter:
+        """A writer appending to ``metrics.jsonl``; each row is one step: ``{"step", "time", <metric>: value}``.
+
+        OS errors raise: a run without its metrics has failed.
+        """
+        return JsonlWriter(self.metrics_path)
+
+    def events_writer(self) -> JsonlWriter:
+        """A writer appending to ``tasks/events.jsonl``; an OS error warns once and stops the log (reference 1.9)."""
+        return JsonlWriter(self.events_path, on_error="warn")
+
+    def read_metrics(self) -> list[dict]:
+        """The rows of ``metrics.jsonl`` that parse, in file order (a resumed run may repeat a step)."""
+        return read_jsonl(self.metrics_path)
+
+    def read_events(self) -> list[dict]:
+        """The rows of ``tasks/events.jsonl`` that parse, in file order."""
+        return read_jsonl(self.events_path)
+
+
+def checkpoint_name(step: int) -> str:
+    """A full checkpoint's name: the step, six digits (``000042``). Raises ValueError for a negative step."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"a checkpoint step is an int >= 0, not {step!r}")
+    return f"{step:06d}"
+
+
+def metrics_row(step: int, time: float, metrics: dict[str, object]) -> dict[str, object]:
+    """One ``metrics.jsonl`` row: ``step`` and ``time`` first, then ``metrics`` in their order.
+
+    Raises ValueError when ``metrics`` holds ``step`` or ``time``. Values must be JSON-safe: a NaN is refused by the
+    writer, so a runtime logs ``None`` (or leaves the key out) for a value it has no data for.
+    """
+    clash = {"step", "time"} & set(metrics)
+    if clash:
+        raise ValueError(f"a metric may not be named {', '.join(sorted(clash))}")
+    return {"step": step, "time": time, **metrics}
+
+
+def as_run_dir(run_dir: RunDir | PathLike) -> RunDir:
+    """``run_dir`` as a RunDir (a path is wrapped, a RunDir returned as is)."""
+    return run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+
+
+__all__ = ["LOCK_BASE_KEYS", "LOCK_LISTS", "RunDir", "as_run_dir", "checkpoint_name", "metrics_row"]
