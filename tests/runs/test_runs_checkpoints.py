@@ -228,7 +228,9 @@ def test_no_rows(run):
 def test_formats_argument(run):
     save_checkpoint(run, 10, files_of(10), {})
     # the statistics snapshot is format 1: a reader that knows only format 2 of it passes the checkpoint over
-    with pytest.raises(CheckpointError, match=r"state-000010\.json: unknown format 1 \(this reader knows 2\)"):
+    with pytest.raises(
+        CheckpointError, match=r"state-000010\.json: unknown format 1 \(this reader knows 2\)"
+    ):
         load_latest_checkpoint(run, formats={"tasks/state-*.json": {2}})
     # by default dispatch files must be format 1 or 2, others are not checked
     save_checkpoint(run, 20, {"tasks/dispatch-000020.json": {"format": 9}, "other.json": {"format": 9}}, {})
