@@ -74,15 +74,32 @@ def report(runs: Annotated[list[Path], typer.Argument(help="One or more run dire
 
 
 def main() -> None:
-    """Console entry point: run the app, mapping config and extension errors to exit 78."""
+    """Console entry point: run the app and turn its outcome into an exit code.
+
+    Usage errors (an unknown option or command, a bad value, no arguments) print their message and exit 64; config
+    and extension errors print their report and exit 78; ``typer.Exit`` exits with its code; an abort exits 1.
+    """
+    # typer raises click's exceptions; from typer 0.2x on it vendors click, so the class is found through
+    # typer's public BadParameter (a UsageError) rather than by importing click
+    usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
     try:
-        app()
-    except ConfigError as exc:
+        result = app(standalone_mode=False)
+    except usage_error as exc:
+        exc.show()
+        sys.exit(EXIT_USAGE)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("platoon: aborted", err=True)
+        sys.exit(EXIT_RUNTIME)
+    except (ConfigError, ExtensionError) as exc:
         typer.echo(f"platoon: {exc}", err=True)
         sys.exit(EXIT_CONFIG)
-    except ExtensionError as exc:
-        typer.echo(f"platoon: {exc}", err=True)
-        sys.exit(EXIT_CONFIG)
+    except typer.TyperException as exc:  # click's other errors (a file that cannot be opened): already worded
+        typer.echo(f"platoon: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    # without standalone mode, click returns an Exit's code instead of raising it; a command's return is ignored
+    sys.exit(result if isinstance(result, int) and not isinstance(result, bool) else 0)
 
 
 __all__ = ["app", "main", "fail", "EXIT_USAGE"]
