@@ -28,7 +28,7 @@ import shutil
 import sys
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from platoon.runs.atomic import CorruptFileError, fsync_dir, json_bytes, parse_json_state, sha256_bytes
@@ -58,13 +58,14 @@ class LoadedCheckpoint:
     """A checkpoint that read back whole.
 
     ``row`` is its ``checkpoints.jsonl`` row; ``files`` maps each name to its parsed JSON (``.json``) or bytes;
-    ``passed_over`` holds one note per newer row that did not read (newest first); ``path`` is its directory.
+    ``passed_over`` holds one note per newer row that did not read (newest first; empty from load_checkpoint);
+    ``path`` is its directory.
     """
 
     row: dict
     files: dict[str, object]
+    passed_over: list[str]
     path: Path
-    passed_over: list[str] = field(default_factory=list)
 
     @property
     def step(self) -> int:
@@ -299,7 +300,7 @@ def load_checkpoint(
     for row in reversed(read_checkpoint_rows(rd)):
         if row.get("step") == step and not isinstance(row.get("step"), bool):
             directory, files = _read_row(rd, row, formats)
-            return LoadedCheckpoint(row=row, files=files, path=directory)
+            return LoadedCheckpoint(row=row, files=files, passed_over=[], path=directory)
     raise CheckpointError(f"{rd.path}: no checkpoint {name} in checkpoints.jsonl", path=rd.checkpoints_path)
 
 
