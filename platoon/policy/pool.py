@@ -1,0 +1,159 @@
+"""`TaskRow` and `TaskPool`: the run's training tasks in listing order, entries in config order.
+
+The pool is what the samplers draw from and what the per-task statistics are kept over. It knows nothing of the
+config models: a runtime builds one `EntrySpec` per environment entry from its config and calls
+`TaskPool.from_entries`. Rules it keeps:
+- a row's ``index`` is its place in the pool; rows of one entry are contiguous, entries in the order given;
+- ``entries`` holds only entries that have training tasks, each with its ``index`` among those;
+- a task id may repeat (within or across entries): ``first_index`` names its first row, which is the row a
+  sampler's `Draw` of that id means;
+- a row's label (its ``label_column`` value) defaults to its entry's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from platoon.policy.samplers.base import EntryInfo
+
+DEFAULT_LABEL_COLUMN = "_platoon_environment"
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One training task of the pool: its place, id, entry, label, the entry's group size and success threshold,
+    and the row's own data (as listed; never mutated)."""
+
+    index: int
+    task_id: str
+    entry: str
+    label: str | None
+    group_size: int
+    success_threshold: float = 1.0
+    data: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class EntrySpec:
+    """An environment entry as the pool needs it. ``weight`` None means ``weight: tasks`` (its number of tasks).
+    ``label`` is the label of every row (a string), of each row (a sequence), or None: the entry's name.
+    ``data`` optionally gives each row's data, parallel to ``task_ids``."""
+
+    name: str
+    task_ids: Sequence[str]
+    group_size: int
+    weight: float | None = 1.0
+    seed: int = 0
+    success_threshold: float = 1.0
+    label: str | Sequence[str | None] | None = None
+    data: Sequence[Mapping[str, Any]] | None = None
+
+
+class TaskPool:
+    """The run's training tasks in listing order, with the entries that have some."""
+
+    def __init__(
+        self,
+        rows: Sequence[TaskRow],
+        *,
+        entries: Mapping[str, EntryInfo] | None = None,
+        label_column: str = DEFAULT_LABEL_COLUMN,
+    ) -> None:
+        self.rows: tuple[TaskRow, ...] = tuple(rows)
+        for i, row in enumerate(self.rows):
+            if row.index != i:
+                raise ValueError(f"pool row {i} says its index is {row.index}")
+        self.label_column = label_column
+        by_entry: dict[str, list[int]] = {}
+        for row in self.rows:
+            by_entry.setdefault(row.entry, []).append(row.index)
+        self._by_entry = {name: tuple(ix) for name, ix in by_entry.items()}
+        if entries is None:
+            entries = {}
+            for k, (name, ix) in enumerate(self._by_entry.items()):
+                first = self.rows[ix[0]]
+                ids = tuple(self.rows[i].task_id for i in ix)
+                entries[name] = EntryInfo(
+                    first.group_size, first.success_threshold, name, float(len(ids)), 0, k, ids
+                )
+        missing = set(self._by_entry) - set(entries)
+        if missing:
+            raise ValueError(f"rows name entries {sorted(missing)} that the pool's entries lack")
+        self.entries: dict[str, EntryInfo] = {n: e for n, e in entries.items() if n in self._by_entry}
+        self.task_ids: tuple[str, ...] = tuple(r.task_id for r in self.rows)
+        self._first: dict[str, int] = {}
+        for row in self.rows:
+            self._first.setdefault(row.task_id, row.index)
+
+    @classmethod
+    def from_entries(
+        cls, entries: Sequence[EntrySpec], *, label_column: str = DEFAULT_LABEL_COLUMN
+    ) -> TaskPool:
+        """The pool of ``entries`` in their order; an entry without tasks is left out of ``entries``."""
+        rows: list[TaskRow] = []
+        infos: dict[str, EntryInfo] = {}
+        names = [spec.name for spec in entries]
+        if len(set(names)) != len(names):
+            raise ValueError(f"entry names repeat: {names}")
+        for spec in entries:
+            ids = tuple(str(t) for t in spec.task_ids)
+            if not ids:
+                continue
+            if isinstance(spec.label, str) or spec.label is None:
+                labels: Sequence[str | None] = [spec.name if spec.label is None else spec.label] * len(ids)
+            else:
+                labels = list(spec.label)
+            data = list(spec.data) if spec.data is not None else [_EMPTY] * len(ids)
+            if len(labels) != len(ids) or len(data) != len(ids):
+                raise ValueError(
+                    f"entry {spec.name!r}: labels and data must be parallel to its {len(ids)} tasks"
+                )
+            weight = float(len(ids)) if spec.weight is None else float(spec.weight)
+            infos[spec.name] = EntryInfo(
+                group_size=int(spec.group_size),
+                success_threshold=float(spec.success_threshold),
+                name=spec.name,
+                weight=weight,
+                seed=int(spec.seed),
+                index=len(infos),
+                task_ids=ids,
+            )
+            for task_id, label, row_data in zip(ids, labels, data, strict=True):
+                rows.append(
+                    TaskRow(
+                        len(rows),
+                        task_id,
+                        spec.name,
+                        label,
+                        int(spec.group_size),
+                        float(spec.success_threshold),
+                        row_data,
+                    )
+                )
+        return cls(rows, entries=infos, label_column=label_column)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> TaskRow:
+        return self.rows[index]
+
+    def by_entry(self, entry: str) -> tuple[TaskRow, ...]:
+        """The rows of entry ``entry`` in listing order (empty for an entry without tasks)."""
+        return tuple(self.rows[i] for i in self._by_entry.get(entry, ()))
+
+    def entry_indices(self, entry: str) -> tuple[int, ...]:
+        """The pool indices of entry ``entry``'s rows."""
+        return self._by_entry.get(entry, ())
+
+    def first_index(self, task_id: str) -> int | None:
+        """The index of the first row with ``task_id``, or None."""
+        return self._first.get(task_id)
+
+    def labels(self) -> tuple[str, ...]:
+        """The distinct labels of the rows, in listing order."""
+        return tuple(dict.fromkeys(r.label for r in self.rows if r.label is not None))

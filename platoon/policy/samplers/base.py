@@ -1,0 +1,330 @@
+"""The task sampler API: what a sampler is built with, what it is asked with, and what it may answer.
+
+Owns `Draw`, `Slot`, `EntryInfo`, `SamplerSetup`, `SamplerContext`, `TaskStatsView`, the `Sampler` base class,
+`decision_key` and `SamplerError`. It keeps these rules:
+- a decision's randomness comes only from its key: ``decision_key(seed, name, decision)``, the first 16 bytes of
+  ``sha256(f"{seed}:{name}:{decision}")`` read big-endian, so it depends on no process hash seed and no clock;
+- a sampler is asked one synchronous question at a time; its answer is checked by the runtime (`runtime.py`), never
+  trusted: a reason is a non-empty string of at most 64 characters, a score None or a finite real (not a bool).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from platoon.policy.stats import GroupRecord, GroupTotals, TaskCountArrays, TaskCounts, TaskStats, TaskStore
+
+MAX_REASON_LENGTH = 64
+LEVELS = ("run", "entry")
+
+
+class SamplerError(RuntimeError):
+    """A core sampler failed (raised, or gave an answer it may not give): the run cannot go on."""
+
+
+def decision_key(seed: int, name: str, decision: int) -> int:
+    """``int.from_bytes(sha256(f"{seed}:{name}:{decision}").digest()[:16], "big")``: a 128-bit key."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{name}:{decision}".encode()).digest()[:16], "big")
+
+
+def check_reason(reason: object) -> str:
+    """The reason itself, or ValueError unless it is a non-empty string of at most 64 characters."""
+    if not isinstance(reason, str) or not reason or len(reason) > MAX_REASON_LENGTH:
+        raise ValueError(
+            f"a draw's reason is a non-empty string of at most {MAX_REASON_LENGTH} characters, got {reason!r}"
+        )
+    return reason
+
+
+def check_score(score: object) -> float | None:
+    """The score as a float (or None), or ValueError unless it is None or a finite real number (not a bool)."""
+    if score is None:
+        return None
+    if isinstance(score, bool) or not isinstance(score, numbers.Real) or not math.isfinite(float(score)):
+        raise ValueError(f"a draw's score is None or a finite number, got {score!r}")
+    return float(score)
+
+
+@dataclass(frozen=True)
+class Draw:
+    """A sampler's answer: draw ``task_id`` (the first pool row with that id), saying why and how it scored it."""
+
+    task_id: str
+    reason: str = "order"
+    score: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.task_id, str):
+            raise ValueError(f"a draw's task_id is a string, got {self.task_id!r}")
+        check_reason(self.reason)
+        check_score(self.score)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A static run sampler's answer that hands the draw to entry ``entry``'s own sampler (``entry_slots`` only)."""
+
+    entry: str
+
+
+@dataclass(frozen=True)
+class Row:
+    """Core's answer by pool row: ``index`` into ``setup.task_ids`` (so a repeated id is drawn row by row)."""
+
+    index: int
+    reason: str = "order"
+    score: float | None = None
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    """An environment entry with training tasks. ``weight`` is a float (``weight: tasks`` becomes its number of
+    tasks); ``index`` is its place among the entries that have training tasks."""
+
+    group_size: int
+    success_threshold: float = 1.0
+    name: str = ""
+    weight: float = 1.0
+    seed: int = 0
+    index: int = 0
+    task_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SamplerSetup:
+    """What a sampler is built with, once per process start: ``Class(setup, options)``.
+
+    ``name`` is the qualified name (``pass_rate``, ``pkg.mod:Cls``, ``<name>@<entry>``); ``level`` is ``run`` or
+    ``entry``; ``task_ids`` the sampler's pool in listing order (the entry's tasks at entry level); ``entries`` the
+    entries that have training tasks, in config order; ``seed`` the entry's seed (0 at run level) plus the options'
+    integer ``seed``.
+    """
+
+    name: str
+    level: str
+    entry: str | None
+    task_ids: tuple[str, ...]
+    entries: Mapping[str, EntryInfo]
+    batch_size: int
+    label_column: str = "_platoon_environment"
+    seed: int = 0
+
+    @cached_property
+    def unique_ids(self) -> tuple[str, ...]:
+        """The pool's distinct task ids in listing order (the same tuple every time)."""
+        return tuple(dict.fromkeys(self.task_ids))
+
+    @cached_property
+    def first_index(self) -> dict[str, int]:
+        """Task id -> index of its first row in ``task_ids``."""
+        out: dict[str, int] = {}
+        for i, t in enumerate(self.task_ids):
+            out.setdefault(t, i)
+        return out
+
+
+class TaskStatsView:
+    """A read-only view of the per-task statistics at policy version ``now``.
+
+    ``live`` is False when the statistics stopped (the view reads what they held) or never started (an empty
+    store). ``counts`` is the cheap per-task read; ``task`` builds a full `TaskStats` copy. The vectorised reads
+    ``count_arrays(ids)`` and ``posterior_arrays(ids, subset=None)`` answer for many tasks at once; pass the same
+    ids tuple each time (e.g. ``setup.unique_ids``), which the store caches by identity.
+    """
+
+    __slots__ = ("_store", "_now", "_live")
+
+    def __init__(self, store: TaskStore, now: float, live: bool = True) -> None:
+        self._store = store
+        self._now = now
+        self._live = bool(live)
+
+    @property
+    def now(self) -> float:
+        return self._now
+
+    @property
+    def live(self) -> bool:
+        return self._live
+
+    def task_ids(self) -> tuple[str, ...]:
+        return self._store.ids
+
+    def counts(self, task_id: str) -> TaskCounts:
+        """``TaskCounts(groups, outstanding, drawn, uniform_streak, no_evidence_streak, evidence_version)``."""
+        return self._store.counts(task_id)
+
+    def task(self, task_id: str) -> TaskStats:
+        return self._store.task_stats(task_id)
+
+    def posterior(self, task_id: str) -> tuple[float, float]:
+        """``(alpha, beta)`` of the task's pass rate at ``now`` (see `TaskStore.posterior`)."""
+        return self._store.posterior(task_id, self._now)
+
+    def entry(self, name: str) -> GroupTotals:
+        return self._store.entry_totals[name].copy()
+
+    def label(self, label: str) -> GroupTotals:
+        return self._store.label_totals[label].copy()
+
+    def run(self) -> GroupTotals:
+        return self._store.run.copy()
+
+    def labels(self) -> tuple[str, ...]:
+        return tuple(self._store.label_totals)
+
+    def group_size(self, entry: str | None) -> int:
+        return self._store.group_size(entry)
+
+    def threshold(self, entry: str | None) -> float:
+        return self._store.threshold(entry)
+
+    def count_arrays(self, task_ids: Sequence[str]) -> TaskCountArrays:
+        return self._store.count_arrays(task_ids)
+
+    def posterior_arrays(
+        self, task_ids: Sequence[str], subset: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self._store.posterior_arrays(task_ids, self._now, subset)
+
+
+class SamplerContext:
+    """One decision's question (a sampler must not keep it).
+
+    ``task_ids`` is the sampler's whole pool, never a filtered list; ``decision`` its 0-based count; ``key`` the
+    decision key; ``eligible(task_id)`` whether a task may be drawn now; ``stats`` a `TaskStatsView` for an adaptive
+    sampler, None for a static one; ``step`` the committed training steps; ``versions`` ``{"main": version}``.
+    ``rng`` is a ``random.Random(key)`` built on first use. ``eligible_mask(ids)`` gives the eligibility of many
+    tasks at once as a read-only numpy bool array (the runtime precomputes it for ``setup.unique_ids``).
+    """
+
+    __slots__ = (
+        "task_ids",
+        "entry",
+        "decision",
+        "key",
+        "eligible",
+        "stats",
+        "step",
+        "versions",
+        "_rng",
+        "_mask",
+    )
+
+    def __init__(
+        self,
+        *,
+        task_ids: Sequence[str],
+        entry: str | None,
+        decision: int,
+        key: int,
+        eligible: Callable[[str], bool],
+        stats: TaskStatsView | None = None,
+        step: int = 0,
+        versions: Mapping[str, int] | None = None,
+        mask: tuple[Sequence[str], np.ndarray] | None = None,
+    ) -> None:
+        self.task_ids = task_ids
+        self.entry = entry
+        self.decision = decision
+        self.key = key
+        self.eligible = eligible
+        self.stats = stats
+        self.step = step
+        self.versions = dict(versions or {})
+        self._rng: random.Random | None = None
+        self._mask = mask
+
+    @property
+    def rng(self) -> random.Random:
+        if self._rng is None:
+            self._rng = random.Random(self.key)
+        return self._rng
+
+    def eligible_mask(self, task_ids: Sequence[str]) -> np.ndarray:
+        """``[eligible(t) for t in task_ids]`` as a read-only bool array; O(1) for the runtime's precomputed ids."""
+        if self._mask is not None and self._mask[0] is task_ids:
+            return self._mask[1]
+        out = np.fromiter((bool(self.eligible(t)) for t in task_ids), dtype=bool, count=len(task_ids))
+        out.flags.writeable = False
+        return out
+
+
+class Sampler:
+    """Base class of task samplers: ``Class(setup, options)``, then one synchronous ``next(ctx)`` per decision.
+
+    Class attributes: ``adaptive`` (reads the statistics and is asked only when a group can start), ``entry_slots``
+    (a static run sampler that hands slots to entries' samplers), ``options_schema`` (a dataclass, a pydantic model,
+    a parsing function raising ValueError, or None: no options).
+
+    ``next(ctx)`` returns a `Draw` or a pool task id (eligible, for an adaptive sampler), a `Slot` (``entry_slots``
+    only), or None, only when nothing is eligible; its randomness comes from ``ctx.rng`` or ``ctx.key``. A static
+    sampler answers as a function of ``ctx.decision`` (and its own state). ``observe(group)`` gets an adaptive
+    sampler's settled groups in draw order (it must also work if never called). ``state_dict`` is JSON data with
+    string keys; ``load_state_dict`` raises ValueError on a state that does not fit. ``metrics(stats)`` is called
+    once per step and returns finite numbers by name. ``check(options, ctx)`` is the load-time check (ValueError
+    refuses the config).
+    """
+
+    adaptive: bool = False
+    entry_slots: bool = False
+    options_schema: Any = None
+
+    def __init__(self, setup: SamplerSetup, options: Any = None) -> None:
+        self.setup = setup
+        self.options = options
+
+    def next(self, ctx: SamplerContext) -> Draw | Slot | str | None:
+        raise NotImplementedError(f"{type(self).__name__}.next")
+
+    def observe(self, group: GroupRecord) -> None:
+        """A settled group of this sampler's pool, in draw order (adaptive samplers; the base does nothing)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if not isinstance(state, Mapping) or state:
+            raise ValueError(f"{type(self).__name__} keeps no state, got {state!r}")
+
+    def metrics(self, stats: TaskStatsView | None) -> Mapping[str, float]:
+        return {}
+
+    @staticmethod
+    def check(options: Any, ctx: Any) -> None:
+        return None
+
+    def warn(self, message: str) -> None:
+        """A warning for the run's log (the runtime drains it after each call; a message is logged once)."""
+        self.__dict__.setdefault("_platoon_warnings", []).append(str(message))
+
+
+TaskSampler = Sampler
+"""Another name for `Sampler`."""
+
+__all__ = [
+    "LEVELS",
+    "MAX_REASON_LENGTH",
+    "Draw",
+    "EntryInfo",
+    "Row",
+    "Sampler",
+    "SamplerContext",
+    "SamplerError",
+    "SamplerSetup",
+    "Slot",
+    "TaskSampler",
+    "TaskStatsView",
+    "check_reason",
+    "check_score",
+    "decision_key",
+]

@@ -1,0 +1,81 @@
+"""`Member`: one sampler of a `SamplerSet` and what the runtime keeps and precomputes for it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from platoon.policy.pool import TaskPool
+from platoon.policy.samplers.base import Sampler, SamplerSetup, decision_key
+from platoon.policy.samplers.metrics import RUN_PREFIX, entry_prefix
+from platoon.policy.samplers.resolve import is_core, options_seed, parse_options
+
+
+class Member:
+    """One sampler of a `SamplerSet`: its class, parsed options, setup, instance and decision count, with what the
+    runtime precomputes over its pool: each row's distinct-id index, each id's label and group size (of its first
+    row), so that eligibility is one numpy gather per decision."""
+
+    def __init__(
+        self,
+        name: str,
+        cls: type,
+        raw_options: Mapping[str, Any] | None,
+        *,
+        level: str,
+        entry: str | None,
+        rows: Sequence[int],
+        pool: TaskPool,
+        batch_size: int,
+        seed: int,
+    ) -> None:
+        self.name, self.cls = name, cls
+        self.options = parse_options(cls, raw_options)
+        self.setup = SamplerSetup(
+            name=name,
+            level=level,
+            entry=entry,
+            task_ids=tuple(pool.rows[i].task_id for i in rows),
+            entries=dict(pool.entries),
+            batch_size=int(batch_size),
+            label_column=pool.label_column,
+            seed=int(seed) + options_seed(self.options),
+        )
+        self.rows = tuple(rows)
+        self.level, self.entry = self.setup.level, self.setup.entry
+        self.core = is_core(cls)
+        self.adaptive = bool(cls.adaptive)
+        self.slots = bool(getattr(cls, "entry_slots", False))
+        self.overrides_observe = getattr(cls, "observe", None) not in (None, Sampler.observe)
+        self.decisions = 0
+        self.fallbacks = 0
+        self.failures_seen: set[str] = set()
+        self.prefix = RUN_PREFIX if self.level == "run" else entry_prefix(self.entry or "")
+        self.sampler = self.fresh()
+        uids = self.setup.unique_ids
+        uid_pos = {t: i for i, t in enumerate(uids)}
+        self.uid_of_row = np.fromiter(
+            (uid_pos[t] for t in self.setup.task_ids), dtype=np.int64, count=len(rows)
+        )
+        first_rows = [pool.rows[self.rows[self.setup.first_index[t]]] for t in uids]
+        # Eligibility depends on a task's label and group size only: one class per distinct pair, asked once.
+        classes = list(dict.fromkeys((r.label, r.group_size) for r in first_rows))
+        class_pos = {c: i for i, c in enumerate(classes)}
+        self.uid_class = np.fromiter(
+            (class_pos[(r.label, r.group_size)] for r in first_rows), dtype=np.int64, count=len(uids)
+        )
+        first_of_class: dict[int, str] = {}
+        for t, c in zip(uids, self.uid_class.tolist(), strict=True):
+            first_of_class.setdefault(c, t)
+        self.class_task = [first_of_class[i] for i in range(len(classes))]
+        self.class_size = np.array([size for _, size in classes], dtype=np.int64)
+        self.all_eligible = np.ones(len(uids), dtype=bool)
+        self.all_eligible.flags.writeable = False
+
+    def fresh(self) -> Any:
+        return self.cls(self.setup, self.options)
+
+    def key(self, decision: int) -> int:
+        return decision_key(self.setup.seed, self.name, decision)

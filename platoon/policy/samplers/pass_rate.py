@@ -1,0 +1,298 @@
+"""``pass_rate``: Thompson sampling on each task's pass-rate posterior, for groups that mix passes and failures.
+
+Adaptive (asked only when a group can start), at run or entry level. Over the pool's ``N`` distinct task ids in
+listing order, decision ``d`` (its window is ``d // N``; ``previous`` survives only into the next window):
+1. ``pool`` = the eligible tasks; none: answer None;
+2. with statistics: (a) drop the tasks that wait for their first result (a draw outstanding, no group yet), then
+   (b) with ``max_outstanding_per_task``, keep tasks with fewer outstanding draws; a filter that would leave
+   nothing keeps instead the tasks of the current pool with the fewest outstanding draws;
+3. window cap: with ``max_draws_per_epoch``, keep tasks drawn fewer times in this window; if none, keep the pool
+   (the cap is "lifted");
+4. live statistics only: with chance ``1 - explore``, *exploit*: over the pool minus the tasks without evidence
+   (``no_evidence_streak >= 3``), at most ``candidates`` of them chosen at random, draw ``p ~ Beta(alpha, beta)``
+   per task and take the best ``1 - p^G - (1 - p)^G`` (G: the task's group size), ties at random;
+5. otherwise *explore*: the least recently drawn task (never drawn counts as -1), ties at random;
+6. the score is ``informative_at(alpha, beta, G)`` of the chosen task (None without statistics).
+
+Departure from platoon 0.4.0 (documented, deliberate): 0.4.0 draws its coin, sample and Beta variates from
+``random.Random(key)`` one task at a time. Here they come from ``numpy.random.default_rng(key)`` in whole arrays,
+so that a decision over a million tasks costs a few milliseconds: the coin (``random()``), then the candidates
+(``choice(..., replace=False)``, or rejection sampling from the pool when the pool is most of ``N``), then one Beta
+draw per candidate, then ties by ``integers``. It stays a deterministic function of (seed, qualified name,
+decision count, state, statistics, eligibility), which is what exact resume needs; it does not replay 0.4.0's draws
+bit for bit, which DESIGN does not ask for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from platoon.config.components import PassRateOptions
+from platoon.policy.samplers.base import Draw, Sampler, SamplerContext, SamplerSetup, TaskStatsView
+from platoon.policy.stats import NO_EVIDENCE_LIMIT, PRIOR_STRENGTH, informative_at
+
+_NEVER = np.iinfo(np.int64).max
+_STATE_KEYS = ("last_drawn", "window", "window_draws", "previous_window_draws")
+
+
+def _fallback_to_fewest(current: np.ndarray, proposed: np.ndarray, outstanding: np.ndarray) -> np.ndarray:
+    if proposed.any():
+        return proposed
+    fewest = outstanding[current].min()
+    return current & (outstanding == fewest)
+
+
+class PassRateSampler(Sampler):
+    """Thompson sampling for informative groups, with exploration and a per-window cap; see the module doc."""
+
+    adaptive = True
+    entry_slots = False
+    options_schema = PassRateOptions
+
+    def __init__(
+        self, setup: SamplerSetup, options: PassRateOptions | Mapping[str, Any] | None = None
+    ) -> None:
+        if options is None or isinstance(options, Mapping):
+            options = PassRateOptions.model_validate(dict(options or {}))
+        super().__init__(setup, options)
+        self.ids = setup.unique_ids
+        n = self._n = len(self.ids)
+        if n == 0:
+            raise ValueError(f"{setup.name}: pass_rate has no tasks to draw")
+        self._index: dict[str, int] | None = None
+        self._last = np.full(n, -1, dtype=np.int64)
+        self._window = 0
+        self._window_draws = np.zeros(n, dtype=np.int64)
+        self._previous = np.zeros(n, dtype=np.int64)
+        self._sizes = self._group_sizes(setup)
+        self._warned = False
+        self._reset_metrics()
+
+    @staticmethod
+    def _group_sizes(setup: SamplerSetup) -> np.ndarray:
+        # 0 marks a task outside every entry: its size is read from the statistics at decision time.
+        if setup.level == "entry" and setup.entry in setup.entries:
+            return np.full(len(setup.unique_ids), setup.entries[setup.entry].group_size, dtype=np.int64)
+        size: dict[str, int] = {}
+        for info in setup.entries.values():
+            for t in info.task_ids:
+                size.setdefault(t, info.group_size)
+        return np.fromiter(
+            (size.get(t, 0) for t in setup.unique_ids), dtype=np.int64, count=len(setup.unique_ids)
+        )
+
+    def _sizes_now(self, stats: TaskStatsView | None) -> np.ndarray:
+        if not (self._sizes == 0).any():
+            return self._sizes
+        return np.where(self._sizes == 0, stats.group_size(None) if stats is not None else 1, self._sizes)
+
+    def _reset_metrics(self) -> None:
+        self._m = {
+            "decisions": 0,
+            "eligible": 0.0,
+            "lifted": 0,
+            "prior": 0.0,
+            "prior_n": 0,
+            "age": 0.0,
+            "age_n": 0,
+        }
+
+    def _roll_window(self, decision: int) -> None:
+        window = decision // self._n
+        if window == self._window:
+            return
+        if window == self._window + 1:
+            self._previous, self._window_draws = self._window_draws, self._previous
+        else:
+            self._previous[:] = 0
+        self._window_draws[:] = 0
+        self._window = window
+
+    def next(self, ctx: SamplerContext) -> Draw | None:
+        opts: PassRateOptions = self.options
+        self._roll_window(int(ctx.decision))
+        keep = ctx.eligible_mask(self.ids)
+        if not keep.any():
+            return None
+        stats = ctx.stats
+        live = stats is not None and stats.live
+        counts = None
+        if stats is not None:
+            counts = stats.count_arrays(self.ids)
+            out = counts.outstanding
+            if out.any():
+                keep = _fallback_to_fewest(keep, keep & ~((out > 0) & (counts.groups == 0)), out)
+                if opts.max_outstanding_per_task is not None:
+                    keep = _fallback_to_fewest(keep, keep & (out < opts.max_outstanding_per_task), out)
+        if not live and not self._warned:
+            self._warned = True
+            self.warn(f"{self.setup.name}: no live per-task statistics; drawing by exploration alone")
+        lifted = False
+        if opts.max_draws_per_epoch is not None:
+            capped = keep & (self._window_draws < opts.max_draws_per_epoch)
+            if capped.any():
+                keep = capped
+            else:
+                lifted = True
+        rng = np.random.default_rng(ctx.key)
+        chosen, reason = -1, "explore"
+        if live and rng.random() >= opts.explore:
+            scored = keep & (counts.no_evidence_streak < NO_EVIDENCE_LIMIT)
+            cand = self._candidates(scored, opts.candidates, rng)
+            if cand.size:
+                reason = "exploit"
+                a, b = stats.posterior_arrays(self.ids, subset=cand)
+                p = rng.beta(a, b)
+                g = self._sizes_now(stats)[cand]
+                score = 1.0 - p**g - (1.0 - p) ** g
+                ties = cand[score == score.max()]
+                chosen = int(ties[0] if ties.size == 1 else ties[rng.integers(ties.size)])
+        if chosen < 0:
+            chosen = self._least_recent(keep, rng)
+        score_out = None
+        if stats is not None:
+            a, b = (float(x[0]) for x in stats.posterior_arrays(self.ids, subset=np.array([chosen])))
+            score_out = float(informative_at(a, b, int(self._sizes_now(stats)[chosen])))
+            self._m["prior"] += PRIOR_STRENGTH / (a + b)
+            self._m["prior_n"] += 1
+            version = counts.evidence_version[chosen]
+            if not np.isnan(version):
+                self._m["age"] += max(0.0, float(stats.now) - float(version))
+                self._m["age_n"] += 1
+        self._m["decisions"] += 1
+        self._m["eligible"] += float(np.count_nonzero(keep)) / self._n
+        self._m["lifted"] += int(lifted)
+        self._last[chosen] = int(ctx.decision)
+        self._window_draws[chosen] += 1
+        return Draw(self.ids[chosen], reason, score_out)
+
+    def _candidates(self, scored: np.ndarray, limit: int, rng: np.random.Generator) -> np.ndarray:
+        """At most ``limit`` of the ``scored`` tasks, chosen uniformly without replacement."""
+        count = int(np.count_nonzero(scored))
+        if count <= limit:
+            return np.flatnonzero(scored)
+        if count * 2 >= self._n:
+            # Most of the pool is scored: rejection-sample positions instead of listing the pool (O(limit), not O(N)).
+            picked: dict[int, None] = {}
+            while len(picked) < limit:
+                batch = rng.integers(self._n, size=2 * (limit - len(picked)) + 16)
+                for i in batch[scored[batch]].tolist():
+                    picked.setdefault(i, None)
+                    if len(picked) == limit:
+                        break
+            return np.fromiter(picked, dtype=np.int64, count=limit)
+        pool = np.flatnonzero(scored)
+        return pool[rng.choice(count, size=limit, replace=False)]
+
+    def _least_recent(self, keep: np.ndarray, rng: np.random.Generator) -> int:
+        """The kept task drawn least recently (never drawn: -1), ties at random. A drawn task's last decision is
+        unique, so ties happen only among never-drawn tasks."""
+        last = np.where(keep, self._last, _NEVER)
+        i = int(np.argmin(last))
+        if last[i] >= 0:
+            return i
+        never = keep & (self._last < 0)
+        count = int(np.count_nonzero(never))
+        if count == 1:
+            return i
+        if count * 4 >= self._n:
+            while True:  # most of the pool was never drawn: rejection sampling finds one in a few tries
+                batch = rng.integers(self._n, size=32)
+                hits = batch[never[batch]]
+                if hits.size:
+                    return int(hits[0])
+        ties = np.flatnonzero(never)
+        return int(ties[rng.integers(count)])
+
+    # -- state
+    def state_dict(self) -> dict[str, Any]:
+        ids = self.ids
+
+        def as_map(arr: np.ndarray, present: np.ndarray) -> dict[str, int]:
+            return {ids[i]: int(arr[i]) for i in np.flatnonzero(present).tolist()}
+
+        return {
+            "last_drawn": as_map(self._last, self._last >= 0),
+            "window": int(self._window),
+            "window_draws": as_map(self._window_draws, self._window_draws > 0),
+            "previous_window_draws": as_map(self._previous, self._previous > 0),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Load a `state_dict`; ``{}`` starts afresh. Tasks that left the pool are dropped, new ones never drawn.
+        A non-mapping, a missing key, a window that is not an int >= 0, or maps that are not {str: int >= 0} raise
+        ValueError (and change nothing)."""
+        if not isinstance(state, Mapping):
+            raise ValueError(f"pass_rate state is a mapping, got {type(state).__name__}")
+        n = self._n
+        if not state:
+            self._last, self._window = np.full(n, -1, dtype=np.int64), 0
+            self._window_draws, self._previous = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+            return
+        missing = [k for k in _STATE_KEYS if k not in state]
+        if missing:
+            raise ValueError(f"pass_rate state lacks {missing}")
+        window = state["window"]
+        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+            raise ValueError(f"pass_rate state: window is an int >= 0, got {window!r}")
+        if self._index is None:
+            self._index = {t: i for i, t in enumerate(self.ids)}
+        arrays = []
+        for key, fill in (("last_drawn", -1), ("window_draws", 0), ("previous_window_draws", 0)):
+            m = state[key]
+            if not isinstance(m, Mapping):
+                raise ValueError(f"pass_rate state: {key} is a mapping, got {type(m).__name__}")
+            arr = np.full(n, fill, dtype=np.int64)
+            for t, v in m.items():
+                if not isinstance(t, str) or isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                    raise ValueError(f"pass_rate state: {key} maps task ids to ints >= 0, got {t!r}: {v!r}")
+                i = self._index.get(t)
+                if i is not None:
+                    arr[i] = v
+            arrays.append(arr)
+        self._last, self._window_draws, self._previous = arrays
+        self._window = window
+
+    # -- metrics
+    def metrics(self, stats: TaskStatsView | None) -> dict[str, float]:
+        """Since the last call: ``eligible_share``, ``cap_lifted``, ``prior_share`` (mean ``2/(a+b)`` of the drawn
+        tasks), ``evidence_age`` and ``top10_share`` (the top ``max(1, N // 10)`` draw counts over the total, on
+        the current window, or the previous one while the current holds fewer than N/2 draws)."""
+        m, out = self._m, {}
+        if m["decisions"]:
+            out["eligible_share"] = m["eligible"] / m["decisions"]
+            out["cap_lifted"] = m["lifted"] / m["decisions"]
+        if m["prior_n"]:
+            out["prior_share"] = m["prior"] / m["prior_n"]
+        if m["age_n"]:
+            out["evidence_age"] = m["age"] / m["age_n"]
+        draws = self._window_draws
+        if draws.sum() < self._n / 2 and self._previous.any():
+            draws = self._previous
+        total = int(draws.sum())
+        if total > 0:
+            k = max(1, self._n // 10)
+            out["top10_share"] = float(np.partition(draws, self._n - k)[self._n - k :].sum()) / total
+        self._reset_metrics()
+        return out
+
+    @staticmethod
+    def check(options: Any, ctx: Any) -> None:
+        """Refuse an entry with group size 1 (at run level every entry, at entry level its own)."""
+        entries = _get(ctx, "entries") or {}
+        level, own = _get(ctx, "level"), _get(ctx, "entry")
+        for label, entry in entries.items():
+            if level == "entry" and label != own:
+                continue
+            if _get(entry, "group_size") == 1:
+                raise ValueError(
+                    "pass_rate chooses tasks likely to mix passes and failures, which a group of one never does "
+                    f"(environments[{label}] has group_size 1); use uniform, or a group size of 2 or more"
+                )
+
+
+def _get(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)

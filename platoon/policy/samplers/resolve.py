@@ -1,0 +1,120 @@
+"""Resolving a task sampler reference to its class, parsing its options, and naming it.
+
+``resolve_task_sampler(ref)`` works in this order (semantics 2.4):
+1. core names map to fixed classes (``weighted``, ``uniform``, ``pass_rate``); nothing registered shadows them;
+2. ``auto`` is an error here: it names no class (the config resolves it);
+3. a name without ``:`` must be registered (``@task_sampler``), else ``unknown task sampler '<x>'`` with a
+   did-you-mean and core's names;
+4. ``module:Class`` is imported (an import failure names the exception);
+5. the class must be a class with callable ``next``, ``state_dict`` and ``load_state_dict``, a bool ``adaptive``,
+   not both ``entry_slots`` and adaptive, and a ``next`` that is not a coroutine function.
+Every refusal is an `ExtensionError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from platoon.config import registry
+from platoon.config.errors import ExtensionError
+from platoon.policy.samplers.pass_rate import PassRateSampler
+from platoon.policy.samplers.uniform import UniformSampler
+from platoon.policy.samplers.weighted import WeightedSampler
+
+CORE_CLASSES: dict[str, type] = {
+    "weighted": WeightedSampler,
+    "uniform": UniformSampler,
+    "pass_rate": PassRateSampler,
+}
+"""Core's sampler names and their fixed classes (``auto`` resolves to weighted or uniform in the runtime)."""
+
+
+def is_core(cls: type) -> bool:
+    """Whether ``cls`` is one of core's classes (they get no fallback: their failures stop the run)."""
+    return any(cls is c for c in CORE_CLASSES.values())
+
+
+def class_ref(cls: type) -> str:
+    """``module:Qualname`` of a class."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def resolve_task_sampler(ref: str) -> type:
+    """The class that ``ref`` names (see the module doc); ExtensionError when it names none or a bad one."""
+    if not isinstance(ref, str) or not ref:
+        raise ExtensionError(f"a task sampler is a name or module:Class, got {ref!r}")
+    if ref in CORE_CLASSES:
+        return CORE_CLASSES[ref]
+    if ref == "auto":
+        raise ExtensionError("task sampler 'auto' names no class: the run resolves it to weighted or uniform")
+    if ":" not in ref:
+        cls = registry.lookup("task_sampler", ref)
+        if cls is None:
+            raise ExtensionError(registry.unknown_name_message("task_sampler", ref))
+    else:
+        cls = registry.import_ref(ref)
+    validate_sampler_class(cls, ref)
+    return cls
+
+
+def validate_sampler_class(cls: Any, ref: str) -> None:
+    """Raise ExtensionError naming what is wrong with ``cls`` as a task sampler (2.2's class validity)."""
+    if not isinstance(cls, type):
+        raise ExtensionError(f"task sampler {ref!r} is not a class but {type(cls).__name__}")
+    problems = [
+        name for name in ("next", "state_dict", "load_state_dict") if not callable(getattr(cls, name, None))
+    ]
+    if problems:
+        raise ExtensionError(f"task sampler {ref!r} lacks callable {', '.join(problems)}")
+    adaptive = getattr(cls, "adaptive", None)
+    if not isinstance(adaptive, bool):
+        raise ExtensionError(f"task sampler {ref!r}: adaptive must be True or False, got {adaptive!r}")
+    if adaptive and getattr(cls, "entry_slots", False):
+        raise ExtensionError(
+            f"task sampler {ref!r} is adaptive and hands entry slots; it may be one or the other"
+        )
+    if inspect.iscoroutinefunction(cls.next):
+        raise ExtensionError(f"task sampler {ref!r}: next must be a plain (synchronous) method, not async")
+
+
+def parse_options(cls: type, raw: Mapping[str, Any] | None) -> Any:
+    """Parse ``raw`` options against ``cls.options_schema``; ValueError naming the problem.
+
+    A dataclass schema refuses unknown keys; a pydantic model validates (its ValidationError is a ValueError); a
+    function parses; None takes no options (``{}`` only).
+    """
+    raw = dict(raw or {})
+    schema = getattr(cls, "options_schema", None)
+    if schema is None:
+        if raw:
+            raise ValueError(f"takes no options; got {sorted(raw)}")
+        return {}
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        try:
+            return schema.model_validate(raw)
+        except ValidationError as exc:
+            lines = [f"{'.'.join(str(p) for p in e['loc']) or '<options>'}: {e['msg']}" for e in exc.errors()]
+            raise ValueError("; ".join(lines)) from None
+    if dataclasses.is_dataclass(schema) and isinstance(schema, type):
+        known = {f.name for f in dataclasses.fields(schema) if f.init}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+        try:
+            return schema(**raw)
+        except TypeError as exc:
+            raise ValueError(str(exc)) from exc
+    if callable(schema):
+        return schema(raw)
+    raise ValueError(f"options_schema {schema!r} is not a dataclass, a pydantic model, a function or None")
+
+
+def options_seed(parsed: Any) -> int:
+    """The parsed options' integer ``seed`` field, else 0 (it is added to the decision-key seed)."""
+    seed = parsed.get("seed") if isinstance(parsed, Mapping) else getattr(parsed, "seed", None)
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else 0

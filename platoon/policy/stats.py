@@ -1,0 +1,934 @@
+"""Per-task statistics: settled-group records, decayed evidence, totals, the per-task store and its posterior.
+
+Owns the constants of the statistics, `MemberResult` and `GroupRecord` (one rollout, one settled group), the decay
+of evidence over policy versions, the totals kept for the run, each entry, each label and each task, and the
+`TaskStore` that routes settles, draws and fates to them. (One module past 600 lines: the records, the decay and
+the store share one set of formulas, and a reader checks them against each other.)
+
+Rules it keeps:
+- evidence is dated by a group's oldest datum version, never by when it settled; a late, older group is added with
+  a discount and does not move the counts' version; reads never amplify (ages of 0 or less weigh 1);
+- invalid members are censored from everything except the ``groups`` count;
+- the prior centre of a task's posterior comes from its entry's decayed totals and is cached per (entry, version);
+  the cache is cleared on every settle and every load;
+- the store applies whatever it is given in the order given: applying settles in draw order is the recorder's job.
+
+The hot per-task fields (evidence, groups, outstanding, drawn, streaks) live in numpy arrays indexed by the task's
+place in the pool, so that a sampler can score many tasks at once (`posterior_arrays`, `count_arrays`) without a
+Python loop per task. Everything else of a task is built lazily on its first settle, draw or fate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+HALF_LIFE_VERSIONS = 32.0
+"""Evidence halves every 32 policy versions."""
+PRIOR_STRENGTH = 2.0
+"""Total pseudo-count weight of a task's prior."""
+NO_EVIDENCE_LIMIT = 3
+"""A task whose last 3 groups had no valid member is "without evidence" (pass_rate reaches it by exploring only)."""
+HISTORY = 8
+"""How many newest group summaries each task keeps."""
+BANDS = ("zero", "low", "mid", "high", "solved")
+"""Bands of the posterior mean pass rate (see `band`)."""
+SNAPSHOT_FORMAT = 1
+MAIN = "main"
+"""The only policy name of ``drawn_at`` and member ``versions``."""
+FATES = ("consumed", "stale", "failed", "skipped", "lost", "rejected")
+"""The fates of a draw, in column order (``rejected`` last, so that the older five keep their places)."""
+VERDICTS = (
+    "trained",
+    "uniform",
+    "reward_key_mismatch",
+    "no_results",
+    "below_min",
+    "no_completed_root",
+    "no_datums",
+    "failed",
+    "unknown",
+)
+KINDS = ("informative", "all_pass", "all_fail", "uniform_mixed")
+"""Kinds of a settled group (`GroupRecord.kind`)."""
+MEANS = ("steps", "output_tokens", "seconds", "reward")
+"""The decayed per-task means, by name."""
+
+
+def decay(age: float, half_life: float | None = HALF_LIFE_VERSIONS) -> float:
+    """Weight of evidence ``age`` versions old: ``2 ** (-age / half_life)``; 1 when ``age <= 0`` or no half-life."""
+    if half_life is None or age <= 0:
+        return 1.0
+    return 2.0 ** (-age / half_life)
+
+
+# --------------------------------------------------------------------------------------------------- records
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+@dataclass(frozen=True)
+class MemberResult:
+    """One rollout of a group.
+
+    A member passes when it is ``valid``, ``scored`` is not None and ``scored >= threshold``, with the threshold
+    fixed at 1.0 when ``flag`` (``scored`` is the rollout's own success flag). Invalid members are censored: neither
+    a pass nor a failure. ``versions`` maps a policy name to the ``(oldest, newest)`` checkpoint versions that the
+    member's datums sampled.
+    """
+
+    reward: float | None = None
+    scored: float | None = None
+    valid: bool = False
+    outcome: str = "none"
+    disposition: str = "completed"
+    reward_key: str | None = None
+    steps: int | None = None
+    output_tokens: int | None = None
+    seconds: float | None = None
+    versions: Mapping[str, tuple[int, int]] = field(default_factory=dict, hash=False)
+    flag: bool = False
+
+    def passes(self, threshold: float) -> bool:
+        if not self.valid or self.scored is None:
+            return False
+        return self.scored >= (1.0 if self.flag else threshold)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "reward": self.reward,
+            "scored": self.scored,
+            "valid": self.valid,
+            "outcome": self.outcome,
+            "disposition": self.disposition,
+            "reward_key": self.reward_key,
+            "steps": self.steps,
+            "output_tokens": self.output_tokens,
+            "seconds": self.seconds,
+            "versions": {k: [int(a), int(b)] for k, (a, b) in self.versions.items()},
+            "flag": self.flag,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MemberResult:
+        return cls(
+            reward=_opt_float(data.get("reward")),
+            scored=_opt_float(data.get("scored")),
+            valid=bool(data.get("valid", False)),
+            outcome=str(data.get("outcome", "none")),
+            disposition=str(data.get("disposition", "completed")),
+            reward_key=data.get("reward_key"),
+            steps=_opt_int(data.get("steps")),
+            output_tokens=_opt_int(data.get("output_tokens")),
+            seconds=_opt_float(data.get("seconds")),
+            versions={str(k): (int(v[0]), int(v[1])) for k, v in (data.get("versions") or {}).items()},
+            flag=bool(data.get("flag", False)),
+        )
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """One settled group: who drew which task, why, and what its members scored.
+
+    ``sampler`` is the qualified name of the sampler that chose the task (the run's as configured, or
+    ``<sampler>@<entry>``); ``reason`` is ``order``, ``explore``, ``exploit``, ``fallback``, ``reissue`` or a custom
+    sampler's own; ``score`` its score (pass_rate: the predicted chance the group trains). ``position`` is the place
+    in the run's order (a reissued draw keeps it); ``drawn_at`` is ``{"main": version at draw}``.
+    """
+
+    start: int
+    seq: int
+    task_id: str
+    entry: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+    harness: str | None = None
+    group_size: int = 0
+    sampler: str = "auto"
+    reason: str = "order"
+    score: float | None = None
+    position: int | None = None
+    drawn_at: Mapping[str, int] = field(default_factory=dict, hash=False)
+    members: tuple[MemberResult, ...] = ()
+    verdict: str = "unknown"
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.start, self.seq)
+
+    @property
+    def valid(self) -> int:
+        """The number of valid members."""
+        return sum(1 for m in self.members if m.valid)
+
+    def passes(self, threshold: float) -> int:
+        """The number of members that pass at ``threshold`` (see `MemberResult.passes`)."""
+        return sum(1 for m in self.members if m.passes(threshold))
+
+    def oldest_version(self) -> int | None:
+        """The oldest ``main`` version any member's datums sampled; else ``drawn_at["main"]`` (or None)."""
+        spans = [m.versions[MAIN][0] for m in self.members if MAIN in m.versions]
+        return min(spans) if spans else self.drawn_at.get(MAIN)
+
+    def kind(self, threshold: float) -> str | None:
+        """``trained`` -> informative; ``uniform`` -> all_pass / all_fail (valid > 0) or uniform_mixed; else None."""
+        if self.verdict == "trained":
+            return "informative"
+        if self.verdict != "uniform":
+            return None
+        valid, passes = self.valid, self.passes(threshold)
+        if valid > 0 and passes == valid:
+            return "all_pass"
+        if valid > 0 and passes == 0:
+            return "all_fail"
+        return "uniform_mixed"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "start": self.start,
+            "seq": self.seq,
+            "task_id": self.task_id,
+            "entry": self.entry,
+            "labels": dict(self.labels),
+            "harness": self.harness,
+            "group_size": self.group_size,
+            "sampler": self.sampler,
+            "reason": self.reason,
+            "score": self.score,
+            "position": self.position,
+            "drawn_at": dict(self.drawn_at),
+            "members": [m.to_json() for m in self.members],
+            "verdict": self.verdict,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GroupRecord:
+        return cls(
+            start=int(data["start"]),
+            seq=int(data["seq"]),
+            task_id=str(data["task_id"]),
+            entry=data.get("entry"),
+            labels={str(k): str(v) for k, v in (data.get("labels") or {}).items()},
+            harness=data.get("harness"),
+            group_size=int(data.get("group_size", 0)),
+            sampler=str(data.get("sampler", "auto")),
+            reason=str(data.get("reason", "order")),
+            score=_opt_float(data.get("score")),
+            position=_opt_int(data.get("position")),
+            drawn_at={str(k): int(v) for k, v in (data.get("drawn_at") or {}).items()},
+            members=tuple(MemberResult.from_json(m) for m in data.get("members") or ()),
+            verdict=str(data.get("verdict", "unknown")),
+        )
+
+
+class GroupSummary(NamedTuple):
+    """A task's history item; ``version`` is the group's oldest version, ``seconds`` its slowest member's."""
+
+    start: int
+    seq: int
+    version: int | None
+    valid: int
+    passes: int
+    reward_mean: float | None
+    verdict: str
+    steps: float | None
+    seconds: float | None
+
+
+# --------------------------------------------------------------------------------------------------- decay
+
+
+class DecayedCounts:
+    """``(passes, fails)`` decayed by version: ``2 ** (-age / 32)`` per version of age.
+
+    ``add(p, f, v)``: with no version yet or ``v >= version``, scale the stored counts by ``decay(v - version)``,
+    add ``(p, f)``, set ``version = v``; otherwise (older evidence) add ``(p, f) * decay(version - v)`` and keep
+    the version. ``read(now)`` is the counts times ``decay(now - version)``, ``(0, 0)`` without a version.
+    JSON: ``[passes, fails, version]``.
+    """
+
+    __slots__ = ("passes", "fails", "version")
+
+    def __init__(self, passes: float = 0.0, fails: float = 0.0, version: int | None = None) -> None:
+        self.passes = float(passes)
+        self.fails = float(fails)
+        self.version = version
+
+    def add(self, passes: float, fails: float, version: int) -> None:
+        if self.version is None or version >= self.version:
+            w = 1.0 if self.version is None else decay(version - self.version)
+            self.passes = self.passes * w + passes
+            self.fails = self.fails * w + fails
+            self.version = version
+        else:
+            w = decay(self.version - version)
+            self.passes += passes * w
+            self.fails += fails * w
+
+    def read(self, now: float) -> tuple[float, float]:
+        if self.version is None:
+            return (0.0, 0.0)
+        w = decay(now - self.version)
+        return (self.passes * w, self.fails * w)
+
+    def copy(self) -> DecayedCounts:
+        return type(self)(self.passes, self.fails, self.version)
+
+    def to_json(self) -> list[Any]:
+        return [self.passes, self.fails, self.version]
+
+    @classmethod
+    def from_json(cls, data: Sequence[Any]) -> DecayedCounts:
+        if len(data) != 3:
+            raise ValueError(f"decayed counts are [a, b, version], got {data!r}")
+        a, b, v = data
+        return cls(float(a), float(b), None if v is None else int(v))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DecayedCounts) and self.to_json() == other.to_json()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.passes!r}, {self.fails!r}, {self.version!r})"
+
+
+class DecayedMean(DecayedCounts):
+    """A decayed mean: ``(total, weight)`` kept like `DecayedCounts`; each value adds ``(value, 1.0)``.
+
+    ``mean()`` is ``total / weight`` (None when the weight is 0); decay scales both alike. JSON:
+    ``[total, weight, version]``.
+    """
+
+    __slots__ = ()
+
+    def add_value(self, value: float, version: int) -> None:
+        self.add(float(value), 1.0, version)
+
+    def mean(self) -> float | None:
+        return None if self.fails == 0 else self.passes / self.fails
+
+
+# --------------------------------------------------------------------------------------------------- totals
+
+
+@dataclass
+class GroupTotals:
+    """Counts over settled groups (of the run, an entry, a label or a task).
+
+    Per record, with the entry's success threshold and ``v = record.oldest_version()``: ``groups += 1``;
+    ``reported_groups += 1`` if it has members; ``attempts += valid``; ``passes += passes(threshold)``;
+    ``reward_sum +=`` the rewards of valid members; its kind's counter ``+= 1``; and, when ``valid > 0`` and ``v``
+    is not None, ``decayed.add(passes, valid - passes, v)``.
+    """
+
+    groups: int = 0
+    reported_groups: int = 0
+    attempts: int = 0
+    passes: int = 0
+    reward_sum: float = 0.0
+    informative_groups: int = 0
+    all_pass_groups: int = 0
+    all_fail_groups: int = 0
+    uniform_mixed_groups: int = 0
+    decayed: DecayedCounts = field(default_factory=DecayedCounts)
+
+    def evidence(self, *, now: float) -> tuple[float, float]:
+        """The decayed ``(passes, fails)`` read at version ``now``."""
+        return self.decayed.read(now)
+
+    def add(self, record: GroupRecord, threshold: float, version: int | None) -> None:
+        valid = record.valid
+        passes = record.passes(threshold)
+        self.groups += 1
+        self.reported_groups += 1 if record.members else 0
+        self.attempts += valid
+        self.passes += passes
+        for m in record.members:
+            if m.valid and m.reward is not None:
+                self.reward_sum += m.reward
+        kind = record.kind(threshold)
+        if kind is not None:
+            name = f"{kind}_groups"
+            setattr(self, name, getattr(self, name) + 1)
+        if valid > 0 and version is not None:
+            self.decayed.add(passes, valid - passes, version)
+
+    def kinds(self) -> dict[str, int]:
+        return {k: getattr(self, f"{k}_groups") for k in sorted(KINDS)}
+
+    def copy(self) -> GroupTotals:
+        return GroupTotals(**{k: getattr(self, k) for k in _TOTAL_FIELDS}, decayed=self.decayed.copy())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "groups": self.groups,
+            "reported": self.reported_groups,
+            "attempts": self.attempts,
+            "passes": self.passes,
+            "reward_sum": self.reward_sum,
+            "kinds": self.kinds(),
+            "evidence": self.decayed.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GroupTotals:
+        kinds = data.get("kinds") or {}
+        unknown = set(kinds) - set(KINDS)
+        if unknown:
+            raise ValueError(f"unknown group kinds {sorted(unknown)}")
+        return cls(
+            groups=int(data["groups"]),
+            reported_groups=int(data["reported"]),
+            attempts=int(data["attempts"]),
+            passes=int(data["passes"]),
+            reward_sum=float(data["reward_sum"]),
+            **{f"{k}_groups": int(kinds.get(k, 0)) for k in KINDS},
+            decayed=DecayedCounts.from_json(data["evidence"]),
+        )
+
+
+_TOTAL_FIELDS = (
+    "groups",
+    "reported_groups",
+    "attempts",
+    "passes",
+    "reward_sum",
+    "informative_groups",
+    "all_pass_groups",
+    "all_fail_groups",
+    "uniform_mixed_groups",
+)
+
+
+@dataclass
+class TaskStats(GroupTotals):
+    """A task's totals plus its streaks, draws, fates, history (oldest first) and decayed means; a copy."""
+
+    task_id: str = ""
+    entry: str | None = None
+    label: str | None = None
+    uniform_streak: int = 0
+    no_evidence_streak: int = 0
+    outstanding: int = 0
+    drawn: int = 0
+    fates: dict[str, int] = field(default_factory=dict)
+    history: tuple[GroupSummary, ...] = ()
+    means: dict[str, DecayedMean] = field(default_factory=dict)
+
+    def metric(self, name: str, *, now: float | None = None) -> float | None:
+        """The decayed mean of ``name`` (one of MEANS); decay scales total and weight alike, so ``now`` is moot."""
+        mean = self.means.get(name)
+        return None if mean is None else mean.mean()
+
+
+class TaskCounts(NamedTuple):
+    """The cheap per-task read (`TaskStatsView.counts`); ``evidence_version`` is None before any evidence."""
+
+    groups: int
+    outstanding: int
+    drawn: int
+    uniform_streak: int
+    no_evidence_streak: int
+    evidence_version: int | None
+
+
+class TaskCountArrays(NamedTuple):
+    """`TaskCounts` of many tasks at once, as read-only numpy arrays (``evidence_version`` NaN where None)."""
+
+    groups: np.ndarray
+    outstanding: np.ndarray
+    drawn: np.ndarray
+    uniform_streak: np.ndarray
+    no_evidence_streak: np.ndarray
+    evidence_version: np.ndarray
+
+
+class EntrySettings(NamedTuple):
+    group_size: int
+    success_threshold: float = 1.0
+
+
+def pass_at(a: Any, b: Any, k: int) -> Any:
+    """``1 - prod_{i<k} (b+i)/(a+b+i)``: the posterior chance that some of k rollouts pass; 0 for ``k <= 0``.
+
+    ``a`` and ``b`` may be floats or numpy arrays (element-wise); ``pass_at(a, b, 1)`` is the mean ``a/(a+b)``.
+    """
+    if k <= 0:
+        return 0.0 * (a + b)
+    fail_all = 1.0
+    for i in range(int(k)):
+        fail_all = fail_all * ((b + i) / (a + b + i))
+    return 1.0 - fail_all
+
+
+def informative_at(a: Any, b: Any, k: int) -> Any:
+    """``max(0, pass_at(a, b, k) - prod_{i<k} (a+i)/(a+b+i))``, i.e. ``E[1 - p^k - (1-p)^k]``, p ~ Beta(a, b).
+
+    The chance that a group of k mixes passes and failures (so that it trains). It is 0 for ``k = 1`` apart from
+    rounding, hence the clamp. Element-wise on numpy arrays.
+    """
+    pass_all = 1.0
+    for i in range(max(int(k), 0)):
+        pass_all = pass_all * ((a + i) / (a + b + i))
+    mixed = pass_at(a, b, k) - (pass_all if k > 0 else 0.0)
+    return np.maximum(mixed, 0.0) if isinstance(mixed, np.ndarray) else max(0.0, float(mixed))
+
+
+def band(rate: float) -> str:
+    """``zero`` (<= .05), ``low`` (<= .2), ``mid`` (< .8), ``high`` (< .95), else ``solved``."""
+    if rate <= 0.05:
+        return "zero"
+    if rate <= 0.2:
+        return "low"
+    if rate < 0.8:
+        return "mid"
+    if rate < 0.95:
+        return "high"
+    return "solved"
+
+
+# --------------------------------------------------------------------------------------------------- the store
+
+
+class _TaskRecord:
+    """What a task keeps beyond its array fields; built on the task's first settle, draw or fate."""
+
+    __slots__ = ("totals", "means", "history", "fates")
+
+    def __init__(self) -> None:
+        self.totals = GroupTotals()
+        self.means = {name: DecayedMean() for name in MEANS}
+        self.history: deque[GroupSummary] = deque(maxlen=HISTORY)
+        self.fates = dict.fromkeys(FATES, 0)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+class TaskStore:
+    """The per-task statistics of one pool: totals of the run, each entry, each label and each task.
+
+    ``tasks`` lists ``(task_id, entry, label)`` in pool order; a repeated id keeps its first row's entry and label.
+    ``entries`` gives each configured entry's group size and success threshold; ``group_size`` is the run's (for
+    tasks without an entry).
+
+    ``settle(record)`` clears the prior cache; a task outside the pool updates the run totals only, else the task,
+    the run, its entry (if known) and its label (if not None). Draws are keyed ``(start, seq)``: ``draw`` marks one
+    outstanding (the task's ``drawn`` and ``outstanding`` += 1), ``fate`` ends it (``outstanding`` -= 1, never
+    below 0; ``fates[fate]`` += 1), ``reissue`` moves it to a new key, ``lose_outstanding`` gives ``lost`` to all.
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[tuple[str, str | None, str | None]],
+        entries: Mapping[str, EntrySettings | tuple[int, float]] | None = None,
+        *,
+        column: str = "_platoon_environment",
+        group_size: int | None = None,
+    ) -> None:
+        self.entries = {str(k): EntrySettings(*v) for k, v in (entries or {}).items()}
+        self.column = column
+        first = next(iter(self.entries.values()), None)
+        self.group_size_run = int(
+            group_size if group_size is not None else (first.group_size if first else 1)
+        )
+        ids: list[str] = []
+        self._index: dict[str, int] = {}
+        self._task_entry: list[str | None] = []
+        self._task_label: list[str | None] = []
+        for task_id, entry, label in tasks:
+            if task_id in self._index:
+                continue
+            self._index[task_id] = len(ids)
+            ids.append(task_id)
+            self._task_entry.append(entry)
+            self._task_label.append(label)
+        self.ids = tuple(ids)
+        self._entry_names = tuple(self.entries)
+        code = {name: i + 1 for i, name in enumerate(self._entry_names)}
+        self._entry_code = np.array([code.get(e, 0) for e in self._task_entry], dtype=np.int64)
+        self._labels = tuple(dict.fromkeys(label for label in self._task_label if label is not None))
+        self._position_cache: dict[int, tuple[Sequence[str], slice | np.ndarray, np.ndarray | None]] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        n = len(self.ids)
+        self._groups = np.zeros(n, dtype=np.int64)
+        self._outstanding_n = np.zeros(n, dtype=np.int64)
+        self._drawn = np.zeros(n, dtype=np.int64)
+        self._ustreak = np.zeros(n, dtype=np.int64)
+        self._nestreak = np.zeros(n, dtype=np.int64)
+        self._ev_p = np.zeros(n)
+        self._ev_f = np.zeros(n)
+        self._ev_v = np.full(n, np.nan)
+        self._records: dict[int, _TaskRecord] = {}
+        self.run = GroupTotals()
+        self.entry_totals = {name: GroupTotals() for name in self._entry_names}
+        self.label_totals = {label: GroupTotals() for label in self._labels}
+        self._outstanding: dict[tuple[int, int], tuple[str, int | None]] = {}
+        self._prior_cache: dict[tuple[int, float], float] = {}
+
+    def fresh(self) -> TaskStore:
+        """An empty store over the same pool."""
+        tasks = list(zip(self.ids, self._task_entry, self._task_label, strict=True))
+        return TaskStore(tasks, self.entries, column=self.column, group_size=self.group_size_run)
+
+    # -- reads
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in self._index
+
+    def labels(self) -> tuple[str, ...]:
+        return self._labels
+
+    def task_entry(self, task_id: str) -> str | None:
+        return self._task_entry[self._index[task_id]]
+
+    def task_label(self, task_id: str) -> str | None:
+        return self._task_label[self._index[task_id]]
+
+    def threshold(self, entry: str | None) -> float:
+        """The entry's success threshold; 1.0 without an entry (or an unknown one)."""
+        settings = self.entries.get(entry) if entry is not None else None
+        return settings.success_threshold if settings else 1.0
+
+    def group_size(self, entry: str | None) -> int:
+        """The entry's group size; the run's without an entry (or an unknown one)."""
+        settings = self.entries.get(entry) if entry is not None else None
+        return settings.group_size if settings else self.group_size_run
+
+    def counts(self, task_id: str) -> TaskCounts:
+        """The cheap read of one task; KeyError for a task outside the pool."""
+        i = self._index[task_id]
+        v = self._ev_v[i]
+        return TaskCounts(
+            int(self._groups[i]),
+            int(self._outstanding_n[i]),
+            int(self._drawn[i]),
+            int(self._ustreak[i]),
+            int(self._nestreak[i]),
+            None if math.isnan(v) else int(v),
+        )
+
+    def task_stats(self, task_id: str) -> TaskStats:
+        """A full copy of one task's statistics; KeyError for a task outside the pool."""
+        i = self._index[task_id]
+        rec = self._records.get(i) or _TaskRecord()
+        c = self.counts(task_id)
+        totals = rec.totals.copy()
+        return TaskStats(
+            **{k: getattr(totals, k) for k in _TOTAL_FIELDS},
+            decayed=totals.decayed,
+            task_id=task_id,
+            entry=self._task_entry[i],
+            label=self._task_label[i],
+            uniform_streak=c.uniform_streak,
+            no_evidence_streak=c.no_evidence_streak,
+            outstanding=c.outstanding,
+            drawn=c.drawn,
+            fates=dict(rec.fates),
+            history=tuple(rec.history),
+            means={k: m.copy() for k, m in rec.means.items()},
+        )
+
+    def prior_centre(self, entry: str | None, now: float) -> float:
+        """``m = (1 + P) / (2 + P + F)`` from the entry's decayed totals at ``now`` (the run's without an entry)."""
+        return self._prior_by_code(self._entry_names.index(entry) + 1 if entry in self.entries else 0, now)
+
+    def _prior_by_code(self, code: int, now: float) -> float:
+        m = self._prior_cache.get((code, now))
+        if m is None:
+            totals = self.run if code == 0 else self.entry_totals[self._entry_names[code - 1]]
+            p, f = totals.decayed.read(now)
+            m = self._prior_cache[(code, now)] = (1.0 + p) / (2.0 + p + f)
+        return m
+
+    def posterior(self, task_id: str, now: float) -> tuple[float, float]:
+        """``(alpha, beta) = (2m + s, 2(1 - m) + f)``: prior centre ``m``, the task's decayed counts ``(s, f)``."""
+        i = self._index[task_id]
+        m = self._prior_by_code(int(self._entry_code[i]), now)
+        v = self._ev_v[i]
+        w = 1.0 if math.isnan(v) else decay(now - float(v))
+        s, f = float(self._ev_p[i]) * w, float(self._ev_f[i]) * w
+        return (PRIOR_STRENGTH * m + s, PRIOR_STRENGTH * (1.0 - m) + f)
+
+    def positions(self, task_ids: Sequence[str]) -> slice | np.ndarray:
+        """The store positions of ``task_ids``: a slice when they are a contiguous run of the pool, else an int
+        array with -1 for ids outside it. Cached by the identity of ``task_ids`` (pass the same tuple each time)."""
+        return self._positions(task_ids)[0]
+
+    def _positions(self, task_ids: Sequence[str]) -> tuple[slice | np.ndarray, np.ndarray | None]:
+        hit = self._position_cache.get(id(task_ids))
+        if hit is not None and hit[0] is task_ids:
+            return hit[1], hit[2]
+        pos = np.fromiter((self._index.get(t, -1) for t in task_ids), dtype=np.int64, count=len(task_ids))
+        missing = pos < 0
+        sel: slice | np.ndarray = pos
+        if not missing.any() and (len(pos) == 0 or np.array_equal(pos, np.arange(pos[0], pos[0] + len(pos)))):
+            sel = slice(int(pos[0]) if len(pos) else 0, int(pos[0]) + len(pos) if len(pos) else 0)
+        unknown = missing if missing.any() else None
+        if len(self._position_cache) > 64:
+            self._position_cache.clear()
+        self._position_cache[id(task_ids)] = (task_ids, sel, unknown)
+        return sel, unknown
+
+    def _gather(
+        self, arr: np.ndarray, sel: slice | np.ndarray, unknown: np.ndarray | None, fill: float
+    ) -> np.ndarray:
+        if unknown is None:
+            out = arr[sel]
+        else:
+            out = (
+                np.where(unknown, fill, arr[np.where(unknown, 0, sel)])
+                if len(arr)
+                else np.full(len(sel), fill)
+            )
+        out = out.view()
+        out.flags.writeable = False
+        return out
+
+    def count_arrays(self, task_ids: Sequence[str]) -> TaskCountArrays:
+        """`TaskCounts` of ``task_ids`` at once (read-only arrays; ids outside the pool read as zeros)."""
+        sel, unknown = self._positions(task_ids)
+        g = self._gather
+        return TaskCountArrays(
+            g(self._groups, sel, unknown, 0),
+            g(self._outstanding_n, sel, unknown, 0),
+            g(self._drawn, sel, unknown, 0),
+            g(self._ustreak, sel, unknown, 0),
+            g(self._nestreak, sel, unknown, 0),
+            g(self._ev_v, sel, unknown, np.nan),
+        )
+
+    def posterior_arrays(self, task_ids: Sequence[str], now: float, subset: np.ndarray | None = None):
+        """``(alpha, beta)`` arrays of ``task_ids`` (or of ``task_ids[subset]``), equal to `posterior` per task.
+
+        Ids outside the pool read as the run's prior with no evidence.
+        """
+        sel, unknown = self._positions(task_ids)
+        if subset is not None:
+            base = np.arange(sel.start, sel.stop)[subset] if isinstance(sel, slice) else sel[subset]
+            unknown = None if unknown is None else unknown[subset]
+            sel = base
+        if unknown is not None:
+            sel = np.where(unknown, 0, sel)
+        priors = np.array([self._prior_by_code(c, now) for c in range(len(self._entry_names) + 1)])
+        codes = self._entry_code[sel] if len(self._entry_code) else np.zeros(0, dtype=np.int64)
+        v = self._ev_v[sel]
+        age = now - v
+        with np.errstate(invalid="ignore"):
+            w = np.where(age > 0, np.power(2.0, -age / HALF_LIFE_VERSIONS), 1.0)
+        s, f = self._ev_p[sel] * w, self._ev_f[sel] * w
+        if unknown is not None:
+            codes = np.where(unknown, 0, codes)
+            s, f = np.where(unknown, 0.0, s), np.where(unknown, 0.0, f)
+        m = priors[codes]
+        return PRIOR_STRENGTH * m + s, PRIOR_STRENGTH * (1.0 - m) + f
+
+    # -- writes
+    def _record(self, i: int) -> _TaskRecord:
+        rec = self._records.get(i)
+        if rec is None:
+            rec = self._records[i] = _TaskRecord()
+        return rec
+
+    def settle(self, record: GroupRecord) -> None:
+        """Apply one settled group (see the class doc for its routing, `GroupTotals` for its counts)."""
+        self._prior_cache.clear()
+        i = self._index.get(record.task_id)
+        entry = record.entry if record.entry in self.entries else None
+        if entry is None and i is not None:
+            entry = self._task_entry[i]
+        threshold = self.threshold(entry)
+        v = record.oldest_version()
+        self.run.add(record, threshold, v)
+        if i is None:
+            return
+        rec = self._record(i)
+        rec.totals.add(record, threshold, v)
+        if entry in self.entry_totals:
+            self.entry_totals[entry].add(record, threshold, v)
+        label = self._task_label[i]
+        if label is not None:
+            self.label_totals.setdefault(label, GroupTotals()).add(record, threshold, v)
+        valid, passes = record.valid, record.passes(threshold)
+        if record.members or record.verdict != "unknown":
+            self._ustreak[i] = self._ustreak[i] + 1 if record.verdict == "uniform" else 0
+            self._nestreak[i] = 0 if valid > 0 else self._nestreak[i] + 1
+        members = record.members
+        if v is not None:
+            for m in members:
+                for name in ("steps", "output_tokens", "seconds"):
+                    value = getattr(m, name)
+                    if value is not None:
+                        rec.means[name].add_value(value, v)
+                if m.valid and m.reward is not None:
+                    rec.means["reward"].add_value(m.reward, v)
+        seconds = [m.seconds for m in members if m.seconds is not None]
+        rec.history.append(
+            GroupSummary(
+                record.start,
+                record.seq,
+                v,
+                valid,
+                passes,
+                _mean([m.reward for m in members if m.valid and m.reward is not None]),
+                record.verdict,
+                _mean([m.steps for m in members if m.steps is not None]),
+                max(seconds) if seconds else None,
+            )
+        )
+        self._groups[i] = rec.totals.groups
+        d = rec.totals.decayed
+        self._ev_p[i], self._ev_f[i] = d.passes, d.fails
+        self._ev_v[i] = np.nan if d.version is None else d.version
+
+    def draw(self, start: int, seq: int, task_id: str, position: int | None) -> None:
+        """Mark draw ``(start, seq)`` outstanding; a key already outstanding is a ValueError."""
+        key = (int(start), int(seq))
+        if key in self._outstanding:
+            raise ValueError(f"draw {key} is already outstanding")
+        self._outstanding[key] = (task_id, position)
+        i = self._index.get(task_id)
+        if i is not None:
+            self._record(i)
+            self._drawn[i] += 1
+            self._outstanding_n[i] += 1
+
+    def fate(self, start: int, seq: int, fate: str, task_id: str | None = None) -> str | None:
+        """Give draw ``(start, seq)`` its fate; returns the task it names (``task_id`` if it was not outstanding)."""
+        if fate not in FATES:
+            raise ValueError(f"unknown fate {fate!r}; one of {', '.join(FATES)}")
+        drawn = self._outstanding.pop((int(start), int(seq)), None)
+        if drawn is not None:
+            task_id = drawn[0]
+            i = self._index.get(task_id)
+            if i is not None and self._outstanding_n[i] > 0:
+                self._outstanding_n[i] -= 1
+        i = self._index.get(task_id) if task_id is not None else None
+        if i is not None:
+            self._record(i).fates[fate] += 1
+        return task_id
+
+    def reissue(self, old_key: tuple[int, int], new_key: tuple[int, int]) -> bool:
+        """Move an outstanding draw to ``new_key`` (neither ``drawn`` nor a fate changes); False if not outstanding."""
+        old, new = (int(old_key[0]), int(old_key[1])), (int(new_key[0]), int(new_key[1]))
+        if old not in self._outstanding:
+            return False
+        if new in self._outstanding:
+            raise ValueError(f"draw {new} is already outstanding")
+        self._outstanding[new] = self._outstanding.pop(old)
+        return True
+
+    def is_outstanding(self, key: tuple[int, int]) -> bool:
+        return (int(key[0]), int(key[1])) in self._outstanding
+
+    def outstanding_draw(self, key: tuple[int, int]) -> tuple[str, int | None] | None:
+        """``(task_id, position)`` of an outstanding draw, or None."""
+        return self._outstanding.get((int(key[0]), int(key[1])))
+
+    def outstanding_draws(self) -> list[tuple[int, int, str, int | None]]:
+        """``[(start, seq, task_id, position), ...]`` in draw order."""
+        return [(s, q, t, p) for (s, q), (t, p) in sorted(self._outstanding.items())]
+
+    def lose_outstanding(self) -> list[tuple[int, int, str]]:
+        """Give ``lost`` to every outstanding draw, in draw order; returns ``[(start, seq, task_id), ...]``."""
+        lost = []
+        for s, q, t, _ in self.outstanding_draws():
+            self.fate(s, q, "lost")
+            lost.append((s, q, t))
+        return lost
+
+    # -- persistence
+    def to_json(self) -> dict[str, Any]:
+        """The store's part of a snapshot (1.10): settings, totals, touched tasks, outstanding draws."""
+        tasks = {}
+        for i in sorted(self._records):
+            rec = self._records[i]
+            c = self.counts(self.ids[i])
+            data = rec.totals.to_json()
+            tasks[self.ids[i]] = {
+                "entry": self._task_entry[i],
+                "label": self._task_label[i],
+                **data,
+                "uniform_streak": c.uniform_streak,
+                "no_evidence_streak": c.no_evidence_streak,
+                "metrics": {k: rec.means[k].to_json() for k in MEANS},
+                "history": [list(h) for h in rec.history],
+                "fates": dict(sorted(rec.fates.items())),
+                "drawn": c.drawn,
+                "outstanding": c.outstanding,
+            }
+        return {
+            "column": self.column,
+            "group_size": self.group_size_run,
+            "half_life_versions": HALF_LIFE_VERSIONS,
+            "prior_strength": PRIOR_STRENGTH,
+            "no_evidence_limit": NO_EVIDENCE_LIMIT,
+            "entries": {
+                name: {
+                    "group_size": s.group_size,
+                    "success_threshold": s.success_threshold,
+                    "totals": self.entry_totals[name].to_json(),
+                }
+                for name, s in self.entries.items()
+            },
+            "labels": {label: t.to_json() for label, t in self.label_totals.items()},
+            "run": self.run.to_json(),
+            "tasks": tasks,
+            "outstanding": [list(d) for d in self.outstanding_draws()],
+        }
+
+    def load_json(self, data: Mapping[str, Any]) -> None:
+        """Replace the contents with a snapshot's: tasks that left the pool are dropped, new ones start empty, entry
+        totals load only for entries still configured, the outstanding draws are replaced wholesale. A malformed
+        snapshot is a ValueError and leaves the store as it was."""
+        try:
+            staged = self.fresh()
+            staged._load(data)
+        except (KeyError, TypeError, IndexError, AttributeError) as exc:
+            raise ValueError(f"malformed statistics snapshot: {type(exc).__name__}: {exc}") from exc
+        self.__dict__.update({k: v for k, v in staged.__dict__.items() if k != "_position_cache"})
+        self._prior_cache.clear()
+
+    def _load(self, data: Mapping[str, Any]) -> None:
+        self.run = GroupTotals.from_json(data["run"])
+        for name, e in data.get("entries", {}).items():
+            if name in self.entry_totals:
+                self.entry_totals[name] = GroupTotals.from_json(e["totals"])
+        for label, t in data.get("labels", {}).items():
+            if label in self.label_totals:
+                self.label_totals[label] = GroupTotals.from_json(t)
+        for task_id, t in data.get("tasks", {}).items():
+            i = self._index.get(task_id)
+            if i is None:
+                continue
+            rec = self._record(i)
+            rec.totals = GroupTotals.from_json(t)
+            for k in MEANS:
+                a, b, v = t["metrics"][k]
+                rec.means[k] = DecayedMean(float(a), float(b), None if v is None else int(v))
+            rec.history.extend(GroupSummary(*h) for h in t["history"])
+            unknown = set(t["fates"]) - set(FATES)
+            if unknown:
+                raise ValueError(f"task {task_id!r}: unknown fates {sorted(unknown)}")
+            rec.fates.update({k: int(n) for k, n in t["fates"].items()})
+            self._groups[i] = rec.totals.groups
+            d = rec.totals.decayed
+            self._ev_p[i], self._ev_f[i] = d.passes, d.fails
+            self._ev_v[i] = np.nan if d.version is None else d.version
+            self._ustreak[i] = int(t["uniform_streak"])
+            self._nestreak[i] = int(t["no_evidence_streak"])
+            self._drawn[i] = int(t["drawn"])
+            self._outstanding_n[i] = int(t["outstanding"])
+        for s, q, task_id, position in data.get("outstanding", []):
+            self._outstanding[(int(s), int(q))] = (str(task_id), None if position is None else int(position))
