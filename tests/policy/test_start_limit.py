@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from platoon.policy.start_limit import (
@@ -294,3 +296,14 @@ def test_announcement_lines():
     assert "no effect on training" in lines[1][1]
     assert "below the largest group size (8)" in lines[2][1]
     assert "can never bind" in lines[3][1]
+
+
+def test_the_guide_example_runs(capsys):
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "start-limit.md"
+    [example] = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
+    exec(compile(example, str(doc), "exec"), {"__name__": "guide_example"})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("a start slot (train.max_starting_rollouts) came back on its")
+    assert f"'{PREFIX}releases/timer': 1.0" in out[1]
