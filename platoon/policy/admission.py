@@ -233,7 +233,7 @@ def parse_rule_options(cls: type, options: Mapping[str, Any] | None, *, key: str
     schema = getattr(cls, "options_schema", None)
     if schema is None:
         if options:
-            raise ValueError(f"{key}: {name} takes no options; leave {key} out")
+            raise ValueError(f"{key}: {name!r} takes no options; leave {key.rsplit('.', 1)[-1]} out")
         return None
     if isinstance(schema, type) and issubclass(schema, BaseModel):
         try:

@@ -135,7 +135,10 @@ def test_informative_band_options_are_checked():
         ValueError, match=r"train\.group_admission_options\.bnad: unknown option; did you mean 'band'"
     ):
         parse_rule_options(Informative, {"bnad": [0.1, 0.9]}, key="train.group_admission_options", name="x")
-    with pytest.raises(ValueError, match=r"all takes no options; leave train\.group_admission_options out"):
+    with pytest.raises(
+        ValueError,
+        match=r"^train\.group_admission_options: 'all' takes no options; leave group_admission_options out$",
+    ):
         parse_rule_options(AdmitAll, {"band": [0.1, 0.9]}, key="train.group_admission_options", name="all")
     parsed = parse_rule_options(Informative, {"band": [0, 1]}, key="k", name="informative")
     assert parsed.band == (0.0, 1.0)
