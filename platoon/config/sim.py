@@ -1,0 +1,206 @@
+"""The simulator's section of the run config (``sim:``): the workload model ``platoon simulate`` runs.
+
+Owns ``SimConfig`` and its parts. ``platoon.config.models`` imports them into ``RunConfig``; this module imports
+nothing of the config layer, so that the two cannot import each other in a circle (its base class repeats
+``models._Config``'s three settings for that reason).
+
+The model, in one paragraph (docs/simulator.md has the long form): a rollout holds its permit for a start-up
+(``rollout.first_call_s``, shared by every start-up running at once when ``rollout.startup_capacity`` is set) and then
+its run (``rollout.duration``, or ``fail_duration`` for a failing one), times its task's length multiplier; it then
+tears down in the background (``rollout.teardown_s``). It passes with its task's pass rate, ``sigmoid(ability +
+skill - difficulty)`` under the learning model, or the rate a task file gives. Training a step takes ``step_s +
+per_datum_s x datums`` and publishing ``publish_s``. Every informative group a step trains adds ``gain`` to its
+task's skill and ``gain x transfer`` to the policy's ability, which held-out tasks share (``eval/pass@1``).
+
+Rules the models keep: frozen, strict, unknown keys refused, every field described; durations are a union
+discriminated on ``dist``; files are named relative to the config that names them (the loader makes them absolute).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _SimModel(BaseModel):
+    """Base of the sim models: frozen, strict, unknown keys refused (as ``models._Config``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {}
+
+
+# --- durations -------------------------------------------------------------------------------------------------
+
+
+class FixedDuration(_SimModel):
+    """Always the same duration."""
+
+    dist: Literal["fixed"] = Field(description="fixed")
+    value_s: float = Field(ge=0, description="The duration, in seconds.")
+
+
+class ExponentialDuration(_SimModel):
+    """Exponentially distributed durations."""
+
+    dist: Literal["exponential"] = Field(description="exponential")
+    mean_s: float = Field(gt=0, description="The mean, in seconds.")
+
+
+class LognormalDuration(_SimModel):
+    """Log-normally distributed durations (long-tailed, as agentic rollouts are): ``median_s x exp(sigma x Z)``."""
+
+    dist: Literal["lognormal"] = Field(description="lognormal")
+    median_s: float = Field(gt=0, description="The median, in seconds.")
+    sigma: float = Field(ge=0, description="The standard deviation of the log of the duration.")
+
+
+class EmpiricalDuration(_SimModel):
+    """Durations resampled from measurements: a file of seconds (one a line, a JSON list, or a CSV with a
+    ``seconds`` column) or inline values."""
+
+    dist: Literal["empirical"] = Field(description="empirical")
+    file: str | None = Field(None, description="A file of measured durations in seconds (relative to the config).")
+    values: list[Annotated[float, Field(ge=0)]] | None = Field(None, description="Measured durations in seconds.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EmpiricalDuration:
+        if (self.file is None) == (self.values is None):
+            raise ValueError("give exactly one of file and values")
+        if self.values is not None and not self.values:
+            raise ValueError("values must hold at least one duration")
+        return self
+
+
+Duration = Annotated[
+    FixedDuration | ExponentialDuration | LognormalDuration | EmpiricalDuration, Field(discriminator="dist")
+]
+"""A duration distribution: ``{dist: fixed|exponential|lognormal|empirical, ...}``."""
+
+
+# --- parts -----------------------------------------------------------------------------------------------------
+
+
+class SimRolloutConfig(_SimModel):
+    """How long a simulated rollout takes and how it ends."""
+
+    duration: Duration = Field(
+        default_factory=lambda: LognormalDuration(dist="lognormal", median_s=30.0, sigma=0.5),
+        description="The duration of a rollout from its first model call to its end (times its task's length).",
+    )
+    fail_duration: Duration | None = Field(
+        None, description="A different duration for failing rollouts; null: the same as duration."
+    )
+    error_rate: float = Field(
+        0.0, ge=0, le=1, description="Share of rollouts that raise; the group cancels its other rollouts and fails."
+    )
+    invalid_rate: float = Field(
+        0.0, ge=0, le=1, description="Share of rollouts that end without a valid reward (censored: neither pass nor "
+        "fail)."
+    )
+    model_calls: int = Field(8, ge=1, description="Model calls a rollout makes, spread over its duration.")
+    first_call_s: Duration | None = Field(
+        None, description="Start-up before a rollout's first model call (worker, sandbox, toolchain), as the work "
+        "one start-up alone takes; null: none.",
+    )
+    startup_capacity: float | None = Field(
+        None, gt=0, description="Start-ups share this capacity: with n > capacity starting at once, each runs at "
+        "capacity/n of its speed (a shared filesystem, a sandbox service); null: no contention.",
+    )
+    teardown_s: Duration | None = Field(
+        None, description="Background teardown after a rollout ends; under permit_release: rollout its permit waits "
+        "for it (at most 60 s); null: none.",
+    )
+    length_sigma: float = Field(
+        0.0, ge=0, description="Each synthesized task's length multiplier is exp(length_sigma x Z), fixed per task "
+        "(some tasks are always long); 0: every task 1. A task file's length column overrides it.",
+    )
+
+
+class SimTrainerConfig(_SimModel):
+    """How long a simulated training step takes: step_s + per_datum_s x datums, then publish_s."""
+
+    step_s: float = Field(10.0, ge=0, description="The fixed part of a step, in seconds.")
+    per_datum_s: float = Field(0.05, ge=0, description="Seconds per trained datum (valid rollout).")
+    publish_s: float = Field(2.0, ge=0, description="Seconds to publish new weights to the model service.")
+
+
+class SimPopulationConfig(_SimModel):
+    """The synthesized tasks of an entry that lists none and names no task file: ids ``<entry>/<n>``, each with a
+    difficulty drawn once from Normal(difficulty_mean, difficulty_sd) (a logit)."""
+
+    tasks: int = Field(256, ge=1, description="Training tasks of each entry that lists none.")
+    heldout: int = Field(64, ge=0, description="Held-out tasks of each entry, for eval/pass@1 (0: no eval).")
+    difficulty_mean: float = Field(0.0, description="Mean task difficulty (logit): 0 starts near a 50% pass rate.")
+    difficulty_sd: float = Field(1.5, ge=0, description="Spread of task difficulties (logit).")
+
+
+class SimLearningConfig(_SimModel):
+    """How simulated training changes pass rates: ``p = sigmoid(ability + skill[task] - difficulty[task])``."""
+
+    enabled: bool | None = Field(
+        None, description="null: on, unless sim.tasks names a task file (whose pass rates then stay fixed); "
+        "false: pass rates never change (a pure throughput study).",
+    )
+    gain: float = Field(
+        0.05, ge=0, description="Logit increase of a task's pass rate per informative group a step trains on it."
+    )
+    transfer: float = Field(
+        0.02, ge=0, le=1, description="Share of that increase the policy's ability gets: every task of the entry, "
+        "held-out ones included.",
+    )
+    initial_ability: float = Field(0.0, description="The policy's ability (logit) at step 0.")
+
+
+class SimConfig(_SimModel):
+    """The simulator's workload model: rollouts, the trainer, the tasks' pass rates and how they learn."""
+
+    preset: str | None = Field(
+        None, description="A named workload the simulator ships (long-agentic, textcraft-synth, math): its sim "
+        "block is the base, fields here override it.",
+    )
+    rollout: SimRolloutConfig = Field(default_factory=SimRolloutConfig, description="Rollout timing and outcomes.")
+    trainer: SimTrainerConfig = Field(default_factory=SimTrainerConfig, description="Training step timing.")
+    tasks: str | None = Field(
+        None, description="A CSV (task_id,pass_rate[,length]) or JSON list of objects with those keys: the entry's "
+        "tasks with fixed pass rates; null: the entry's tasks (or a synthesized population).",
+    )
+    population: SimPopulationConfig = Field(
+        default_factory=SimPopulationConfig, description="Synthesized tasks of an entry that lists none."
+    )
+    learning: SimLearningConfig = Field(default_factory=SimLearningConfig, description="How pass rates move.")
+    gpus: float = Field(
+        8.0, gt=0, description="GPUs of the deployment being simulated (model service and trainer): sim/gpu_hours is "
+        "simulated hours times this.",
+    )
+
+    @model_validator(mode="after")
+    def _file_fixes_rates(self) -> SimConfig:
+        if self.tasks is not None and self.learning.enabled is True:
+            raise ValueError(
+                "a task file (sim.tasks) fixes each task's pass rate: set learning.enabled to false or null, "
+                "or drop sim.tasks to learn on a synthesized population"
+            )
+        return self
+
+    @property
+    def learning_on(self) -> bool:
+        """Whether pass rates learn: ``learning.enabled``, where null means on unless a task file is named."""
+        enabled = self.learning.enabled
+        return self.tasks is None if enabled is None else enabled
+
+
+
+__all__ = [
+    "Duration",
+    "EmpiricalDuration",
+    "ExponentialDuration",
+    "FixedDuration",
+    "LognormalDuration",
+    "SimConfig",
+    "SimLearningConfig",
+    "SimPopulationConfig",
+    "SimRolloutConfig",
+    "SimTrainerConfig",
+]

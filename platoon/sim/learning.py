@@ -1,0 +1,208 @@
+"""The simulated tasks and the learning model: who passes, and how training changes it.
+
+Each training task ``t`` of an entry ``e`` has a difficulty ``d[t]`` (a logit) and a skill ``s[t]`` (0 at first);
+the policy has an ability ``a[e]`` per entry. A rollout of ``t`` passes with probability
+
+    p[t] = sigmoid(a[e] + s[t] - d[t])
+
+Every informative group (its valid rollouts mixed passes and failures) that a step *trains* adds ``gain`` to its
+task's skill and ``gain x transfer`` to the ability of its entry; the change takes effect when the step's weights
+are published. Held-out tasks have difficulties of their own and no skill, so only the ability moves them: held-out
+pass@1 is ``mean_h sigmoid(a[e] - d[h])`` over every entry's held-out tasks, computed exactly (no evaluation
+rollouts). Groups that do not train (uniform, stale, rejected, failed) teach nothing, which is what makes a sampler
+or an admission rule visible in ``eval/pass@1``. The logistic shape gives diminishing returns for free: a task that
+is nearly always solved rarely yields a mixed group.
+
+Where the tasks come from, per entry: a task file (``sim.tasks``: ids with fixed pass rates and optional length
+multipliers; learning is off), else the entry's ``tasks`` ids, else ``population.tasks`` synthesized ids
+``<entry>/<n>``. Difficulties and length multipliers are drawn from the *entry's* seed and each task's id, so that
+runs with different run seeds share one population, and a task keeps its difficulty wherever it is listed.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from platoon.config.sim import SimConfig
+
+SALT_DIFFICULTY = 0x0510_0002
+SALT_LENGTH = 0x0510_0003
+SALT_HELDOUT = 0x0510_0004
+
+
+@dataclass(frozen=True)
+class TaskFileRow:
+    task_id: str
+    pass_rate: float
+    length: float = 1.0
+
+
+def read_task_file(path: str | Path) -> list[TaskFileRow]:
+    """A task population: CSV with columns ``task_id,pass_rate`` and optionally ``length``, or a JSON list of objects
+    with those keys. Raises ValueError naming the file, the row and the problem."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    if text.lstrip().startswith("["):
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"{p}: not JSON ({exc})") from None
+        where = "item"
+    else:
+        raw = list(csv.DictReader(io.StringIO(text)))
+        where = "row"
+        if raw and not {"task_id", "pass_rate"} <= set(raw[0]):
+            raise ValueError(f"{p}: needs columns task_id and pass_rate (and optionally length)")
+    rows: list[TaskFileRow] = []
+    for n, item in enumerate(raw, 1):
+        if not isinstance(item, dict) or "task_id" not in item or "pass_rate" not in item:
+            raise ValueError(f"{p}: {where} {n} needs task_id and pass_rate")
+        try:
+            rate = float(item["pass_rate"])
+            length = float(item.get("length") or 1.0)
+        except (TypeError, ValueError):
+            raise ValueError(f"{p}: {where} {n}: pass_rate and length must be numbers") from None
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"{p}: {where} {n}: pass_rate must be in [0, 1], got {rate}")
+        if not math.isfinite(length) or length <= 0:
+            raise ValueError(f"{p}: {where} {n}: length must be a positive number, got {length}")
+        rows.append(TaskFileRow(str(item["task_id"]), rate, length))
+    if not rows:
+        raise ValueError(f"{p}: holds no tasks")
+    return rows
+
+
+def _name_rng(seed: int, salt: int, name: str) -> np.random.Generator:
+    """A generator that depends only on the entry's seed, a salt and a name (a task id, an entry's name)."""
+    word = int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big")
+    return np.random.default_rng([int(seed) % (1 << 64), salt, word])
+
+
+def _task_normal(seed: int, salt: int, task_id: str) -> float:
+    return float(_name_rng(seed, salt, task_id).standard_normal())
+
+
+@dataclass
+class EntryTasks:
+    """One entry's simulated tasks: training ids, their difficulties (or fixed pass rates) and lengths, and the
+    difficulties of its held-out tasks."""
+
+    entry: str
+    task_ids: list[str]
+    difficulty: np.ndarray
+    length: np.ndarray
+    fixed_rate: np.ndarray | None
+    heldout: np.ndarray
+
+    @classmethod
+    def build(cls, entry: str, sim: SimConfig, *, seed: int, task_ids: Sequence[str] | None) -> EntryTasks:
+        """The entry's tasks from its (resolved) sim block: the task file, else ``task_ids``, else synthesized."""
+        pop = sim.population
+        sigma = sim.rollout.length_sigma
+        if sim.tasks is not None:
+            rows = read_task_file(sim.tasks)
+            ids = [r.task_id for r in rows]
+            rates = np.array([r.pass_rate for r in rows], dtype=float)
+            with np.errstate(divide="ignore"):
+                difficulty = -np.log(rates / (1.0 - rates))
+            return cls(entry, ids, difficulty, np.array([r.length for r in rows], dtype=float), rates,
+                       np.zeros(0))
+        ids = list(task_ids) if task_ids else [f"{entry}/{n}" for n in range(pop.tasks)]
+        difficulty = np.array([pop.difficulty_mean + pop.difficulty_sd * _task_normal(seed, SALT_DIFFICULTY, t)
+                               for t in ids])
+        length = np.array([math.exp(sigma * _task_normal(seed, SALT_LENGTH, t)) if sigma else 1.0 for t in ids])
+        heldout = pop.difficulty_mean + pop.difficulty_sd * _name_rng(seed, SALT_HELDOUT, entry).standard_normal(
+            pop.heldout)
+        return cls(entry, ids, difficulty, length, None, heldout)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+class Learner:
+    """Pass rates of the pool's rows under the learning model (see the module docstring).
+
+    ``row_entry[r]`` is the index of pool row ``r``'s entry in ``entries``; ``row_task[r]`` the row's place in that
+    entry's ``EntryTasks``. ``learn`` says whether training moves anything (off: the rates are fixed).
+    """
+
+    def __init__(self, entries: Sequence[EntryTasks], row_entry: Sequence[int], row_task: Sequence[int], *,
+                 learn: bool, gain: float, transfer: float, initial_ability: float) -> None:
+        self.entries = list(entries)
+        self.row_entry = np.asarray(row_entry, dtype=np.int64)
+        rows = range(len(row_task))
+        self.difficulty = np.array([self.entries[self.row_entry[r]].difficulty[row_task[r]] for r in rows])
+        self.length = [float(self.entries[self.row_entry[r]].length[row_task[r]]) for r in rows]
+        fixed = [self.entries[self.row_entry[r]].fixed_rate for r in rows]
+        self.fixed = (np.array([f[row_task[r]] for r, f in zip(rows, fixed, strict=True)])
+                      if fixed and all(f is not None for f in fixed) else None)
+        self.learn, self.gain, self.transfer = learn, gain, transfer
+        self.ability = np.full(len(self.entries), float(initial_ability))
+        self.skill = np.zeros(len(self.difficulty))
+        self.pending_rows: list[int] = []  # informative groups trained, not yet published
+        self._rates: list[float] = []
+        self._refresh()
+
+    def _refresh(self) -> None:
+        if self.fixed is not None:
+            self._rates = self.fixed.tolist()
+        else:
+            logits = self.ability[self.row_entry] + self.skill - self.difficulty
+            self._rates = sigmoid(logits).tolist()
+
+    def pass_rate(self, row: int) -> float:
+        """Row ``row``'s pass rate under the published policy."""
+        return self._rates[row]
+
+    def trained(self, rows: Sequence[int]) -> None:
+        """A step trained informative groups of these pool rows (one entry per group); effective at ``publish``."""
+        if self.learn:
+            self.pending_rows.extend(int(r) for r in rows)
+
+    def publish(self) -> None:
+        """The step's weights are live: apply what it trained."""
+        if not self.pending_rows:
+            return
+        for r in self.pending_rows:
+            self.skill[r] += self.gain
+            self.ability[self.row_entry[r]] += self.gain * self.transfer
+        self.pending_rows = []
+        self._refresh()
+
+    def pass_at_1(self) -> float | None:
+        """Held-out pass@1 of the published policy over every entry's held-out tasks; None without any."""
+        total, n = 0.0, 0
+        for i, e in enumerate(self.entries):
+            if len(e.heldout):
+                total += float(sigmoid(self.ability[i] - e.heldout).sum())
+                n += len(e.heldout)
+        return total / n if n else None
+
+    def mean_pass_rate(self) -> float:
+        """The mean pass rate over the training rows (the population's, not weighted by draws)."""
+        return float(np.mean(self._rates)) if self._rates else 0.0
+
+    def state_dict(self) -> dict:
+        return {"ability": self.ability.tolist(), "skill": self.skill.tolist(), "pending_rows": list(self.pending_rows)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ability = np.asarray(state["ability"], dtype=float)
+        self.skill = np.asarray(state["skill"], dtype=float)
+        self.pending_rows = [int(r) for r in state["pending_rows"]]
+        self._refresh()
+
+
+__all__ = ["EntryTasks", "Learner", "TaskFileRow", "read_task_file", "sigmoid"]
