@@ -30,7 +30,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -118,6 +118,18 @@ class AdmissionCheckContext:
     label_column: str | None
     max_groups_per_step: float
     workflow_gives_verdicts: bool
+
+
+@runtime_checkable
+class GroupAdmission(Protocol):
+    """What the dispatcher needs of a rule: one synchronous ``admit(group, stats) -> Admission | bool``.
+
+    ``True`` is admitted (reason ``admitted``), ``False`` rejected (reason ``rejected``). Subclassing
+    ``AdmissionRule`` is the usual way to provide it; any class with such a method and ``Class(setup, options)``
+    resolves.
+    """
+
+    def admit(self, group: GroupRecord, stats: TaskStatsView) -> Admission | bool: ...
 
 
 class AdmissionRule(abc.ABC):
@@ -709,6 +721,7 @@ __all__ = [
     "AdmissionSet",
     "AdmissionSetup",
     "AdmitAll",
+    "GroupAdmission",
     "Informative",
     "accept_answer",
     "admission_problems",

@@ -296,6 +296,15 @@ def registered():
         registry.unregister("group_admission", name)
 
 
+def test_rule_classes_meet_the_protocol():
+    from platoon.policy.admission import GroupAdmission
+
+    setup = AdmissionSetup("x", "run", None, {}, 8)
+    assert isinstance(AdmitAll(setup, None), GroupAdmission)
+    assert isinstance(Informative(setup, None), GroupAdmission)
+    assert not isinstance(object(), GroupAdmission)
+
+
 def test_resolution_order(registered):
     assert resolve_group_admission("all") is AdmitAll
     assert resolve_group_admission("informative") is Informative
