@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from platoon.policy.pool import TaskPool
-from platoon.policy.samplers.base import Sampler, SamplerSetup, decision_key
+from platoon.policy.samplers.base import Sampler, SamplerContext, SamplerSetup, TaskStatsView, decision_key
 from platoon.policy.samplers.metrics import RUN_PREFIX, entry_prefix
 from platoon.policy.samplers.resolve import is_core, options_seed, parse_options
 
@@ -79,3 +79,27 @@ class Member:
 
     def key(self, decision: int) -> int:
         return decision_key(self.setup.seed, self.name, decision)
+
+    def context(
+        self, decision: int, *, stats: TaskStatsView | None, mask: np.ndarray | None, step: int, version: int
+    ) -> SamplerContext:
+        """Decision ``decision``'s context; ``mask`` is the eligibility per distinct id (None: all eligible)."""
+        first, of_row = self.setup.first_index, self.uid_of_row
+        if mask is None:
+            mask = self.all_eligible
+
+        def eligible(task_id: str) -> bool:
+            i = first.get(task_id)
+            return i is not None and bool(mask[of_row[i]])
+
+        return SamplerContext(
+            task_ids=self.setup.task_ids,
+            entry=self.entry,
+            decision=decision,
+            key=self.key(decision),
+            eligible=eligible,
+            stats=stats,
+            step=step,
+            versions={"main": version},
+            mask=(self.setup.unique_ids, mask),
+        )

@@ -34,7 +34,6 @@ from platoon.policy.samplers.answers import (
     weighted_fallback_entry,
 )
 from platoon.policy.samplers.base import (
-    SamplerContext,
     SamplerError,
     TaskStatsView,
 )
@@ -193,22 +192,7 @@ class SamplerSet:
         version: int,
         timed: bool = True,
     ) -> tuple[Any, BaseException | None]:
-        uid = m.setup.unique_ids
-        if mask is None:
-            eligible: Callable[[str], bool] = lambda t: t in m.setup.first_index  # noqa: E731
-        else:
-            eligible = lambda t: (i := m.setup.first_index.get(t)) is not None and bool(mask[m.uid_of_row[i]])  # noqa: E731
-        ctx = SamplerContext(
-            task_ids=m.setup.task_ids,
-            entry=m.entry,
-            decision=decision,
-            key=m.key(decision),
-            eligible=eligible,
-            stats=stats,
-            step=step,
-            versions={"main": version},
-            mask=(uid, mask if mask is not None else m.all_eligible),
-        )
+        ctx = m.context(decision, stats=stats, mask=mask, step=step, version=version)
         t0 = self._clock() if (timed and self._clock) else None
         try:
             return m.sampler.next(ctx), None

@@ -1,0 +1,1 @@
+"""Contract checkers behind `platoon.testing` (they may time, spawn subprocesses and read files: not policy code)."""
