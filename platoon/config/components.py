@@ -7,8 +7,12 @@ checked when it loads, and the config layer may not import the policy layer. The
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from platoon.config.models import Problem, describe_errors
 
 CORE_TASK_SAMPLERS = ("auto", "weighted", "uniform", "pass_rate")
 """Names core owns at ``train.task_sampler``; nothing registered may take them."""
@@ -18,6 +22,9 @@ ENTRY_TASK_SAMPLERS = ("uniform", "pass_rate")
 
 CORE_GROUP_ADMISSIONS = ("all", "informative")
 """Names core owns at ``train.group_admission``."""
+
+CORE_ENVIRONMENTS = ("number_search",)
+"""Environments the runtimes provide without a registration; a config may name them without a package."""
 
 
 class PassRateOptions(BaseModel):
@@ -100,3 +107,32 @@ CORE_OPTIONS: dict[tuple[str, str], type[BaseModel] | None] = {
     ("group_admission", "informative"): InformativeOptions,
 }
 """(kind, core name) -> options model; None means the component takes no options."""
+
+
+def core_option_problems(kind: str, name: str, options: Mapping[str, Any], path: str) -> list[Problem]:
+    """Problems of the options ``options`` (at dotted ``path``) of core component ``name``; [] when core does not
+    own the name (its options are checked when the run resolves it)."""
+    if (kind, name) not in CORE_OPTIONS:
+        return []
+    schema = CORE_OPTIONS[(kind, name)]
+    if schema is None:
+        leaf = path.rsplit(".", 1)[-1]
+        return [Problem(path, f"'{name}' takes no options; leave {leaf} out")] if options else []
+    try:
+        schema.model_validate(dict(options))
+    except ValidationError as exc:
+        return describe_errors(exc, root=schema, data=dict(options), prefix=path)
+    return []
+
+
+def core_options(kind: str, name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Core component ``name``'s options parsed, defaults included, JSON-safe (as lock.json records them).
+
+    Raises ValueError (a pydantic ValidationError) when they do not fit; KeyError for a name core does not own.
+    """
+    schema = CORE_OPTIONS[(kind, name)]
+    if schema is None:
+        if options:
+            raise ValueError(f"'{name}' takes no options")
+        return {}
+    return schema.model_validate(dict(options)).model_dump(mode="json")

@@ -16,7 +16,7 @@ import importlib.metadata as md
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from platoon.config.components import CORE_GROUP_ADMISSIONS, CORE_TASK_SAMPLERS
@@ -82,8 +82,15 @@ def lookup(kind: str, name: str) -> Any | None:
     return _registry[kind].get(name)
 
 
-def registered_names(kind: str) -> list[str]:
-    load_extensions()
+def is_registered(kind: str, name: str) -> bool:
+    """Whether ``name`` is registered now; unlike ``lookup`` it imports no extension (load-time checks use it)."""
+    return name in _registry[kind]
+
+
+def registered_names(kind: str, *, load: bool = True) -> list[str]:
+    """The names registered under ``kind``, sorted; ``load=False`` imports no extension first."""
+    if load:
+        load_extensions()
     return sorted(_registry[kind])
 
 
@@ -141,7 +148,12 @@ def load_extensions(*, force: bool = False) -> None:
     for ep in md.entry_points(group=ENTRY_POINT_GROUP):
         dist = ep.dist
         if dist is not None:
-            check_extension_requirement(dist.metadata["Name"], dist.version, dist.requires or [])
+            check_extension_requirement(
+                dist.metadata["Name"],
+                dist.version,
+                dist.requires or [],
+                extras=dist.metadata.get_all("Provides-Extra") or [],
+            )
         ep.load()
 
 
@@ -156,8 +168,16 @@ def _ignore_requirements() -> bool:
     return flag in {"1", "true", "yes", "on"}
 
 
-def check_extension_requirement(dist: str, dist_version: str, requires: list[str]) -> None:
-    """Refuse an extension whose requirement on platoon excludes the running version (see the module doc)."""
+def check_extension_requirement(
+    dist: str, dist_version: str, requires: list[str], *, extras: Sequence[str] | None = None
+) -> None:
+    """Refuse an extension whose requirement on platoon excludes the running version (see the module doc).
+
+    A requirement counts when its marker holds with no extra or with any of ``extras`` (the extras the
+    distribution provides; None: read them from its installed metadata), so an extension installed without its
+    ``platoon`` extra is refused too. Raises ExtensionError naming both versions, unless
+    ``PLATOON_IGNORE_EXTENSION_REQUIREMENTS`` is 1/true/yes/on (then it logs a warning and loads it anyway).
+    """
     try:
         from packaging.requirements import Requirement
         from packaging.version import Version
@@ -172,7 +192,8 @@ def check_extension_requirement(dist: str, dist_version: str, requires: list[str
         if req.name.casefold() != "platoon" or not str(req.specifier):
             continue
         if req.marker is not None and not any(
-            req.marker.evaluate({"extra": extra}) for extra in ["", *_provided_extras(dist)]
+            req.marker.evaluate({"extra": extra})
+            for extra in ["", *(_provided_extras(dist) if extras is None else extras)]
         ):
             continue
         if req.specifier.contains(Version(running), prereleases=True):
