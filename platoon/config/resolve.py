@@ -1,0 +1,545 @@
+"""What a config means: each entry's effective settings, the load-time rules that read several fields, and the
+resolution of every task sampler and group admission rule before a run starts.
+
+Two stages (semantics 2.5):
+- stage 1, ``config_problems(cfg)``, runs when a config loads and for configs built in code: names nothing could
+  resolve, core components' options, and the rules between fields (samplers and weights, pass_rate and group
+  sizes, rule mode and minibatches, unique labels, permits that hold a group). It imports nothing.
+- stage 2, ``resolve_components(cfg)``, runs before a run starts and in ``config validate``: it imports every
+  entry's ``package``, resolves each non-core name through the registry or ``module:Class``, parses its options
+  against its schema, runs its static ``check`` and returns the component records lock.json keeps.
+
+Both gather every problem before they raise one ``ConfigError``. Core components' classes live in
+``platoon.policy``, which this layer may not import: their records carry ``core`` (the core component that runs)
+and no ``resolved`` reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from platoon.config import registry
+from platoon.config.components import (
+    CORE_ENVIRONMENTS,
+    CORE_GROUP_ADMISSIONS,
+    CORE_OPTIONS,
+    CORE_TASK_SAMPLERS,
+)
+from platoon.config.errors import ConfigError, ExtensionError
+from platoon.config.models import Problem, RunConfig, SimConfig, describe_errors
+
+RUN_LEVEL = "run"
+ENTRY_LEVEL = "entry"
+
+# --- effective settings --------------------------------------------------------------------------------------
+
+
+def run_sampler(cfg: RunConfig) -> str:
+    """``train.task_sampler`` with ``auto`` decided: uniform for one entry whose own sampler is unset or uniform,
+    weighted otherwise. Other names are returned as written."""
+    name = cfg.train.task_sampler
+    if name != "auto":
+        return name
+    if len(cfg.environments) == 1 and cfg.environments[0].task_sampler in (None, "uniform"):
+        return "uniform"
+    return "weighted"
+
+
+def core_hands_slots(cfg: RunConfig) -> bool | None:
+    """Whether the run's sampler hands slots to entries' samplers: known for core names, None for others (their
+    class's ``entry_slots`` decides, at stage 2)."""
+    name = run_sampler(cfg)
+    if name in CORE_TASK_SAMPLERS:
+        return name == "weighted"
+    return None
+
+
+def entry_sampler(cfg: RunConfig, i: int) -> str | None:
+    """The sampler that fills entry ``i``'s slots (its own ``task_sampler``, else uniform), or None when the run's
+    core sampler chooses over every task itself (uniform, pass_rate, or auto over one plain entry)."""
+    if core_hands_slots(cfg) is False:
+        return None
+    return cfg.environments[i].task_sampler or "uniform"
+
+
+def entry_admission(cfg: RunConfig, i: int) -> tuple[str, dict[str, Any], str]:
+    """``(rule name, options, level)`` of entry ``i``: its own rule, else the run's (level ``run``)."""
+    e = cfg.environments[i]
+    if e.group_admission is not None:
+        return e.group_admission, dict(e.group_admission_options), ENTRY_LEVEL
+    return cfg.train.group_admission, dict(cfg.train.group_admission_options), RUN_LEVEL
+
+
+def is_rule_mode(cfg: RunConfig) -> bool:
+    """True when any entry's effective rule is not literally ``all`` (decided by name: a module:Class that admits
+    everything still counts), or, without entries, when the run's is not."""
+    if not cfg.environments:
+        return cfg.train.group_admission != "all"
+    return any(entry_admission(cfg, i)[0] != "all" for i in range(len(cfg.environments)))
+
+
+def effective_group_size(cfg: RunConfig) -> int:
+    """The run's group size G: the largest entry's (a permit budget must hold one such group)."""
+    return max((e.group_size for e in cfg.environments), default=1)
+
+
+def max_concurrent_rollouts(cfg: RunConfig) -> int:
+    """The rollout permits: ``train.max_concurrent_rollouts``, or by default B x G."""
+    if cfg.train.max_concurrent_rollouts is not None:
+        return cfg.train.max_concurrent_rollouts
+    return cfg.train.batch_size * effective_group_size(cfg)
+
+
+def entry_max_staleness(cfg: RunConfig, i: int) -> int | None:
+    """Entry ``i``'s staleness bound: its own, else the run's (None: unbounded)."""
+    own = cfg.environments[i].max_staleness
+    return own if own is not None else cfg.train.max_staleness
+
+
+def step_cap(cfg: RunConfig) -> int:
+    """Groups a step counts at most in rule mode: ``max(B, ceil(round(max_groups_per_step * B, 9)))``; the rounding
+    makes 1.1 x 10 give 11, not 12."""
+    b = cfg.train.batch_size
+    return max(b, math.ceil(round(cfg.train.refill.max_groups_per_step * b, 9)))
+
+
+def merge_sim(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge an entry's ``sim`` overrides onto a sim block; a mapping with a ``dist`` replaces whole, since
+    one distribution's fields mean nothing to another."""
+    out = dict(base)
+    for key, value in override.items():
+        old = out.get(key)
+        if isinstance(value, Mapping) and isinstance(old, Mapping) and "dist" not in value:
+            out[key] = merge_sim(old, value)
+        else:
+            out[key] = value
+    return out
+
+
+def entry_sim(cfg: RunConfig, i: int) -> SimConfig:
+    """Entry ``i``'s workload: the run's ``sim`` with the entry's overrides merged in (validated at load)."""
+    own = cfg.environments[i].sim
+    if not own:
+        return cfg.sim
+    return SimConfig.model_validate(merge_sim(cfg.sim.model_dump(), own))
+
+
+def entry_summary(cfg: RunConfig, i: int) -> str:
+    """One line of entry ``i``'s effective settings, as ``config show`` prints them."""
+    e = cfg.environments[i]
+    sampler = entry_sampler(cfg, i)
+    drawn = f"{sampler}@{e.name} under {run_sampler(cfg)}" if sampler else f"the run's {run_sampler(cfg)}"
+    rule, options, level = entry_admission(cfg, i)
+    rule_text = f"{rule} {options}" if options else rule
+    return (
+        f"{e.name}: drawn by {drawn}; group_admission: {rule_text} ({level}); group_size {e.group_size}; "
+        f"max_staleness {entry_max_staleness(cfg, i)}"
+    )
+
+
+def config_warnings(cfg: RunConfig) -> list[str]:
+    """Warnings of a valid config (printed as ``warning: ...``): in rule mode, a loss that is not zero at zero
+    advantages."""
+    out: list[str] = []
+    loss = cfg.train.loss
+    if is_rule_mode(cfg) and not loss.zero_at_zero_advantages:
+        out.append(
+            f"train.loss: kl_coef {loss.kl_coef:g} and entropy_coef {loss.entropy_coef:g} train terms that do not "
+            "depend on the advantage, also on uniform groups' datums; a group admission rule that rejects those "
+            "groups removes their share of those terms from the objective, not only from its scale"
+        )
+    return out
+
+
+# --- stage 2 -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SamplerCheckContext:
+    """What a task sampler's static ``check(options, ctx)`` sees when the run resolves it (semantics 2.1)."""
+
+    level: str
+    entry: str | None
+    run_sampler: str
+    """``train.task_sampler`` as written (``auto`` when unset)."""
+    entries: Mapping[str, Mapping[str, Any]]
+    """By label: ``{weight, seed, group_size, success_threshold, task_sampler, task_sampler_options}``."""
+    batch_size: int
+    label_column: str | None
+
+
+@dataclass(frozen=True)
+class AdmissionCheckContext:
+    """What a group admission rule's static ``check(options, ctx)`` sees when the run resolves it (semantics 3.1)."""
+
+    level: str
+    entry: str | None
+    entries: Mapping[str, Mapping[str, Any]]
+    batch_size: int
+    label_column: str | None
+    max_groups_per_step: float
+    workflow_gives_verdicts: bool
+
+
+@dataclass(frozen=True)
+class ComponentRecord:
+    """One resolved component, as lock.json records it (semantics 6.6).
+
+    A run-level record lists every entry it serves and keeps its options under ``"train"``; an entry-level record
+    groups the entries that name the same component and keeps each one's options under its label. Options are
+    parsed, defaults included, JSON-safe.
+    """
+
+    kind: str
+    """``task_sampler`` or ``group_admission``."""
+    ref: str
+    """The name as the config wrote it (``auto``, ``pass_rate``, ``mine``, ``pkg.mod:Cls``)."""
+    level: str
+    environments: tuple[str, ...]
+    options: Mapping[str, Any]
+    resolved: str | None = None
+    """``module:Qualname`` of a registered or ``module:Class`` component; None for core's."""
+    core: str | None = None
+    """The core component that runs (``auto`` decided: weighted or uniform); None for others."""
+    cls: type | None = field(default=None, compare=False, repr=False)
+    parsed: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """``"train"`` or label -> the options as the schema parsed them (what the component is built with)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "ref": self.ref,
+            "resolved": self.resolved,
+            "core": self.core,
+            "level": self.level,
+            "environments": list(self.environments),
+            "options": {k: _jsonable(v) for k, v in self.options.items()},
+        }
+
+
+def resolve_components(
+    cfg: RunConfig, *, source: str = "<config>", workflow_gives_verdicts: bool = True
+) -> list[ComponentRecord]:
+    """Stage 2: resolve every task sampler and (in rule mode) group admission rule of ``cfg``, which passed stage 1.
+
+    Imports each entry's ``package`` and the installed extensions, resolves non-core names through the registry
+    or ``module:Class``, parses options against each ``options_schema`` (a pydantic model, a dataclass, a function
+    raising ValueError, or None: no options), runs each static ``check(options, ctx)`` and checks entry environments
+    resolve. ``workflow_gives_verdicts`` says whether the training workflow gives verdicts (a rule that reads them,
+    ``informative`` or a class with ``needs_verdicts = True``, is refused otherwise). Raises one ConfigError with
+    every problem; returns the records: the run's sampler, each entry's (when the run's hands slots), and each rule
+    other than ``all`` in rule mode.
+    """
+    r = _Resolver(cfg, workflow_gives_verdicts)
+    records = r.run()
+    if r.problems:
+        raise ConfigError([str(p) for p in r.problems], source)
+    return records
+
+
+_FAILED = object()
+
+
+class _Resolver:
+    def __init__(self, cfg: RunConfig, gives_verdicts: bool) -> None:
+        self.cfg = cfg
+        self.gives_verdicts = gives_verdicts
+        self.problems: list[Problem] = []
+        self.entries = {
+            e.name: {
+                "weight": e.weight,
+                "seed": e.seed,
+                "group_size": e.group_size,
+                "success_threshold": e.success_threshold,
+                "task_sampler": e.task_sampler,
+                "task_sampler_options": dict(e.task_sampler_options),
+            }
+            for e in cfg.environments
+        }
+
+    def run(self) -> list[ComponentRecord]:
+        self._imports()
+        records = self._samplers() + self._admissions()
+        self._environments()
+        return records
+
+    def _imports(self) -> None:
+        try:
+            registry.load_extensions()
+        except ExtensionError as exc:
+            self.problems.append(Problem("", str(exc)))
+        seen: set[str] = set()
+        for i, e in enumerate(self.cfg.environments):
+            if e.package and e.package not in seen:
+                seen.add(e.package)
+                try:
+                    registry.import_package(e.package)
+                except ExtensionError as exc:
+                    self.problems.append(Problem(f"environments.{i}.package", str(exc)))
+
+    def _resolve(self, kind: str, name: str, path: str) -> tuple[type | None, bool]:
+        if name in (CORE_TASK_SAMPLERS if kind == "task_sampler" else CORE_GROUP_ADMISSIONS):
+            return None, True
+        try:
+            obj = registry.import_ref(name) if ":" in name else registry.lookup(kind, name)
+        except ExtensionError as exc:
+            self.problems.append(Problem(path, str(exc)))
+            return None, False
+        if obj is None:
+            self.problems.append(Problem(path, registry.unknown_name_message(kind, name)))
+            return None, False
+        why = _class_problem(kind, obj)
+        if why:
+            self.problems.append(Problem(path, f"{name}: {why}"))
+            return None, False
+        return obj, True
+
+    def _parse(self, kind: str, name: str, cls: type | None, options: Mapping[str, Any], path: str) -> Any:
+        schema = CORE_OPTIONS[(kind, name)] if cls is None else getattr(cls, "options_schema", None)
+        parsed, problems = parse_options(schema, name, options, path)
+        self.problems += problems
+        return _FAILED if problems else parsed
+
+    def _check(self, cls: type | None, name: str, parsed: Any, ctx: Any, path: str) -> None:
+        check = getattr(cls, "check", None) if cls is not None else None
+        if parsed is _FAILED or not callable(check):
+            return
+        try:
+            check(parsed, ctx)
+        except ValueError as exc:
+            msg = str(exc) or type(exc).__name__
+            self.problems.append(Problem(path, msg if msg.startswith(name) else f"{name}: {msg}"))
+        except Exception as exc:  # noqa: BLE001 - a broken check is reported, never a traceback
+            self.problems.append(Problem(path, f"{name}: check raised {type(exc).__name__}: {exc}"))
+
+    def _sampler_ctx(self, level: str, entry: str | None) -> SamplerCheckContext:
+        t = self.cfg.train
+        return SamplerCheckContext(level, entry, t.task_sampler, self.entries, t.batch_size, t.label_by)
+
+    def _admission_ctx(self, level: str, entry: str | None) -> AdmissionCheckContext:
+        t = self.cfg.train
+        return AdmissionCheckContext(
+            level,
+            entry,
+            self.entries,
+            t.batch_size,
+            t.label_by,
+            t.refill.max_groups_per_step,
+            self.gives_verdicts,
+        )
+
+    def _samplers(self) -> list[ComponentRecord]:
+        cfg, kind = self.cfg, "task_sampler"
+        name = cfg.train.task_sampler
+        cls, ok = self._resolve(kind, name, "train.task_sampler")
+        if not ok:
+            return []
+        parsed = self._parse(kind, name, cls, cfg.train.task_sampler_options, "train.task_sampler_options")
+        self._check(cls, name, parsed, self._sampler_ctx(RUN_LEVEL, None), "train.task_sampler")
+        labels = tuple(e.name for e in cfg.environments)
+        core = run_sampler(cfg) if cls is None else None
+        records = [_record(kind, name, RUN_LEVEL, cls, {"train": parsed}, core, labels)]
+        hands = core_hands_slots(cfg)
+        if hands is None:
+            hands = bool(getattr(cls, "entry_slots", False))
+        groups: dict[tuple[str, str | None], tuple[type | None, dict[str, Any]]] = {}
+        for i, e in enumerate(cfg.environments):
+            path = f"environments.{i}.task_sampler"
+            if not hands:
+                if cls is not None and (e.task_sampler is not None or e.task_sampler_options):
+                    self.problems.append(
+                        Problem(
+                            path,
+                            f"{name} hands no slots to entries (its class sets no entry_slots), so an "
+                            "entry's own sampler never runs; leave task_sampler and its options out",
+                        )
+                    )
+                continue
+            own = e.task_sampler or "uniform"
+            ecls, ok = self._resolve(kind, own, path)
+            if not ok:
+                continue
+            if ecls is not None and getattr(ecls, "entry_slots", False):
+                self.problems.append(
+                    Problem(path, f"{own}: hands slots itself, so it can only be the run's sampler")
+                )
+                continue
+            parsed = self._parse(
+                kind, own, ecls, e.task_sampler_options, f"environments.{i}.task_sampler_options"
+            )
+            self._check(ecls, own, parsed, self._sampler_ctx(ENTRY_LEVEL, e.name), path)
+            groups.setdefault((own, _ref(ecls)), (ecls, {}))[1][e.name] = parsed
+        for (own, _), (ecls, by_label) in groups.items():
+            records.append(_record(kind, own, ENTRY_LEVEL, ecls, by_label, own if ecls is None else None))
+        return records
+
+    def _admissions(self) -> list[ComponentRecord]:
+        cfg, kind = self.cfg, "group_admission"
+        if not is_rule_mode(cfg):
+            return []
+        records: list[ComponentRecord] = []
+        name = cfg.train.group_admission
+        if name != "all":
+            cls, ok = self._resolve(kind, name, "train.group_admission")
+            if ok:
+                parsed = self._parse(
+                    kind, name, cls, cfg.train.group_admission_options, "train.group_admission_options"
+                )
+                self._check(cls, name, parsed, self._admission_ctx(RUN_LEVEL, None), "train.group_admission")
+                self._verdicts(cls, name, "train.group_admission")
+                inherit = tuple(e.name for e in cfg.environments if e.group_admission is None)
+                core = name if cls is None else None
+                records.append(_record(kind, name, RUN_LEVEL, cls, {"train": parsed}, core, inherit))
+        groups: dict[tuple[str, str | None], tuple[type | None, dict[str, Any]]] = {}
+        for i, e in enumerate(cfg.environments):
+            own = e.group_admission
+            if own is None or own == "all":
+                continue
+            path = f"environments.{i}.group_admission"
+            ecls, ok = self._resolve(kind, own, path)
+            if not ok:
+                continue
+            parsed = self._parse(
+                kind, own, ecls, e.group_admission_options, f"environments.{i}.group_admission_options"
+            )
+            self._check(ecls, own, parsed, self._admission_ctx(ENTRY_LEVEL, e.name), path)
+            self._verdicts(ecls, own, path)
+            groups.setdefault((own, _ref(ecls)), (ecls, {}))[1][e.name] = parsed
+        for (own, _), (ecls, by_label) in groups.items():
+            records.append(_record(kind, own, ENTRY_LEVEL, ecls, by_label, own if ecls is None else None))
+        return records
+
+    def _verdicts(self, cls: type | None, name: str, path: str) -> None:
+        reads = name == "informative" if cls is None else bool(getattr(cls, "needs_verdicts", False))
+        if reads and not self.gives_verdicts:
+            self.problems.append(
+                Problem(
+                    path,
+                    f"{name} rejects groups by their workflow's verdict, and the training workflow gives "
+                    "none: use GroupRolloutWorkflow, or declare gives_verdicts = True on a workflow that does",
+                )
+            )
+
+    def _environments(self) -> None:
+        for i, e in enumerate(self.cfg.environments):
+            if e.env in CORE_ENVIRONMENTS:
+                continue
+            path = f"environments.{i}.env"
+            try:
+                obj = registry.import_ref(e.env) if ":" in e.env else registry.lookup("environment", e.env)
+            except ExtensionError as exc:
+                self.problems.append(Problem(path, str(exc)))
+                continue
+            if obj is None:
+                self.problems.append(Problem(path, registry.unknown_name_message("environment", e.env)))
+
+
+def _record(
+    kind: str,
+    name: str,
+    level: str,
+    cls: type | None,
+    parsed: dict[str, Any],
+    core: str | None,
+    environments: tuple[str, ...] | None = None,
+) -> ComponentRecord:
+    good = {k: v for k, v in parsed.items() if v is not _FAILED}
+    return ComponentRecord(
+        kind=kind,
+        ref=name,
+        level=level,
+        environments=tuple(good) if environments is None else environments,
+        options={k: _jsonable(v) for k, v in good.items()},
+        resolved=_ref(cls),
+        core=core,
+        cls=cls,
+        parsed=good,
+    )
+
+
+def parse_options(schema: Any, name: str, options: Mapping[str, Any], path: str) -> tuple[Any, list[Problem]]:
+    """Parse component ``name``'s ``options`` (at dotted ``path``) with its ``options_schema``.
+
+    The schema is a pydantic model, a dataclass (unknown keys refused), a function that returns the parsed
+    options or raises ValueError, or None (takes no options: any option is refused). Returns ``(parsed,
+    problems)``; parsed is None when there are problems, ``{}`` for a schema of None.
+    """
+    leaf = path.rsplit(".", 1)[-1]
+    data = dict(options)
+    if schema is None:
+        return (
+            ({}, []) if not data else (None, [Problem(path, f"'{name}' takes no options; leave {leaf} out")])
+        )
+    try:
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            return schema.model_validate(data), []
+        if isinstance(schema, type) and dataclasses.is_dataclass(schema):
+            known = [f.name for f in dataclasses.fields(schema) if f.init]
+            unknown = [
+                Problem(f"{path}.{k}", "unknown key" + _did_you_mean(str(k), known))
+                for k in data
+                if k not in known
+            ]
+            return (None, unknown) if unknown else (TypeAdapter(schema).validate_python(data), [])
+        if callable(schema):
+            return schema(data), []
+    except ValidationError as exc:
+        return None, describe_errors(exc, root=schema, data=data, prefix=path)
+    except (ValueError, TypeError) as exc:
+        return None, [Problem(path, f"{name}: {exc}")]
+    return None, [
+        Problem(path, f"{name}: options_schema must be a pydantic model, a dataclass, a function or None")
+    ]
+
+
+def _did_you_mean(name: str, pool: list[str]) -> str:
+    close = difflib.get_close_matches(name, pool, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _class_problem(kind: str, obj: Any) -> str | None:
+    if not isinstance(obj, type):
+        return f"is a {type(obj).__name__}, not a class"
+    methods = ("next", "state_dict", "load_state_dict") if kind == "task_sampler" else ("admit",)
+    for method in methods:
+        if not callable(getattr(obj, method, None)):
+            return f"{obj.__qualname__} has no method {method}()"
+    coroutine = methods[0]
+    if inspect.iscoroutinefunction(getattr(obj, coroutine)):
+        return f"{obj.__qualname__}.{coroutine} is a coroutine function; it must be one synchronous call"
+    if kind == "task_sampler":
+        # A sampler that does not subclass the API's base class has no `adaptive`: it reads as static.
+        adaptive = getattr(obj, "adaptive", False)
+        if not isinstance(adaptive, bool):
+            return f"{obj.__qualname__}.adaptive must be true or false, got {adaptive!r}"
+        if adaptive and getattr(obj, "entry_slots", False):
+            return f"{obj.__qualname__} is adaptive and hands slots (entry_slots); a sampler may be one or the other"
+    return None
+
+
+def _ref(cls: type | None) -> str | None:
+    return None if cls is None else f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _jsonable(dataclasses.asdict(obj))
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, set | frozenset):
+        return sorted((_jsonable(v) for v in obj), key=repr)
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    return repr(obj)
