@@ -73,6 +73,62 @@ def report(runs: Annotated[list[Path], typer.Argument(help="One or more run dire
     not_built("platoon report", "the simulator issue")
 
 
+@config_app.command("validate")
+def config_validate(
+    configs: Annotated[list[Path] | None, typer.Argument(help="Run configs (YAML) to check.", show_default=False)] = None,
+    overrides: SetOption = None,
+    no_resolve: Annotated[
+        bool, typer.Option("--no-resolve", help="Check the file only: import no package, resolve no component.")
+    ] = False,
+) -> None:
+    """Check configs: each one's every problem with its key path; exit 78 if any fails, 64 if none is given."""
+    from platoon.config.loader import load_config, load_config_warnings
+
+    if not configs:
+        fail("config validate needs at least one CONFIG", EXIT_USAGE)
+    failed = False
+    for path in configs:
+        try:
+            cfg = load_config(path, overrides or (), strict_resolve=not no_resolve)
+        except (ConfigError, ExtensionError) as exc:
+            failed = True
+            typer.echo(f"FAIL {path}")
+            for line in getattr(exc, "problems", None) or [str(exc)]:
+                typer.echo(f"  {line}")
+            continue
+        typer.echo(f"ok   {path}")
+        for warning in load_config_warnings(cfg):
+            typer.echo(f"  warning: {warning}")
+    if failed:
+        raise typer.Exit(EXIT_CONFIG)
+
+
+@config_app.command("show")
+def config_show(
+    config: Annotated[Path | None, typer.Argument(help="A run config (YAML); none: the embedded default.")] = None,
+    overrides: SetOption = None,
+    defaults: Annotated[
+        bool, typer.Option("--defaults", help="Every field with its description as a comment (loads back as is).")
+    ] = False,
+) -> None:
+    """Print a config as it loads (overrides applied, every default filled in) as YAML."""
+    from platoon import __version__
+    from platoon.config.loader import load_config, to_yaml
+    from platoon.config.resolve import entry_summary
+
+    try:
+        cfg = load_config(config, overrides or ())
+    except (ConfigError, ExtensionError) as exc:
+        fail(str(exc), EXIT_CONFIG)
+    if defaults:
+        typer.echo(f"# platoon {__version__} run config: every field, each with its description")
+    typer.echo(to_yaml(cfg, comments=defaults), nl=False)
+    if not defaults:
+        typer.echo("# each entry's effective settings:")
+        for i in range(len(cfg.environments)):
+            typer.echo(f"#   {entry_summary(cfg, i)}")
+
+
 def main() -> None:
     """Console entry point: run the app and turn its outcome into an exit code.
 
