@@ -4,13 +4,17 @@ Rules the models keep:
 - every model is frozen, strict (YAML's types are the config's types: ``"8"`` is not an int, ``true`` is not a
   number) and forbids unknown keys; a class's ``UNKNOWN_KEY_HINTS`` maps a removed or misremembered key to the
   exact message the loader prints after ``<path>: `` (so ``train.task_order`` names its replacement);
-- a field's own range lives on the field; a check that reads two fields lives in ``platoon.config.resolve``
+- a field's own range lives on the field; a check that reads two fields lives in ``platoon.config.loader``
   (``config_problems``), so a config with many mistakes reports all of them and a config built in code can be
   checked the same way;
 - every field has a ``description``: ``platoon config show --defaults`` prints it as a comment.
 
 The simulator's section (``SimConfig``, its parts and the duration union discriminated on ``dist``) lives in
 ``platoon.config.sim``, which the simulator owns; this module re-exports it.
+
+Below the models, ``describe_errors`` turns pydantic's errors into ``<dotted.path>: message`` lines. It sits here,
+beside the schema whose hints it reads, because the loader, the core option checks (``components``) and stage 2
+(``resolve``) all need it and this is the one module below all three; that is why the module runs past 400 lines.
 """
 
 from __future__ import annotations

@@ -1,17 +1,18 @@
-"""What a config means: each entry's effective settings, the load-time rules that read several fields, and the
-resolution of every task sampler and group admission rule before a run starts.
+"""What a config means for a run: each entry's effective settings, and stage 2, the resolution of every task
+sampler and group admission rule before a run starts.
 
 Two stages (semantics 2.5):
-- stage 1, ``config_problems(cfg)``, runs when a config loads and for configs built in code: names nothing could
-  resolve, core components' options, and the rules between fields (samplers and weights, pass_rate and group
-  sizes, rule mode and minibatches, unique labels, permits that hold a group). It imports nothing.
-- stage 2, ``resolve_components(cfg)``, runs before a run starts and in ``config validate``: it imports every
+- stage 1, ``platoon.config.loader.config_problems(cfg)``, runs when a config loads (and through ``check_config``
+  for configs built in code): names nothing could resolve, core components' options, the rules between fields.
+  It imports nothing;
+- stage 2, ``resolve_components(cfg)`` here, runs before a run starts and in ``config validate``: it imports every
   entry's ``package``, resolves each non-core name through the registry or ``module:Class``, parses its options
   against its schema, runs its static ``check`` and returns the component records lock.json keeps.
 
 Both gather every problem before they raise one ``ConfigError``. Core components' classes live in
 ``platoon.policy``, which this layer may not import: their records carry ``core`` (the core component that runs)
-and no ``resolved`` reference.
+and no ``resolved`` reference. The effective-settings helpers and stage 2 share one module (past 400 lines) since
+stage 2 is written in terms of them and the runtimes import both.
 """
 
 from __future__ import annotations
