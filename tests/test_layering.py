@@ -33,6 +33,8 @@ RANK = {
     "experimental": 4,
     "testing": 4,
     "analysis": 4,
+    "_checks": 4,
+    "report": 4,
     "cli": 5,
     "__main__": 5,
 }

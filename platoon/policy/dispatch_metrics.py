@@ -1,0 +1,135 @@
+"""The dispatcher's step metrics: blocked shares, permits and rollouts in flight, batch kinds, the stale warning.
+
+Names are the release's: ``train/dispatch/blocked_share/<reason>``, ``rollout_client/permits_held_mean``,
+``rollout_client/concurrency_achieved_fraction`` (= rollouts in flight, time-weighted, over the configured
+concurrency: under ``permit_release: rollout`` that is ``max_concurrent_rollouts`` itself, so it reads as the permits'
+busy share), ``rollout_client/groups_in_flight_{mean,max}``, ``train/batch/<kind>_groups``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from platoon.policy.outputs import SettledGroup
+from platoon.policy.timeweighted import BlockedClock, TimeWeighted
+
+STALE_WINDOW_STEPS = 10
+STALE_SHARE = 0.02
+KINDS = ("informative", "all_pass", "all_fail", "uniform_mixed")
+
+
+class DispatchGauges:
+    """Time-weighted gauges of one run; ``read(now=)`` gives the step's metrics and starts a new window."""
+
+    def __init__(self, *, configured: int, now: float = 0.0) -> None:
+        self.configured = configured
+        self.blocked = BlockedClock(now=now)
+        self.permits = TimeWeighted(now=now)
+        self.rollouts = TimeWeighted(now=now)
+        self.groups = TimeWeighted(now=now)
+        self.last_blocked: dict[str, float] = dict.fromkeys(BlockedClock.REASONS, 0.0)
+
+    def permits_changed(self, held: int, *, now: float) -> None:
+        self.permits.set(held, now=now)
+
+    def rollout_started(self, *, now: float) -> None:
+        self.rollouts.add(1, now=now)
+
+    def rollout_ended(self, *, now: float) -> None:
+        self.rollouts.add(-1, now=now)
+
+    def group_started(self, *, now: float) -> None:
+        self.groups.add(1, now=now)
+
+    def group_ended(self, lease: object, *, now: float) -> None:
+        self.groups.add(-1, now=now)
+
+    def read(self, *, now: float, groups_in_flight: int) -> dict[str, float]:
+        shares = self.blocked.read(now=now)
+        self.last_blocked = shares
+        permits_mean, _ = self.permits.read(now=now)
+        rollouts_mean, rollouts_max = self.rollouts.read(now=now)
+        groups_mean, groups_max = self.groups.read(now=now)
+        metrics = {f"train/dispatch/blocked_share/{r}": s for r, s in shares.items()}
+        metrics.update({
+            "rollout_client/permits_held_mean": permits_mean,
+            "rollout_client/rollouts_in_flight_mean": rollouts_mean,
+            "rollout_client/rollouts_in_flight_max": rollouts_max,
+            "rollout_client/rollouts_in_flight_configured": float(self.configured),
+            "rollout_client/concurrency_achieved_fraction": rollouts_mean / self.configured,
+            "rollout_client/groups_in_flight_mean": groups_mean,
+            "rollout_client/groups_in_flight_max": groups_max,
+        })
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {"configured": self.configured, "blocked": self.blocked.state_dict(),
+                "permits": self.permits.state_dict(), "rollouts": self.rollouts.state_dict(),
+                "groups": self.groups.state_dict(), "last_blocked": dict(self.last_blocked)}
+
+    @classmethod
+    def from_state(cls, s: dict) -> DispatchGauges:
+        gauges = cls(configured=s["configured"])
+        gauges.blocked = BlockedClock.from_state(s["blocked"])
+        gauges.permits = TimeWeighted.from_state(s["permits"])
+        gauges.rollouts = TimeWeighted.from_state(s["rollouts"])
+        gauges.groups = TimeWeighted.from_state(s["groups"])
+        gauges.last_blocked = dict(s["last_blocked"])
+        return gauges
+
+
+class StaleWatch:
+    """Warns once per start when more than 2% of the groups the last 10 steps consumed went stale."""
+
+    def __init__(self) -> None:
+        self.window: deque[tuple[int, int, dict[str, float]]] = deque(maxlen=STALE_WINDOW_STEPS)
+        self.warned = False
+
+    def note_step(self, consumed: int, stale: int, blocked: dict[str, float], k: int | None) -> str | None:
+        self.window.append((consumed, stale, dict(blocked)))
+        if self.warned or k is None or len(self.window) < STALE_WINDOW_STEPS:
+            return None
+        groups = sum(c for c, _, _ in self.window)
+        stale_total = sum(s for _, s, _ in self.window)
+        if groups == 0 or stale_total / groups <= STALE_SHARE:
+            return None
+        self.warned = True
+        mean = {r: sum(b.get(r, 0.0) for _, _, b in self.window) / len(self.window) for r in BlockedClock.REASONS}
+        top = max(mean, key=lambda r: mean[r])
+        held = (f"what held the dispatcher back most was {top} ({mean[top]:.0%} of the time)"
+                if mean[top] > 0 else "nothing held the dispatcher back")
+        if mean["horizon"] < 0.05:
+            fix = (f"the horizon had room, so max_staleness: {k + 1} changes only the stale filter")
+        else:
+            fix = f"max_staleness: {k + 1} also lets rollouts run one more step ahead"
+        return (f"{stale_total / groups:.1%} of the groups the last {STALE_WINDOW_STEPS} steps consumed went stale "
+                f"({stale_total} of {groups}); {held}; raise train.max_staleness by one: {fix}. Dropping long "
+                f"groups biases what trains toward short rollouts.")
+
+    def state_dict(self) -> dict:
+        return {"window": [[c, s, b] for c, s, b in self.window], "warned": self.warned}
+
+    @classmethod
+    def from_state(cls, s: dict) -> StaleWatch:
+        watch = cls()
+        watch.window.extend((c, st, dict(b)) for c, st, b in s["window"])
+        watch.warned = s["warned"]
+        return watch
+
+
+def batch_kind_metrics(items: Sequence[SettledGroup], threshold: Callable[[str | None], float]) -> dict[str, float]:
+    """``train/batch/<kind>_groups`` over the groups a step consumed, run-wide and per entry, plus stale groups."""
+    prefixes = {"train/batch/"}
+    prefixes.update(f"train/batch/environment/{g.entry.replace('/', '--')}/" for g in items if g.entry)
+    metrics = {f"{p}{k}_groups": 0.0 for p in sorted(prefixes) for k in (*KINDS, "stale")}
+    for g in items:
+        if g.kind == "marker":
+            continue
+        keys = ["train/batch/"] + ([f"train/batch/environment/{g.entry.replace('/', '--')}/"] if g.entry else [])
+        kind = "stale" if g.kind == "stale" else g.record.kind(threshold(g.entry))
+        if kind is None:
+            continue
+        for p in keys:
+            metrics[f"{p}{kind}_groups"] += 1.0
+    return metrics

@@ -1,0 +1,222 @@
+"""The dispatcher's checkpoint state: format 2 (reads format 1 too), exact snapshots, and resume by reissue.
+
+Two ways back from a checkpoint:
+
+- **exact** (``restore_exact``): the snapshot holds everything — running groups and their leases, settled groups not
+  yet dequeued, the pending start, gauges. A runtime that can also restore its own work in flight (the simulator,
+  whose rollouts are functions of the seed) continues as if nothing happened; a twin restored from a snapshot taken
+  at any instant and fed the same remaining events makes the same decisions.
+- **reissue** (``resume``): a new process start cannot restore rollouts that were running (the live backend). Settled,
+  unconsumed groups (``kept``) are trained first with their original keys; every other outstanding draw, in
+  ``(start, seq)`` order, is drawn again as a new draw of this start at its old position (reason ``reissue``),
+  before any new position; a draw whose task left the pool is ``lost``.
+
+The format-2 fields (``outstanding``, ``waiting``, ``drawn``, ``tokens``, ``fallback_slots``, ``samplers``, ``kept``)
+are written for every checkpoint; ``exact`` holds the rest. Format 1 (0.3.0) has no ``drawn``/``tokens``/
+``samplers``: its reissues take the first row of their task and sampler counts are recomputed from the position.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from platoon.policy.dispatch_metrics import DispatchGauges, StaleWatch
+from platoon.policy.dispatcher import Dispatcher, StepPhase, _Draw, _Pending
+from platoon.policy.outputs import SettledGroup
+from platoon.policy.permits import DrawLease
+from platoon.policy.samplers.runtime import Token
+
+STATE_FORMAT = 2
+STATE_FORMATS = (1, 2)
+
+
+def _label_key(label: str | None) -> str:
+    return "" if label is None else label
+
+
+def _label(key: str) -> str | None:
+    return None if key == "" else key
+
+
+def state_dict(d: Dispatcher) -> dict[str, Any]:
+    """The JSON-safe format-2 state of ``d`` (with the ``exact`` section for exact restores)."""
+    pending_token = d.pending.token if d.pending is not None else None
+    tokens: dict[str, list[int]] = {}
+    if pending_token is not None:
+        tokens.setdefault(pending_token.entry, []).append(pending_token.position)
+    for entry, queue in d.tokens.items():
+        tokens.setdefault(entry, []).extend(t.position for _, t in queue)
+    fallback = [t.position for q in d.tokens.values() for _, t in q if t.fallback]
+    if pending_token is not None and pending_token.fallback:
+        fallback.insert(0, pending_token.position)
+    kept = [g for g in d.queue if g.kind != "marker"]
+    return {
+        "format": STATE_FORMAT,
+        "start": d.start_number,
+        "sampler": d.samplers.run_name,
+        "next_position": d.next_position,
+        "outstanding": [[*dr.key, dr.task_id, dr.position] for dr in d.outstanding.values()],
+        "drawn": [[*dr.key, dr.row, dr.sampler] for dr in d.outstanding.values()],
+        "waiting": {_label_key(lb): [list(dr.key) for _, dr in q] for lb, q in d.backlogs.items() if q},
+        "tokens": {e: p for e, p in tokens.items() if p},
+        "fallback_slots": fallback,
+        "samplers": d.samplers.state_dict(),
+        "kept": {"groups": [list(g.key) for g in kept]} if kept else None,
+        "exact": _exact(d),
+    }
+
+
+def _exact(d: Dispatcher) -> dict[str, Any]:
+    pending = None
+    if d.pending is not None:
+        p = d.pending
+        pending = {"kind": p.kind, "lease": p.lease.state_dict(),
+                   "draw": None if p.draw is None else list(p.draw.key),
+                   "token": None if p.token is None else [p.token.position, p.token.entry, p.token.fallback]}
+    return {
+        "phase": d.phase.value, "step": d.step, "version": d.version, "next_seq": d.next_seq,
+        "pipeline": d.pipeline, "admitted": d.admitted, "markers_now": d.markers_now,
+        "step_counted": d.step_counted, "step_admitted": d.step_admitted, "ticket": d.ticket, "now": d.now,
+        "draws": [dr.to_json() for dr in d.outstanding.values()],
+        "running": [[list(k), dr.to_json(), lease.state_dict()] for k, (dr, lease) in d.running.items()],
+        "queue": [g.to_json() for g in d.queue],
+        "step_items": [g.to_json() for g in d.step_items],
+        "backlogs": {_label_key(lb): [[t, list(dr.key)] for t, dr in q] for lb, q in d.backlogs.items()},
+        "token_queues": {e: [[t, tok.position, tok.entry, tok.fallback] for t, tok in q]
+                         for e, q in d.tokens.items()},
+        "active_labels": dict(d.active_labels),
+        "pending": pending,
+        "permits": d.permits.state_dict(),
+        "teardowns": [[list(k), [[i, t] for i, t in w.items()]] for k, w in d.teardowns.items()],
+        "gauges": d.gauges.state_dict(),
+        "stale_watch": d.stale_watch.state_dict(),
+        "said": sorted(d.said),
+        "skipped_slots": d._skipped_slots,
+    }
+
+
+def check_format(state: Mapping[str, Any], source: str = "dispatch state") -> int:
+    """The state's format; ValueError naming ``source`` when it is not one this release reads."""
+    fmt = state.get("format") if isinstance(state, Mapping) else None
+    if fmt not in STATE_FORMATS:
+        raise ValueError(f"{source}: unknown dispatch state format {fmt!r} (this platoon reads {STATE_FORMATS})")
+    return fmt
+
+
+def restore_exact(d: Dispatcher, state: Mapping[str, Any]) -> None:
+    """Make the freshly built ``d`` equal to the dispatcher that wrote ``state`` (the run's statistics are restored
+    separately from their snapshot, which was taken at the same instant)."""
+    check_format(state)
+    if "exact" not in state:
+        raise ValueError("dispatch state has no exact section: resume it with resume(), not restore_exact()")
+    x = state["exact"]
+    d.phase = StepPhase(x["phase"])
+    for name in ("step", "version", "next_seq", "pipeline", "admitted", "markers_now", "step_counted",
+                 "step_admitted", "ticket", "now"):
+        setattr(d, name, x[name])
+    d.start_number = state["start"]
+    d.next_position = state["next_position"]
+    d.samplers.restore(state["samplers"], state["next_position"])
+    draws = {tuple(dj[0]): _Draw.from_json(dj) for dj in x["draws"]}
+    d.outstanding = draws
+    leases: dict[tuple[int, int], DrawLease] = {}
+    d.running = {}
+    for key, dj, lease_state in x["running"]:
+        lease = DrawLease.from_state(lease_state)
+        leases[lease.key] = lease
+        d.running[tuple(key)] = (draws.get(tuple(key)) or _Draw.from_json(dj), lease)
+    d.queue = deque(SettledGroup.from_json(g) for g in x["queue"])
+    d.step_items = [SettledGroup.from_json(g) for g in x["step_items"]]
+    d.backlogs = {_label(lb): deque((t, draws[tuple(k)]) for t, k in q) for lb, q in x["backlogs"].items()}
+    d.tokens = {e: deque((t, Token(pos, ent, fb)) for t, pos, ent, fb in q) for e, q in x["token_queues"].items()}
+    d.active_labels = dict(x["active_labels"])
+    d.pending = None
+    if x["pending"] is not None:
+        p = x["pending"]
+        lease = DrawLease.from_state(p["lease"])
+        leases[lease.key] = lease
+        token = None if p["token"] is None else Token(*p["token"])
+        d.pending = _Pending(p["kind"], lease, draws[tuple(p["draw"])] if p["draw"] is not None else None, token)
+    d.permits.load_queue(x["permits"], leases)
+    d.teardowns = {tuple(k): {int(i): float(t) for i, t in w} for k, w in x["teardowns"]}
+    d.gauges = DispatchGauges.from_state(x["gauges"])
+    d.stale_watch = StaleWatch.from_state(x["stale_watch"])
+    d.said = set(x["said"])
+    d._skipped_slots = x["skipped_slots"]
+
+
+def resume(d: Dispatcher, state: Mapping[str, Any], *, step: int, kept_outputs: bool = True) -> list[str]:
+    """Set up the fresh dispatcher ``d`` (a new start) to go on from ``state``, reissuing what was in flight.
+
+    ``step`` is the checkpoint's step (the next step to assemble; the policy version equals it). Returns warnings.
+    The statistics must already hold the checkpoint's snapshot (their outstanding draws are moved to new keys).
+    """
+    fmt = check_format(state)
+    warnings: list[str] = []
+    d.step = d.version = step
+    d.next_position = int(state.get("next_position", step * d.config.batch_size))
+    if fmt >= 2 and "samplers" in state:
+        warnings += d.samplers.restore(state["samplers"], d.next_position)
+    else:
+        warnings += d.samplers.restore(None, d.next_position)
+    exact = state.get("exact") or {}
+    kept_keys = {tuple(k) for k in (state.get("kept") or {}).get("groups", [])}
+    kept_items = [SettledGroup.from_json(g) for g in exact.get("queue", []) if tuple(g["key"]) in kept_keys]
+    drawn = {(s, q): (row, sampler) for s, q, row, sampler in state.get("drawn", [])}
+    waiting = {tuple(k) for keys in state.get("waiting", {}).values() for k in keys}
+    reissue, backlog = [], []
+    for s, q, task_id, position in state["outstanding"]:
+        key = (s, q)
+        if key in {g.key for g in kept_items} and kept_outputs:
+            continue
+        (backlog if key in waiting else reissue).append((key, task_id, position))
+    for item in kept_items if kept_outputs else []:
+        if d.pool.first_index(item.task_id) is not None:
+            d.outstanding[item.key] = _Draw(item.key, d.pool.first_index(item.task_id), item.task_id, item.entry,
+                                            d.pool.rows[d.pool.first_index(item.task_id)].label, item.position,
+                                            item.record.group_size, (item.record.drawn_at or {}).get("main", 0),
+                                            item.record.sampler, item.record.reason, item.record.score)
+            d.queue.append(item)
+            d.pipeline += 1
+        else:
+            d.recorder.fate(*item.key, "lost", task_id=item.task_id)
+    for key, task_id, position in sorted(reissue) + backlog:
+        row_index = _find_row(d, task_id, drawn.get(key, (None, None))[0])
+        if row_index is None:
+            d.recorder.fate(*key, "lost", task_id=task_id)
+            continue
+        sampler = drawn.get(key, (None, None))[1] or d.samplers.run_name
+        _reissue(d, key, row_index, position, sampler)
+    for entry, positions in state.get("tokens", {}).items():
+        fallback = set(state.get("fallback_slots", []))
+        if d.pool.by_entry(entry) and d.samplers.entry_adaptive(entry):
+            queue = d.tokens.setdefault(entry, deque())
+            for pos in positions:
+                queue.append((d._next_ticket(), Token(pos, entry, pos in fallback)))
+        else:
+            for pos in positions:
+                d._events.append({"event": "slot_skipped", "start": d.start_number, "position": pos,
+                                  "entry": entry, "why": "no_slots" if d.pool.by_entry(entry) else "entry_left"})
+            warnings.append(f"dropped {len(positions)} slot(s) of environment {entry} at resume")
+    return warnings
+
+
+def _find_row(d: Dispatcher, task_id: str, saved_index: int | None) -> int | None:
+    """The saved pool row if it still holds the task, else the first row with that task id, else None."""
+    rows = d.pool.rows
+    if saved_index is not None and 0 <= saved_index < len(rows) and rows[saved_index].task_id == task_id:
+        return saved_index
+    return d.pool.first_index(task_id)
+
+
+def _reissue(d: Dispatcher, old_key: tuple[int, int], row_index: int, position: int, sampler: str) -> None:
+    row = d.pool.rows[row_index]
+    key = (d.start_number, d.next_seq)
+    d.next_seq += 1
+    draw = _Draw(key, row.index, row.task_id, row.entry, row.label, position, row.group_size, d.version,
+                 sampler, "reissue", None)
+    d.outstanding[key] = draw
+    d.recorder.reissue(old_key, key, version=d.version, sampler=sampler, reason="reissue")
+    d.backlogs.setdefault(row.label, deque()).append((d._next_ticket(), draw))

@@ -1,0 +1,696 @@
+"""The dispatcher: when each group starts, on which permits, and which settled groups a step trains.
+
+This is the heart of the policy layer, and both runtimes (``platoon.sim``, ``platoon.live``) drive this one object.
+It is sans-I/O: every handler takes ``now=`` and returns decisions (``StartGroup``, ``GrantPermit``); the trainer
+asks ``take_step(now=)`` for a ``TrainStep``. Rules it keeps (semantics sections 3-5):
+
+- **Drawing.** A static run sampler decides position ``n`` as soon as a group may start (its draw waits for permits);
+  an adaptive one (and an adaptive entry's *token*) is asked only once the permits are held, among the tasks whose
+  label has room. One start is pending at a time and nothing overtakes it: permits are FIFO.
+- **Horizon.** ``in_use = pipeline + admitted`` (groups dispatched and not dequeued, plus the groups the current step
+  dequeued toward its batch). Nothing starts when ``in_use >= steps_left * B`` (the plan); with ``max_staleness = k``
+  nothing starts when ``in_use >= (k + 1) * B``. A partly finished group counts whole.
+- **Steps.** A step dequeues settled groups in settle order and trains the admitted, non-stale ones in draw order:
+  under ``all`` it dequeues ``B`` groups; under a rule it stops at ``B`` admitted or at ``cap`` counted groups.
+  A group is stale when ``version - oldest > bound`` at dequeue.
+- **Admission** (rule mode). A rejected group with datums frees its place at once and counts toward the current
+  step's cap as a marker; a failed group, or one without datums, keeps its place until a step takes its marker.
+  Rejections get their fate at settle, with the outstanding draw removed in the same call.
+
+State transitions of the step cycle: ASSEMBLING --take_step--> TRAINING --commit_step--> COMMITTED --publish-->
+ASSEMBLING (or FINISHED after the last step). A call in the wrong phase raises, naming the call and the phase.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from platoon.policy.admission import AdmissionSet, carries_datums, step_cap
+from platoon.policy.dispatch_metrics import DispatchGauges, StaleWatch, batch_kind_metrics
+from platoon.policy.outputs import GroupOutput, Key, SettledGroup, TrainStep, draw_order
+from platoon.policy.permits import DrawLease, GrantPermit, PermitPool
+from platoon.policy.pool import TaskPool, TaskRow
+from platoon.policy.recorder import StatsRecorder
+from platoon.policy.samplers.base import TaskStatsView
+from platoon.policy.samplers.runtime import Bound, SamplerSet, Token
+from platoon.policy.stats import GroupRecord
+
+TEARDOWN_WAIT_S = 60.0
+BACKLOG_BATCHES = 4
+ROLLOUT_NOTICE = (
+    "Each rollout returns its permit as it ends (train.permit_release: rollout); a group's rollouts {how}"
+)
+
+
+class StepPhase(Enum):
+    ASSEMBLING = "assembling"
+    TRAINING = "training"
+    COMMITTED = "committed"
+    FINISHED = "finished"
+
+
+_TRANSITIONS = {
+    ("take_step", StepPhase.ASSEMBLING): StepPhase.TRAINING,
+    ("commit_step", StepPhase.TRAINING): StepPhase.COMMITTED,
+    ("publish", StepPhase.COMMITTED): StepPhase.ASSEMBLING,
+}
+
+
+@dataclass(frozen=True)
+class DispatchConfig:
+    """The run's dispatch settings (built from the config by ``dispatch_config``)."""
+
+    batch_size: int
+    steps: int
+    max_concurrent_rollouts: int
+    permit_release: str = "rollout"
+    max_staleness: int | None = 1
+    entry_staleness: Mapping[str, int | None] = field(default_factory=dict)
+    max_groups_per_step: float = 3.0
+    label_limits: Mapping[str, int] = field(default_factory=dict)
+    teardown_wait_s: float = TEARDOWN_WAIT_S
+
+    def __post_init__(self) -> None:
+        if self.permit_release not in ("rollout", "group"):
+            raise ValueError(f"permit_release must be rollout or group, got {self.permit_release!r}")
+
+
+@dataclass(frozen=True)
+class StartGroup:
+    """Decision: start the workflow of group ``key`` on ``task_id`` (its members enter their lease blocks)."""
+
+    key: Key
+    task_id: str
+    entry: str | None
+    row_index: int
+    group_size: int
+    version: int
+
+
+@dataclass
+class _Draw:
+    """A bound draw: outstanding until a committed step takes it, or it is rejected or skipped."""
+
+    key: Key
+    row: int
+    task_id: str
+    entry: str | None
+    label: str | None
+    position: int
+    group_size: int
+    version: int
+    sampler: str
+    reason: str
+    score: float | None
+    started_at: float | None = None
+
+    def to_json(self) -> list:
+        return [list(self.key), self.row, self.task_id, self.entry, self.label, self.position, self.group_size,
+                self.version, self.sampler, self.reason, self.score, self.started_at]
+
+    @classmethod
+    def from_json(cls, d: list) -> _Draw:
+        return cls(tuple(d[0]), *d[1:])
+
+
+@dataclass
+class _Pending:
+    """The one start waiting for its permits: a bound draw, an adaptive entry's token, or a run-level ASK."""
+
+    kind: str  # draw | token | ask
+    lease: DrawLease
+    draw: _Draw | None = None
+    token: Token | None = None
+
+
+class Dispatcher:
+    """See the module docstring. ``rolling``: the training workflow runs its rollouts on the lease."""
+
+    def __init__(self, config: DispatchConfig, pool: TaskPool, samplers: SamplerSet, recorder: StatsRecorder,
+                 admission: AdmissionSet | None = None, *, rolling: bool = True, start: int = 1,
+                 clock: Callable[[], float] | None = None) -> None:
+        self.config, self.pool, self.samplers, self.recorder = config, pool, samplers, recorder
+        self.admission = admission if admission is not None and admission.rule_mode else None
+        self.start_number = start
+        self.active_lease = config.permit_release == "rollout"
+        self.rolling = rolling and self.active_lease
+        self.permits = PermitPool(config.max_concurrent_rollouts)
+        self.cap = step_cap(config.batch_size, config.max_groups_per_step)
+        self.phase = StepPhase.ASSEMBLING
+        self.step = 0
+        self.version = 0
+        self.next_seq = 0
+        self.next_position = 0
+        self.pipeline = 0
+        self.admitted = 0
+        self.markers_now = 0
+        self.step_counted = 0
+        self.step_admitted = 0
+        self.ticket = 0
+        self.now = 0.0
+        self.outstanding: dict[Key, _Draw] = {}
+        self.running: dict[Key, tuple[_Draw, DrawLease]] = {}
+        self.queue: deque[SettledGroup] = deque()
+        self.step_items: list[SettledGroup] = []
+        self.backlogs: dict[str, deque[tuple[int, _Draw]]] = {}
+        self.tokens: dict[str, deque[tuple[int, Token]]] = {}
+        self.active_labels: dict[str, int] = {}
+        self.pending: _Pending | None = None
+        self.teardowns: dict[Key, dict[int, float]] = {}
+        self.gauges = DispatchGauges(configured=self._configured_in_flight())
+        self.stale_watch = StaleWatch()
+        self.said: set[str] = set()
+        self._events: list[dict] = []
+        self._warnings: list[str] = []
+        self._infos: list[str] = []
+        self._skipped_slots = 0
+        self._labels = list(dict.fromkeys(row.label for row in pool.rows))
+
+    # ----------------------------------------------------------------------------------------------- events
+    def start(self, *, now: float) -> list[Any]:
+        """The run begins (or resumes): announce the permit mode, then draw and start what fits."""
+        self._tick(now)
+        if self.active_lease:
+            how = "start as permits free" if self.rolling else (
+                "start together (its workflow sets no runs_rollouts_on_lease)")
+            self._infos.append(ROLLOUT_NOTICE.format(how=how))
+        self._events.append({"event": "start", "start": self.start_number, "batch": self.step,
+                             "checkpoint": None, "state_lost": None, "loaded": None})
+        return self._dispatch(now)
+
+    def on_block_entered(self, key: Key, index: int, *, now: float) -> list[Any]:
+        """Member ``index`` of ``key`` entered its lease block: a ``GrantPermit`` now, or later from another call."""
+        self._tick(now)
+        lease = self._lease(key, "on_block_entered")
+        grant = self.permits.enter_block(lease, index, now=now)
+        if grant is not None and grant.held:
+            self.gauges.rollout_started(now=now)
+        return [grant] if grant is not None else []
+
+    def on_block_cancelled(self, key: Key, index: int, *, now: float) -> list[Any]:
+        """A member's wait for its permit was cancelled: its index never ran."""
+        self._tick(now)
+        self.permits.cancel_block(self._lease(key, "on_block_cancelled"), index)
+        return []
+
+    def on_block_exited(self, key: Key, index: int, *, now: float, teardowns_pending: bool = False) -> list[Any]:
+        """Member ``index`` of ``key`` ended. With teardowns still running, its permit waits for
+        ``on_teardowns_done`` or ``teardown_wait_s`` (a deadline), whichever comes first."""
+        self._tick(now)
+        lease = self._lease(key, "on_block_exited")
+        if teardowns_pending and index in lease.holding_blocks and self.active_lease:
+            self.teardowns.setdefault(key, {})[index] = now + self.config.teardown_wait_s
+            return []
+        return self._exit_block(lease, index, now)
+
+    def on_teardowns_done(self, key: Key, index: int, *, now: float) -> list[Any]:
+        self._tick(now)
+        waits = self.teardowns.get(key, {})
+        if waits.pop(index, None) is None:
+            return []
+        if not waits:
+            self.teardowns.pop(key, None)
+        return self._exit_block(self._lease(key, "on_teardowns_done"), index, now)
+
+    def next_deadline(self) -> float | None:
+        """The earliest teardown deadline, or None."""
+        times = [t for waits in self.teardowns.values() for t in waits.values()]
+        return min(times) if times else None
+
+    def on_deadline(self, *, now: float) -> list[Any]:
+        """Return the permits whose teardowns outlasted their wait, with a warning each."""
+        self._tick(now)
+        decisions: list[Any] = []
+        for key in list(self.teardowns):
+            for index, due in list(self.teardowns[key].items()):
+                if due <= now:
+                    draw, lease = self.running[key]
+                    self._warnings.append(
+                        f"Rollout {index} of task {draw.task_id} returns its permit with its teardowns still "
+                        f"running after {self.config.teardown_wait_s:g}s")
+                    del self.teardowns[key][index]
+                    decisions += self._exit_block(lease, index, now)
+            if not self.teardowns[key]:
+                del self.teardowns[key]
+        return decisions
+
+    def on_group_finished(self, key: Key, output: GroupOutput | None, *, now: float) -> list[Any]:
+        """The group's workflow returned ``output`` (None: it raised). Settle, admit, release its lease."""
+        self._tick(now)
+        if key not in self.running:
+            raise RuntimeError(f"on_group_finished: group {key} is not running")
+        draw, lease = self.running.pop(key)
+        self.teardowns.pop(key, None)
+        record = self._record(draw, output)
+        self.recorder.settle(record)
+        decisions: list[Any] = list(self.permits.release(lease, now=now))
+        self.gauges.group_ended(lease, now=now)
+        if draw.label is not None and draw.label in self.config.label_limits:
+            self.active_labels[draw.label] -= 1
+        item = SettledGroup(draw.key, draw.task_id, draw.entry, draw.position, output, record,
+                            kind="failed" if output is None else "admitted")
+        if self.admission is not None:
+            item = self._admit(item, draw)
+        if item is not None:
+            self.queue.append(item)
+        return decisions + self._dispatch(now)
+
+    # ------------------------------------------------------------------------------------------------ steps
+    def take_step(self, *, now: float) -> TrainStep | None:
+        """Dequeue settled groups toward the current step; the ``TrainStep`` once its batch is complete."""
+        self._tick(now)
+        self._expect("take_step", StepPhase.ASSEMBLING)
+        while self.queue and not self._step_complete():
+            self._dequeue(self.queue.popleft())
+        if not self._step_complete():
+            return None
+        self.phase = StepPhase.TRAINING
+        by_kind: dict[str, list[SettledGroup]] = {"admitted": [], "stale": [], "failed": [], "marker": []}
+        for item in self.step_items:
+            by_kind[item.kind].append(item)
+        return TrainStep(self.step, self.version, draw_order(by_kind["admitted"]), draw_order(by_kind["stale"]),
+                         draw_order(by_kind["failed"]), draw_order(by_kind["marker"]))
+
+    def commit_step(self, *, now: float) -> None:
+        """The update is done: give the dequeued groups their fates and feed the statistics (in draw order)."""
+        self._tick(now)
+        self._expect("commit_step", StepPhase.TRAINING)
+        self.phase = StepPhase.COMMITTED
+        consumed, stale = 0, 0
+        for item in sorted(self.step_items, key=lambda g: g.key):
+            if item.kind == "marker":
+                continue
+            fate = {"admitted": "consumed", "stale": "stale", "failed": "failed"}[item.kind]
+            self.recorder.fate(*item.key, fate, task_id=item.task_id)
+            self.outstanding.pop(item.key, None)
+            consumed += 1
+            stale += item.kind == "stale"
+            if self.admission is not None:
+                self.admission.note(item.kind, label=item.entry, reason=item.reason,
+                                    informative=item.record.verdict == "trained" if item.output is not None else None)
+        self.samplers.note_consumed([g.record for g in self.step_items
+                                     if g.kind == "admitted" or (g.kind == "marker" and g.output is not None)])
+        warning = self.stale_watch.note_step(consumed, stale, self.gauges.last_blocked,
+                                             self.config.max_staleness)
+        if warning:
+            self._warnings.append(warning)
+        self.recorder.flush()
+
+    def publish(self, *, now: float) -> list[Any]:
+        """New weights are live: the version moves on and the next step begins (or the run is done)."""
+        self._tick(now)
+        self._expect("publish", StepPhase.COMMITTED)
+        self.version += 1
+        self.step += 1
+        self.admitted = 0
+        self.step_counted = self.step_admitted = 0
+        self.step_items = []
+        if self.step >= self.config.steps:
+            self.phase = StepPhase.FINISHED
+            return []
+        self.phase = StepPhase.ASSEMBLING
+        return self._dispatch(now)
+
+    # ------------------------------------------------------------------------------------------- outboxes
+    def take_events(self) -> list[dict]:
+        """Events for ``tasks/events.jsonl`` since the last call (the statistics' and the dispatcher's own)."""
+        self._events.extend(self.recorder.take_events())
+        events, self._events = self._events, []
+        return events
+
+    def take_warnings(self) -> list[str]:
+        extra = self.admission.take_warnings() if self.admission is not None else []
+        warnings, self._warnings = self._warnings + extra, []
+        return warnings
+
+    def take_infos(self) -> list[str]:
+        infos, self._infos = self._infos, []
+        return infos
+
+    def step_metrics(self, *, now: float) -> dict[str, float]:
+        """The metrics of the step just committed (call between ``commit_step`` and ``publish``)."""
+        self._tick(now)
+        metrics = self.gauges.read(now=now, groups_in_flight=len(self.running))
+        metrics.update(batch_kind_metrics(self.step_items, self._threshold))
+        metrics["train/sampler/skipped_slots"] = float(self._skipped_slots)
+        self._skipped_slots = 0
+        for entry, queue in self.tokens.items():
+            waiting = len(queue) + (self.pending is not None and self.pending.token is not None
+                                    and self.pending.token.entry == entry)
+            metrics[f"train/sampler/environment/{entry.replace('/', '--')}/tokens"] = float(waiting)
+        metrics.update(self.samplers.metrics(self.recorder.view(self.version)))
+        if self.admission is not None:
+            draws = metrics.get("train/sampler/draws")
+            metrics.update(self.admission.metrics(draws=draws))
+            metrics["train/admission/counted"] = float(self.step_counted)
+            metrics["train/admission/short"] = float(self.step_admitted < self.config.batch_size)
+        metrics["train/dispatch/groups_in_flight"] = float(len(self.running))
+        metrics["train/policy_version"] = float(self.version)
+        return metrics
+
+    # --------------------------------------------------------------------------------------------- internals
+    def _tick(self, now: float) -> None:
+        if now < self.now:
+            raise ValueError(f"time went backwards: now={now} after {self.now}")
+        self.now = now
+
+    def _expect(self, call: str, phase: StepPhase) -> None:
+        if self.phase is not phase:
+            raise RuntimeError(f"{call}: the dispatcher is {self.phase.value}, not {phase.value}")
+
+    def _lease(self, key: Key, call: str) -> DrawLease:
+        if key not in self.running:
+            raise RuntimeError(f"{call}: group {key} is not running")
+        return self.running[key][1]
+
+    def _configured_in_flight(self) -> int:
+        budget = self.config.max_concurrent_rollouts
+        if self.config.permit_release == "rollout":
+            return budget
+        sizes = [row.group_size for row in self.pool.rows] or [1]
+        return min(budget, max(1, budget // min(sizes)) * max(sizes))
+
+    def _exit_block(self, lease: DrawLease, index: int, now: float) -> list[Any]:
+        held = index in lease.holding_blocks
+        grants = self.permits.exit_block(lease, index, now=now)
+        if held:
+            self.gauges.rollout_ended(now=now)
+        self.gauges.permits_changed(self.permits.held, now=now)
+        return self._granted(grants, now) + self._dispatch(now)
+
+    def _granted(self, grants: list[GrantPermit], now: float) -> list[Any]:
+        for g in grants:
+            if g.held:
+                self.gauges.rollout_started(now=now)
+        self.gauges.permits_changed(self.permits.held, now=now)
+        return list(grants)
+
+    # -- horizon and labels
+    def _in_use(self) -> int:
+        return self.pipeline + self.admitted
+
+    def _horizon_room(self) -> str | None:
+        """None when another group may start, else the reason it may not (plan or horizon)."""
+        B = self.config.batch_size
+        steps_left = self.config.steps - self.step
+        if self._in_use() >= steps_left * B:
+            return "plan"
+        k = self.config.max_staleness
+        if k is not None and self._in_use() >= (k + 1) * B:
+            return "horizon"
+        if self.admission is not None and (k == 0 or steps_left == 1):
+            if self.step_counted + self.pipeline + self.markers_now >= self.cap:
+                return "plan" if steps_left == 1 else "horizon"
+        return None
+
+    def _has_room(self, label: str | None) -> bool:
+        limit = self.config.label_limits.get(label) if label is not None else None
+        return limit is None or self.active_labels.get(label, 0) < limit
+
+    def _any_label_room(self) -> bool:
+        if not self.config.label_limits:
+            return True
+        return any(self._has_room(label) for label in self._labels)
+
+    def _threshold(self, entry: str | None) -> float:
+        rows = self.pool.by_entry(entry) if entry is not None else ()
+        return rows[0].success_threshold if rows else 1.0
+
+    # -- the choose loop
+    def _dispatch(self, now: float) -> list[Any]:
+        """Start every group that may start now; set the blocked reason for the time until the next change."""
+        decisions: list[Any] = []
+        if self.phase is StepPhase.FINISHED:
+            self.gauges.blocked.set("plan", now=now)
+            return decisions
+        while True:
+            if self.pending is not None:
+                if not self.pending.lease.startable:
+                    self.gauges.blocked.set("permits", now=now)
+                    return decisions
+                started = self._finish_pending(now)
+                if started is None:
+                    self.gauges.blocked.set("sampler", now=now)
+                    return decisions
+                decisions.append(started)
+                continue
+            if self._start_waiting(now, decisions):
+                continue
+            reason = self._horizon_room()
+            if reason is not None:
+                self.gauges.blocked.set(reason, now=now)
+                return decisions
+            if not self._any_label_room():
+                self.gauges.blocked.set("labels", now=now)
+                return decisions
+            if self.samplers.run_adaptive:
+                self._reserve(_Pending("ask", self._new_lease(self._largest_group())), now, decisions)
+                continue
+            self._draw_static(now, decisions)
+
+    def _start_waiting(self, now: float, decisions: list[Any]) -> bool:
+        """Start the waiting draw or token with the smallest ticket whose label/entry can start; True if one did."""
+        if self._horizon_room() is not None:
+            return False
+        best: tuple[int, str, str] | None = None
+        for label, backlog in self.backlogs.items():
+            if backlog and self._has_room(label) and (best is None or backlog[0][0] < best[0]):
+                best = (backlog[0][0], "draw", label)
+        for entry, queue in self.tokens.items():
+            if queue and self._entry_can_start(entry) and (best is None or queue[0][0] < best[0]):
+                best = (queue[0][0], "token", entry)
+        if best is None:
+            return False
+        _, kind, name = best
+        if kind == "draw":
+            _, draw = self.backlogs[name].popleft()
+            self._start_draw(draw, now, decisions)
+        else:
+            _, token = self.tokens[name].popleft()
+            self._reserve(_Pending("token", self._new_lease(self._entry_group_size(token.entry)), token=token),
+                          now, decisions)
+        return True
+
+    def _draw_static(self, now: float, decisions: list[Any]) -> None:
+        position = self.next_position
+        self.next_position += 1
+        answer = self.samplers.static_decision(position)
+        if isinstance(answer, Token):
+            queue = self.tokens.setdefault(answer.entry, deque())
+            if not queue and self._entry_can_start(answer.entry):
+                self._reserve(_Pending("token", self._new_lease(self._entry_group_size(answer.entry)),
+                                       token=answer), now, decisions)
+            elif len(queue) < BACKLOG_BATCHES * self.config.batch_size:
+                queue.append((self._next_ticket(), answer))
+            else:
+                self._skip_slot(position, answer.entry, "backlog")
+            return
+        draw = self._bind(answer, position)
+        if self._has_room(draw.label):
+            self._start_draw(draw, now, decisions)
+            return
+        backlog = self.backlogs.setdefault(draw.label, deque())
+        if len(backlog) < BACKLOG_BATCHES * self.config.batch_size:
+            backlog.append((self._next_ticket(), draw))
+        else:
+            self.outstanding.pop(draw.key)
+            self.recorder.fate(*draw.key, "skipped", task_id=draw.task_id)
+            self._warn_once(f"skip:{draw.label}", f"label {draw.label}'s backlog is full: skipping drawn rows")
+
+    def _start_draw(self, draw: _Draw, now: float, decisions: list[Any]) -> None:
+        self._take_label(draw.label)
+        self._reserve(_Pending("draw", self._new_lease(draw.group_size, draw), draw=draw), now, decisions)
+
+    def _reserve(self, pending: _Pending, now: float, decisions: list[Any]) -> None:
+        self.pipeline += 1
+        self.pending = pending
+        decisions += self._granted(self.permits.reserve(pending.lease, now=now), now)
+
+    def _finish_pending(self, now: float) -> StartGroup | None:
+        """The pending start holds its permits: bind an adaptive decision if needed, then start the group."""
+        pending = self.pending
+        assert pending is not None
+        draw = pending.draw
+        if draw is None:
+            draw = self._adaptive(pending, now)
+            if draw is None:
+                self.permits.release(pending.lease, now=now)
+                self.pipeline -= 1
+                if pending.token is not None:
+                    self.tokens[pending.token.entry].appendleft((self._next_ticket(), pending.token))
+                self.pending = None
+                return None
+        self.pending = None
+        draw.started_at = now
+        self.running[draw.key] = (draw, pending.lease)
+        self.gauges.group_started(now=now)
+        return StartGroup(draw.key, draw.task_id, draw.entry, draw.row, draw.group_size, draw.version)
+
+    def _adaptive(self, pending: _Pending, now: float) -> _Draw | None:
+        entry = pending.token.entry if pending.token is not None else None
+        size = pending.lease.size
+        room = {}
+
+        def eligible(task_id: str) -> bool:
+            row = self.pool.rows[self.pool.first_index(task_id)]
+            if row.label not in room:
+                room[row.label] = self._has_room(row.label)
+            return room[row.label] and row.group_size <= size
+
+        self.recorder.flush()
+        bound = self.samplers.adaptive_decision(entry, eligible=eligible, view=self.recorder.view(self.version),
+                                                step=self.step, version=self.version, max_group_size=size)
+        if bound is None:
+            return None
+        if pending.token is not None:
+            position = pending.token.position
+        else:
+            position = self.next_position
+            self.next_position += 1
+        draw = self._bind(bound, position)
+        pending.lease.key, pending.lease.task_id = draw.key, draw.task_id
+        if draw.group_size != size:
+            self._granted(self.permits.resize(pending.lease, draw.group_size, now=now), now)
+        self._take_label(draw.label)
+        return draw
+
+    def _bind(self, bound: Bound, position: int) -> _Draw:
+        row: TaskRow = bound.row
+        key = (self.start_number, self.next_seq)
+        self.next_seq += 1
+        draw = _Draw(key, row.index, row.task_id, row.entry, row.label, position, row.group_size, self.version,
+                     bound.sampler, bound.reason, bound.score)
+        self.outstanding[key] = draw
+        self.recorder.draw(*key, row.task_id, position, version=self.version, sampler=bound.sampler,
+                           reason=bound.reason, score=bound.score)
+        return draw
+
+    def _new_lease(self, size: int, draw: _Draw | None = None) -> DrawLease:
+        key = draw.key if draw is not None else (self.start_number, self.next_seq)
+        return DrawLease(key, size, rolling=self.rolling, active=self.active_lease,
+                         task_id=draw.task_id if draw is not None else "")
+
+    def _take_label(self, label: str | None) -> None:
+        if label is not None and label in self.config.label_limits:
+            self.active_labels[label] = self.active_labels.get(label, 0) + 1
+
+    def _entry_can_start(self, entry: str) -> bool:
+        return any(self._has_room(row.label) for row in self.pool.by_entry(entry))
+
+    def _entry_group_size(self, entry: str) -> int:
+        return max(row.group_size for row in self.pool.by_entry(entry))
+
+    def _largest_group(self) -> int:
+        return max(row.group_size for row in self.pool.rows)
+
+    def _next_ticket(self) -> int:
+        self.ticket += 1
+        return self.ticket
+
+    def _skip_slot(self, position: int, entry: str, why: str) -> None:
+        self._skipped_slots += 1
+        self._events.append({"event": "slot_skipped", "start": self.start_number, "position": position,
+                             "entry": entry, "why": why})
+        self._warn_once(f"slot:{entry}", f"environment {entry}'s token queue is full: skipping its slots")
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self.said:
+            self.said.add(key)
+            self._warnings.append(message)
+
+    # -- settling and dequeuing
+    def _record(self, draw: _Draw, output: GroupOutput | None) -> GroupRecord:
+        return GroupRecord(
+            start=draw.key[0], seq=draw.key[1], task_id=draw.task_id, entry=draw.entry,
+            labels={} if draw.label is None else {self.pool.label_column: draw.label},
+            harness=None, group_size=draw.group_size, sampler=draw.sampler, reason=draw.reason,
+            score=draw.score, position=draw.position, drawn_at={"main": draw.version},
+            members=tuple(output.members) if output is not None else (),
+            verdict="failed" if output is None else (output.verdict if isinstance(output.verdict, str)
+                                                     else "unknown"))
+
+    def _admit(self, item: SettledGroup, draw: _Draw) -> SettledGroup | None:
+        assert self.admission is not None
+        view = TaskStatsView(self.recorder.peek_store(), self.version, live=not self.recorder.stopped)
+        verdict, rule = self.admission.decide(item.record if item.output is not None else None, view,
+                                              entry=draw.entry)
+        if verdict.admit:
+            return SettledGroup(item.key, item.task_id, item.entry, item.position, item.output, item.record,
+                                "admitted", verdict.reason)
+        held = not carries_datums(item.output)
+        fate = "failed" if item.output is None else "rejected"
+        self.recorder.fate(*draw.key, fate, task_id=draw.task_id, rule=rule, admission=verdict.reason)
+        self.outstanding.pop(draw.key, None)
+        if item.output is not None:
+            self.admission.note("rejected", label=draw.entry, reason=verdict.reason,
+                                informative=item.record.verdict == "trained")
+        else:
+            self.admission.note("failed", label=draw.entry, reason=verdict.reason, informative=None)
+        emptied = None if item.output is None else GroupOutput(item.output.verdict, item.output.members, ())
+        if not held:
+            self.pipeline -= 1
+            self.markers_now += 1
+        return SettledGroup(item.key, item.task_id, item.entry, item.position, emptied, item.record, "marker",
+                            verdict.reason, self.step, held)
+
+    def _dequeue(self, item: SettledGroup) -> None:
+        kind = item.kind
+        if kind == "admitted" and self._is_stale(item):
+            kind = "stale"
+        item = SettledGroup(item.key, item.task_id, item.entry, item.position, item.output, item.record, kind,
+                            item.reason, item.window, item.held)
+        if self.admission is None:
+            self.pipeline -= 1
+            self.admitted += 1
+            self.step_counted += 1
+            self.step_admitted += kind == "admitted"
+        elif kind == "marker":
+            if item.held:
+                self.pipeline -= 1
+            if item.window == self.step:
+                if not item.held:
+                    self.markers_now -= 1
+                self.step_counted += 1
+        else:
+            self.pipeline -= 1
+            if kind == "admitted":
+                self.admitted += 1
+                self.step_admitted += 1
+            self.step_counted += 1
+        self.step_items.append(item)
+
+    def _is_stale(self, item: SettledGroup) -> bool:
+        bound = self.config.entry_staleness.get(item.entry) if item.entry is not None else None
+        if bound is None:
+            bound = self.config.max_staleness
+        if bound is None or item.output is None or not len(item.output):
+            return False
+        oldest = item.record.oldest_version()
+        return oldest is not None and self.version - oldest > bound
+
+    def _step_complete(self) -> bool:
+        B = self.config.batch_size
+        if self.admission is None:
+            return self.step_counted >= B
+        return self.step_admitted >= B or self.step_counted >= self.cap
+
+
+def dispatch_config(cfg: Any) -> DispatchConfig:
+    """The dispatch settings of a ``RunConfig``."""
+    train = cfg.train
+    largest = max(e.group_size for e in cfg.environments)
+    budget = train.max_concurrent_rollouts or train.batch_size * largest
+    return DispatchConfig(
+        batch_size=train.batch_size, steps=train.steps, max_concurrent_rollouts=budget,
+        permit_release=train.permit_release, max_staleness=train.max_staleness,
+        entry_staleness={e.name: e.max_staleness for e in cfg.environments if e.max_staleness is not None},
+        max_groups_per_step=train.refill.max_groups_per_step,
+        label_limits=dict(train.rollout_group_limits))
+
+
+__all__ = ["Dispatcher", "DispatchConfig", "StartGroup", "GrantPermit", "TrainStep", "StepPhase",
+           "dispatch_config"]

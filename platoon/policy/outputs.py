@@ -1,0 +1,89 @@
+"""What a group's workflow hands back, and what the dispatcher hands the trainer.
+
+``GroupOutput`` is the runtime-neutral result of one group: its verdict (``trained`` when its rollouts mixed, ``uniform``
+when they scored alike, ...), one ``MemberResult`` per rollout, and the datums a step would train (opaque to the
+policy layer, JSON-safe; the simulator's are small tuples, the live backend's are token ids and log-probabilities).
+A workflow that raised is ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from platoon.policy.stats import GroupRecord, MemberResult
+
+Key = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class GroupOutput:
+    verdict: str
+    members: tuple[MemberResult, ...] = ()
+    datums: tuple[Any, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.datums)
+
+    def to_json(self) -> dict:
+        return {"verdict": self.verdict, "members": [m.to_json() for m in self.members],
+                "datums": list(self.datums)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> GroupOutput:
+        return cls(data["verdict"], tuple(MemberResult.from_json(m) for m in data["members"]),
+                   tuple(_tuplify(d) for d in data["datums"]))
+
+
+def _tuplify(value: Any) -> Any:
+    """JSON turns tuples into lists; datums are compared after a round trip, so give tuples back."""
+    return tuple(_tuplify(v) for v in value) if isinstance(value, list) else value
+
+
+@dataclass(frozen=True)
+class SettledGroup:
+    """A settled group as a step sees it: its draw, its output (None: the workflow failed) and its record."""
+
+    key: Key
+    task_id: str
+    entry: str | None
+    position: int
+    output: GroupOutput | None
+    record: GroupRecord
+    kind: str = "admitted"  # admitted | stale | failed | marker
+    reason: str | None = None  # the admission rule's reason (rejections and admits under a rule)
+    window: int = 0  # the step during which it was rejected (markers)
+    held: bool = False  # a marker that keeps its horizon place until a step takes it
+
+    def to_json(self) -> dict:
+        return {"key": list(self.key), "task_id": self.task_id, "entry": self.entry, "position": self.position,
+                "output": None if self.output is None else self.output.to_json(),
+                "record": self.record.to_json(), "kind": self.kind, "reason": self.reason,
+                "window": self.window, "held": self.held}
+
+    @classmethod
+    def from_json(cls, d: dict) -> SettledGroup:
+        return cls(tuple(d["key"]), d["task_id"], d["entry"], d["position"],
+                   None if d["output"] is None else GroupOutput.from_json(d["output"]),
+                   GroupRecord.from_json(d["record"]), d["kind"], d["reason"], d["window"], d["held"])
+
+
+@dataclass(frozen=True)
+class TrainStep:
+    """Decision: train step ``step`` on ``groups`` (admitted, not stale, in draw order) at policy ``version``."""
+
+    step: int
+    version: int
+    groups: tuple[SettledGroup, ...]
+    stale: tuple[SettledGroup, ...] = field(default=())
+    failed: tuple[SettledGroup, ...] = field(default=())
+    markers: tuple[SettledGroup, ...] = field(default=())
+
+    @property
+    def datums(self) -> list[Any]:
+        return [d for g in self.groups if g.output is not None for d in g.output.datums]
+
+
+def draw_order(groups: Sequence[SettledGroup]) -> tuple[SettledGroup, ...]:
+    return tuple(sorted(groups, key=lambda g: g.key))

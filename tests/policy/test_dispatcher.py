@@ -1,0 +1,152 @@
+"""Literal-time unit tests of the dispatcher's rules (semantics sections 3-5)."""
+
+import pytest
+from dispatch_harness import Script, build, output_of
+
+from platoon.policy.dispatcher import StartGroup, StepPhase
+from platoon.policy.permits import GrantPermit
+
+
+def starts(decisions):
+    return [d for d in decisions if isinstance(d, StartGroup)]
+
+
+def grants(decisions):
+    return [d for d in decisions if isinstance(d, GrantPermit)]
+
+
+def enter_all(d, start, now):
+    out = []
+    for i in range(start.group_size):
+        out += d.on_block_entered(start.key, i, now=now)
+    return out
+
+
+def test_horizon_bounds_groups_drawn_ahead_of_the_trainer():
+    d = build(batch_size=4, steps=10, max_staleness=1, permits=1000)
+    assert len(starts(d.start(now=0.0))) == 8  # (k + 1) * B
+    d = build(batch_size=4, steps=10, max_staleness=0, permits=1000)
+    assert len(starts(d.start(now=0.0))) == 4
+    d = build(batch_size=4, steps=10, max_staleness=None, permits=1000)
+    assert len(starts(d.start(now=0.0))) == 40  # only the plan bounds drawing ahead
+
+
+def test_plan_bound_draws_no_more_than_the_remaining_steps_need():
+    d = build(batch_size=4, steps=1, max_staleness=None, permits=1000)
+    assert len(starts(d.start(now=0.0))) == 4
+    assert d.gauges.blocked.reason == "plan"
+
+
+def test_rolling_start_begins_a_group_on_its_first_free_permit():
+    d = build(batch_size=2, group_size=4, permits=5, max_staleness=None, steps=5)
+    first = starts(d.start(now=0.0))
+    assert len(first) == 2  # the second group starts on the fifth permit
+    g0, g1 = first
+    assert len(grants(enter_all(d, g0, 0.0))) == 4
+    assert [x.index for x in grants(enter_all(d, g1, 0.0))] == [0]
+    out = d.on_block_exited(g0.key, 2, now=1.5)
+    assert out == [GrantPermit(g1.key, 1, 1.5, True)]
+    assert d.permits.held == 5
+
+
+def test_group_release_holds_every_permit_until_the_workflow_returns():
+    d = build(batch_size=2, group_size=4, permits=5, max_staleness=None, steps=5, permit_release="group")
+    first = starts(d.start(now=0.0))
+    assert len(first) == 1
+    (g0,) = first
+    assert all(not g.held for g in grants(enter_all(d, g0, 0.0)))
+    for i in range(4):
+        assert d.on_block_exited(g0.key, i, now=1.0 + i) == []
+    out = d.on_group_finished(g0.key, output_of(g0.task_id, [True, False, True, False], 0), now=4.0)
+    assert len(starts(out)) == 1 and d.permits.held == 4
+
+
+def test_a_step_trains_the_first_batch_in_draw_order_and_drops_stale_groups():
+    d = build(batch_size=2, group_size=2, permits=100, max_staleness=0, steps=3)
+    g = starts(d.start(now=0.0))
+    for s in g:
+        enter_all(d, s, 0.0)
+    # the second group settles first: the step still lists them in draw order
+    for s, t in ((g[1], 1.0), (g[0], 2.0)):
+        for i in range(2):
+            d.on_block_exited(s.key, i, now=t)
+        d.on_group_finished(s.key, output_of(s.task_id, [True, False], 0), now=t)
+    step = d.take_step(now=2.0)
+    assert [x.key for x in step.groups] == [g[0].key, g[1].key]
+    assert d.phase is StepPhase.TRAINING
+    with pytest.raises(RuntimeError, match="take_step: the dispatcher is training, not assembling"):
+        d.take_step(now=2.0)
+
+
+def test_stale_groups_are_dropped_at_dequeue():
+    # the run draws without a horizon, the entry's own bound is 0: a slow group drawn at version 0 that a step
+    # dequeues after the first publish is stale
+    d = build(batch_size=1, group_size=2, permits=100, max_staleness=None, steps=3, entry_staleness={"env": 0})
+    s = Script(d, step_s=0.1, duration=lambda key, i, task: 0.05 + 10.0 * key[1]).run()
+    stale = [g.key for st in s.steps for g in st.stale]
+    assert stale, "groups drawn at version 0 and dequeued at version >= 1 must be stale under a bound of 0"
+    fates = [e for e in s.d.take_events() if e["event"] == "fate"]
+    assert {e["fate"] for e in fates} >= {"consumed", "stale"}
+
+
+def test_time_never_goes_backwards():
+    d = build()
+    d.start(now=5.0)
+    with pytest.raises(ValueError, match="time went backwards"):
+        d.take_step(now=4.0)
+
+
+def test_teardowns_hold_the_permit_until_done_or_the_deadline():
+    d = build(batch_size=1, group_size=2, permits=2, max_staleness=None, steps=4)
+    (g0,) = starts(d.start(now=0.0))
+    enter_all(d, g0, 0.0)
+    assert d.on_block_exited(g0.key, 0, now=1.0, teardowns_pending=True) == []
+    assert d.next_deadline() == 61.0 and d.permits.held == 2
+    (g1,) = starts(d.on_teardowns_done(g0.key, 0, now=2.0))  # the permit came back: the next group starts on it
+    assert d.next_deadline() is None
+    assert d.on_block_exited(g0.key, 1, now=3.0, teardowns_pending=True) == []
+    assert d.on_deadline(now=62.0) == []
+    out = d.on_deadline(now=63.0)
+    assert [g.key for g in grants(out)] == [] and d.running[g1.key][1].granted == 2
+    assert any("teardowns still running after 60s" in w for w in d.take_warnings())
+    assert d.next_deadline() is None
+
+
+def test_informative_rejects_uniform_groups_and_frees_their_place_at_once():
+    d = build(batch_size=2, group_size=2, permits=100, max_staleness=0, steps=2, admission="informative",
+              max_groups_per_step=2.0)
+    g = starts(d.start(now=0.0))
+    assert len(g) == 2
+    for s in g:
+        enter_all(d, s, 0.0)
+    for s in g:
+        for i in range(2):
+            d.on_block_exited(s.key, i, now=1.0)
+    out = d.on_group_finished(g[0].key, output_of(g[0].task_id, [True, True], 0), now=1.0)
+    # rejected with datums: its horizon place is free at once, so another group starts while the step waits
+    assert len(starts(out)) == 1
+    fate = [e for e in d.take_events() if e["event"] == "fate"]
+    assert fate == [{"event": "fate", "start": 1, "seq": 0, "fate": "rejected", "rule": "informative",
+                     "admission": "uniform_pass"}]
+    d.on_group_finished(g[1].key, output_of(g[1].task_id, [True, False], 0), now=1.0)
+    assert d.take_step(now=1.0) is None  # one admitted, two counted: neither B admitted nor the cap (4)
+
+
+def test_step_closes_at_the_cap_training_what_it_admitted():
+    d = build(batch_size=2, group_size=2, permits=100, max_staleness=0, steps=2, admission="informative",
+              max_groups_per_step=1.5)
+    assert d.cap == 3
+    script = Script(d)
+    script.carry_out(d.start(now=0.0), 0.0)
+    # settle everything as uniform: every group is rejected, the step closes once it counted 3
+    for _ in range(10):
+        keys = list(d.running)
+        if not keys:
+            break
+        for key in keys:
+            draw, _ = d.running[key]
+            for i in range(draw.group_size):
+                d.on_block_exited(key, i, now=1.0)
+            script.carry_out(d.on_group_finished(key, output_of(draw.task_id, [False, False], 0), now=1.0), 1.0)
+    step = d.take_step(now=1.0)
+    assert step is not None and step.groups == () and len(step.markers) == 3
