@@ -108,7 +108,9 @@ def unknown_name_message(kind: str, name: str, *, known: list[str] | None = None
     if close:
         msg += f"; did you mean {close[0]!r}?"
     sentence = _CORE_SENTENCE[kind]
-    return f"{msg}. {sentence}".rstrip() if sentence else msg
+    if not sentence:
+        return msg
+    return f"{msg} {sentence}" if msg.endswith("?") else f"{msg}. {sentence}"
 
 
 def import_ref(ref: str) -> Any:

@@ -177,6 +177,7 @@ class Informative(AdmissionRule):
     """
 
     options_schema = InformativeOptions
+    needs_verdicts = True  # the config layer refuses it beside a workflow that gives no verdicts
 
     def admit(self, group: GroupRecord, stats: TaskStatsView) -> Admission:
         verdict = group.verdict

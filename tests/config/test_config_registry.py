@@ -88,7 +88,7 @@ def test_options_and_check_are_attached(clean: list[tuple[str, str]]) -> None:
 
 def test_unknown_name_message_suggests_and_names_core() -> None:
     assert registry.unknown_name_message("task_sampler", "uniformm", known=[]) == (
-        "unknown task sampler 'uniformm'; did you mean 'uniform'?. Core's: auto, weighted, uniform and pass_rate."
+        "unknown task sampler 'uniformm'; did you mean 'uniform'? Core's: auto, weighted, uniform and pass_rate."
     )
     assert registry.unknown_name_message("group_admission", "zzz", known=[]) == (
         "unknown group admission 'zzz'. Core's: all and informative."

@@ -343,7 +343,7 @@ def test_stage_two_gathers_every_problem(plugin: str) -> None:
         f"environments.5.task_sampler: {plugin}:AsyncNext: AsyncNext.next is a coroutine function; it must be one "
         "synchronous call",
         f"environments.6.task_sampler: {plugin}:Broken: check raised KeyError: 'oops'",
-        f"environments.7.task_sampler: unknown task sampler '{plugin}_dcc'; did you mean '{plugin}_dc'?. Core's: auto, "
+        f"environments.7.task_sampler: unknown task sampler '{plugin}_dcc'; did you mean '{plugin}_dc'? Core's: auto, "
         "weighted, uniform and pass_rate.",
         f"environments.7.group_admission_options: '{plugin}_rule' takes no options; leave group_admission_options out",
         f"environments.8.env: '{plugin}' has no 'Nothing' (for '{plugin}:Nothing')",

@@ -324,7 +324,7 @@ def test_core_names_cannot_be_registered_over():
     [
         (
             "informativ",
-            r"unknown group admission 'informativ'; did you mean 'informative'\?. Core's: all and informative\.",
+            r"unknown group admission 'informativ'; did you mean 'informative'\? Core's: all and informative\.",
         ),
         ("zzz", r"^unknown group admission 'zzz'\. Core's: all and informative\.$"),
         ("no_such_module_xyz:Rule", r"cannot import 'no_such_module_xyz' .*ModuleNotFoundError"),
