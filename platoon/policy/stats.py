@@ -656,8 +656,10 @@ class TaskStore:
         """``(alpha, beta) = (2m + s, 2(1 - m) + f)``: prior centre ``m``, the task's decayed counts ``(s, f)``."""
         i = self._index[task_id]
         m = self._prior_by_code(int(self._entry_code[i]), now)
-        v = self._ev_v[i]
-        w = 1.0 if math.isnan(v) else decay(now - float(v))
+        age = now - float(self._ev_v[i])
+        # numpy's power, not Python's pow: the two differ in the last bit now and then, and this read must equal
+        # the vectorised one (posterior_arrays) exactly.
+        w = float(np.power(2.0, -age / HALF_LIFE_VERSIONS)) if age > 0 else 1.0
         s, f = float(self._ev_p[i]) * w, float(self._ev_f[i]) * w
         return (PRIOR_STRENGTH * m + s, PRIOR_STRENGTH * (1.0 - m) + f)
 
