@@ -129,6 +129,90 @@ def config_show(
             typer.echo(f"#   {entry_summary(cfg, i)}")
 
 
+def _latest_snapshot(run: Path) -> tuple[dict, dict, list | None]:
+    """(checkpoint row, statistics snapshot, pool) of the newest checkpoint whose snapshot reads back; notes on
+    stderr for every newer one passed over; exit 1 when none reads."""
+    from platoon.runs.checkpoints import CheckpointError, load_latest_checkpoint
+    from platoon.runs.rundir import RunDir
+
+    try:
+        loaded = load_latest_checkpoint(run)
+    except CheckpointError as exc:
+        fail(str(exc), EXIT_RUNTIME)
+    for note in loaded.passed_over:
+        typer.echo(f"platoon: {note}", err=True)
+    snapshot = next((v for k, v in loaded.files.items() if k.startswith("tasks/state-")), None)
+    if not isinstance(snapshot, dict):
+        fail(f"{run}: checkpoint {loaded.row.get('name')} holds no statistics snapshot", EXIT_RUNTIME)
+    return loaded.row, snapshot, RunDir(run).read_pool()
+
+
+def _task_rows(run: Path) -> tuple[dict, int, list[dict]]:
+    from platoon.policy.task_table import store_from_snapshot, task_rows
+
+    row, snapshot, pool = _latest_snapshot(run)
+    version = row.get("policy_version", row.get("step", 0)) or 0
+    return row, version, task_rows(store_from_snapshot(snapshot, pool), version)
+
+
+@tasks_app.command("show")
+def tasks_show(
+    run: Annotated[Path, typer.Argument(help="A run directory.")],
+    label: Annotated[str | None, typer.Option(help="Only the tasks of this label.")] = None,
+    sort: Annotated[str, typer.Option(help="informative | pass_rate | groups")] = "informative",
+    top: Annotated[int | None, typer.Option(help="Show at most this many tasks.")] = None,
+) -> None:
+    """The per-task statistics of a run's newest readable checkpoint, for tasks with a settled group."""
+    from platoon.policy.task_table import SORTS, show_table, sort_rows
+
+    if sort not in SORTS:
+        fail(f"--sort must be one of {', '.join(SORTS)}, got {sort!r}", EXIT_USAGE)
+    row, version, rows = _task_rows(run)
+    pool = [r for r in rows if label is None or r["label"] == label]
+    shown = sort_rows([r for r in pool if r["groups"] > 0], sort)
+    of_label = f" of label {label}" if label is not None else ""
+    typer.echo(f"{run}: checkpoint {row.get('name')}, policy version {version}: {len(shown)} of {len(pool)} "
+               f"tasks{of_label} have a settled group")
+    typer.echo(show_table(shown[:top] if top is not None else shown))
+
+
+@tasks_app.command("export")
+def tasks_export(
+    run: Annotated[Path, typer.Argument(help="A run directory.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="The file to write (.csv, .jsonl or .parquet).")],
+    fmt: Annotated[str | None, typer.Option("--format", help="csv | jsonl | parquet (default: from -o).")] = None,
+) -> None:
+    """Every task of the pool, in pool order, with its statistics (CSV, JSONL or Parquet)."""
+    from platoon.policy.task_table import TASK_COLUMNS
+    from platoon.runs.atomic import write_atomic
+
+    fmt = fmt or {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}.get(out.suffix, "")
+    if fmt not in ("csv", "jsonl", "parquet"):
+        fail(f"cannot tell the format of {out}: give --format csv|jsonl|parquet", EXIT_USAGE)
+    _, _, rows = _task_rows(run)
+    if fmt == "parquet":
+        import pandas as pd
+
+        try:
+            pd.DataFrame(rows, columns=list(TASK_COLUMNS)).to_parquet(out, index=False)
+        except ImportError as exc:
+            fail(f"Parquet needs pyarrow (pip install 'platoon[parquet]'): {exc}", EXIT_RUNTIME)
+        return
+    if fmt == "jsonl":
+        import json
+
+        write_atomic(out, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
+        return
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(TASK_COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomic(out, buffer.getvalue())
+
+
 def main() -> None:
     """Console entry point: run the app and turn its outcome into an exit code.
 

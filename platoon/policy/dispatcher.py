@@ -38,6 +38,7 @@ from platoon.policy.recorder import StatsRecorder
 from platoon.policy.samplers.base import TaskStatsView
 from platoon.policy.samplers.runtime import Bound, SamplerSet, Token
 from platoon.policy.stats import GroupRecord
+from platoon.policy.task_table import task_metrics
 
 TEARDOWN_WAIT_S = 60.0
 BACKLOG_BATCHES = 4
@@ -342,7 +343,10 @@ class Dispatcher:
             waiting = len(queue) + (self.pending is not None and self.pending.token is not None
                                     and self.pending.token.entry == entry)
             metrics[f"train/sampler/environment/{entry.replace('/', '--')}/tokens"] = float(waiting)
-        metrics.update(self.samplers.metrics(self.recorder.view(self.version)))
+        view = self.recorder.view(self.version)
+        metrics.update(self.samplers.metrics(view))
+        if not self.recorder.stopped:
+            metrics.update(task_metrics(self.recorder.store, self.version))
         if self.admission is not None:
             draws = metrics.get("train/sampler/draws")
             metrics.update(self.admission.metrics(draws=draws))

@@ -168,6 +168,24 @@ class RunDir:
         """The rows of ``metrics.jsonl`` that parse, in file order (a resumed run may repeat a step)."""
         return read_jsonl(self.metrics_path)
 
+    @property
+    def pool_path(self) -> Path:
+        """``tasks/pool.json``: the run's training tasks in pool order, ``[[task_id, entry, label], ...]``."""
+        return self.tasks_dir / "pool.json"
+
+    def write_pool(self, rows: list[tuple[str, str | None, str | None]]) -> None:
+        """Record the pool once at the start of the run (atomically), so per-task tables list every task."""
+        self.tasks_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.pool_path, {"format": 1, "tasks": [list(r) for r in rows]})
+
+    def read_pool(self) -> list[tuple[str, str | None, str | None]] | None:
+        """The recorded pool, or None when the run recorded none (or it does not read)."""
+        try:
+            data = read_json_state(self.pool_path, formats={1})
+        except ValueError:
+            return None
+        return [tuple(r) for r in data["tasks"]]
+
     def read_events(self) -> list[dict]:
         """The rows of ``tasks/events.jsonl`` that parse, in file order."""
         return read_jsonl(self.events_path)
