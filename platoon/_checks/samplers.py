@@ -7,7 +7,9 @@ what it saw, so that an author can see at once what to fix. Answers are judged b
 labels alternating ``x`` and ``w``, weight 1, seed 3) and ``b`` (group size 8, label ``y``, weight 2, seed 5),
 label column ``label``, batch size 8, with synthetic settled groups and every seventh task drawn once.
 
-This module is outside the policy layer: it times decisions with a clock and replays them in subprocesses.
+This module is outside the policy layer: it times decisions with a clock and replays them in subprocesses. It runs
+past 600 lines because it is the contract written as code: the fixture, the asker and one function per check, which
+a plug-in author reads side by side with the failure message.
 """
 
 from __future__ import annotations
@@ -272,9 +274,24 @@ def _feed(m: Member, store: TaskStore, records: list[GroupRecord]) -> str | None
     return None
 
 
-def _summarise(problems: list[str], limit: int = 3) -> str:
-    more = len(problems) - limit
-    return "; ".join(problems[:limit]) + (f" (and {more} more)" if more > 0 else "")
+def _summarise(problems: list[str]) -> str:
+    more = len(problems) - 1
+    return problems[0] + (f" (and {more} more like it)" if more > 0 else "")
+
+
+def _show(normal: Any) -> str:
+    """An answer's normal form as an author would write it."""
+    if normal is None:
+        return "None"
+    kind, *rest = normal
+    if kind == "draw":
+        task, reason, score = rest
+        return f"Draw({task!r}, {reason!r}" + (f", {score!r})" if score is not None else ")")
+    if kind == "slot":
+        return f"Slot({rest[0]!r})"
+    if kind == "row":
+        return f"Row({rest[0]})"
+    return str(rest[0])
 
 
 # --------------------------------------------------------------------------------------------------- the checks
@@ -392,7 +409,8 @@ def _static(cls, options, case, pool, series: list[Any], f: _Failures) -> None:
         answer, problem = asker.ask(step=7, version=3)
         if problem or _normal(answer) != series[n]:
             problems.append(
-                f"a fresh instance asked decision {n} alone answered {_normal(answer)}, the series {series[n]}"
+                f"a fresh instance asked decision {n} alone answered {_show(_normal(answer))}, the series "
+                f"{_show(series[n])}"
             )
     if problems:
         f.add(
@@ -439,8 +457,8 @@ def _state(cls, options, case, pool, f: _Failures) -> None:
         b, pb = twin.ask()
         if _normal(a) != _normal(b):
             problems.append(
-                f"after loading the state, decision {twin.decision - 1} answered {_normal(b)} where the original "
-                f"answered {_normal(a)}: state_dict must hold everything later answers depend on"
+                f"after loading the state, decision {twin.decision - 1} answered {_show(_normal(b))} where the "
+                f"original answered {_show(_normal(a))}: state_dict must hold everything later answers depend on"
             )
             break
     new_pool = changed_pool()
@@ -533,7 +551,7 @@ def _deterministic(cls, options, case, pool, ref: str | None, f: _Failures) -> N
         f.add(
             "deterministic",
             case.where,
-            f"two fresh instances differ at decision {n}: {first[n]} vs {second[n]}; draw randomness only from "
+            f"two fresh instances differ at decision {n}: {_show(first[n])} vs {_show(second[n])}; draw randomness only from "
             "ctx.rng or ctx.key",
         )
         return
@@ -545,11 +563,11 @@ def _deterministic(cls, options, case, pool, ref: str | None, f: _Failures) -> N
             f.add("deterministic", f"{case.where}, PYTHONHASHSEED={hash_seed}", problem)
         elif replay != first:
             n = next((i for i, (x, y) in enumerate(zip(first, replay, strict=False)) if x != y), len(replay))
-            got = replay[n] if n < len(replay) else "nothing"
+            got = _show(replay[n]) if n < len(replay) else "nothing"
             f.add(
                 "deterministic",
                 f"{case.where}, PYTHONHASHSEED={hash_seed}",
-                f"a subprocess answered {got} at decision {n}, this process {first[n]}: "
+                f"a subprocess answered {got} at decision {n}, this process {_show(first[n])}: "
                 "do not let set or dict-of-set order or hash() choose",
             )
 
@@ -559,7 +577,7 @@ def _replay_in_subprocess(
 ) -> tuple[list[Any], str | None]:
     env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     args = [sys.executable, "-m", "platoon._checks.samplers", ref, json.dumps(options or {}), case.level]
-    args.append(case.entry or "")
+    args += [case.entry or "", class_ref(resolve_task_sampler(ref))]
     try:
         done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, check=False)
     except subprocess.TimeoutExpired:
@@ -652,11 +670,14 @@ def _run_cases(cls, name, options, levels, ref, budget_ms, f: _Failures) -> None
 
 
 def _replay_main(argv: Sequence[str]) -> None:
-    ref, options, level, entry = argv[0], json.loads(argv[1]), argv[2], argv[3] or None
-    cls = resolve_task_sampler(ref)
+    ref, options, level, entry, where = argv[0], json.loads(argv[1]), argv[2], argv[3] or None, argv[4]
+    try:
+        cls = resolve_task_sampler(ref)
+    except ExtensionError:
+        # A name registered by code that this process has not run: import the class where it lives.
+        cls = resolve_task_sampler(where)
     name = ref if level == "run" else f"{ref}@{entry}"
     print(json.dumps(_series(cls, options, _Case(level, entry, name), fixture_pool())))
-
 
 
 if __name__ == "__main__":
