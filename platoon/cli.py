@@ -46,10 +46,46 @@ def not_built(command: str, issue: str) -> NoReturn:
 @app.command()
 def simulate(
     config: Annotated[Path | None, typer.Argument(help="A run config (YAML); none: a preset.")] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option("--preset", help="A shipped workload (long-agentic, textcraft-synth, math): alone, its whole run; "
+                     "beside CONFIG, its sim block under the config's own sim keys. Default: long-agentic."),
+    ] = None,
+    permit_release: Annotated[
+        str | None, typer.Option("--permit-release", help="rollout | group (train.permit_release).")
+    ] = None,
     overrides: SetOption = None,
+    steps: Annotated[int | None, typer.Option("--steps", min=1, help="train.steps (with --resume: the new total).")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="train.seed.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="The run directory (default: runs/sim-<name>-<n>).")] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Go on from this run's newest checkpoint, exactly.")
+    ] = None,
+    sweep: Annotated[
+        list[str] | None,
+        typer.Option("--sweep", help="KEY=V1,V2,...: run every combination in parallel processes (repeatable)."),
+    ] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", min=1, help="Processes of a sweep (default: CPUs).")] = None,
 ) -> None:
     """Run the dispatch policy in the SimPy simulator and print a summary table."""
-    not_built("platoon simulate", "the simulator issue")
+    from platoon.runs.atomic import CorruptFileError
+    from platoon.runs.checkpoints import CheckpointError
+    from platoon.sim.command import Request, UsageError
+    from platoon.sim.command import simulate as run_simulate
+    from platoon.sim.run import ResumeError
+    from platoon.sim.runtime import SimulationStalled
+
+    request = Request(config=config, preset=preset, permit_release=permit_release,
+                      overrides=tuple(overrides or ()), steps=steps, seed=seed, out=out, resume=resume,
+                      sweep=tuple(sweep or ()), jobs=jobs)
+    try:
+        run_simulate(request)
+    except UsageError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except FileExistsError as exc:
+        fail(f"{exc}; give another --out", EXIT_USAGE)
+    except (CheckpointError, CorruptFileError, ResumeError, SimulationStalled) as exc:
+        fail(str(exc), EXIT_RUNTIME)
 
 
 @app.command()
@@ -68,9 +104,20 @@ def evaluate(target: Annotated[str, typer.Argument(help="A config or a run direc
 
 
 @app.command()
-def report(runs: Annotated[list[Path], typer.Argument(help="One or more run directories.")]) -> None:
+def report(
+    runs: Annotated[list[Path], typer.Argument(help="One or more run directories.")],
+    out: Annotated[Path | None, typer.Option("--out", help="Where to write (default: the first run's report/).")] = None,
+) -> None:
     """Plots and a side-by-side table of one or more runs (simulated or live)."""
-    not_built("platoon report", "the simulator issue")
+    from platoon.report import report as write_report
+    from platoon.runs.atomic import CorruptFileError
+
+    try:
+        written = write_report(runs, out)
+    except (FileNotFoundError, CorruptFileError) as exc:
+        fail(str(exc), EXIT_RUNTIME)
+    for path in written:
+        typer.echo(str(path))
 
 
 @config_app.command("validate")

@@ -27,7 +27,7 @@ import io
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +44,8 @@ class TaskFileRow:
     task_id: str
     pass_rate: float
     length: float = 1.0
+    data: dict = field(default_factory=dict, compare=False)
+    """The row's other columns (``train.label_by`` may name one)."""
 
 
 def read_task_file(path: str | Path) -> list[TaskFileRow]:
@@ -78,7 +80,8 @@ def read_task_file(path: str | Path) -> list[TaskFileRow]:
             raise ValueError(f"{p}: {where} {n}: pass_rate must be in [0, 1], got {rate}")
         if not math.isfinite(length) or length <= 0:
             raise ValueError(f"{p}: {where} {n}: length must be a positive number, got {length}")
-        rows.append(TaskFileRow(str(item["task_id"]), rate, length))
+        extra = {k: v for k, v in item.items() if k not in ("task_id", "pass_rate", "length")}
+        rows.append(TaskFileRow(str(item["task_id"]), rate, length, extra))
     if not rows:
         raise ValueError(f"{p}: holds no tasks")
     return rows
@@ -105,6 +108,7 @@ class EntryTasks:
     length: np.ndarray
     fixed_rate: np.ndarray | None
     heldout: np.ndarray
+    data: list[dict] = field(default_factory=list)
 
     @classmethod
     def build(cls, entry: str, sim: SimConfig, *, seed: int, task_ids: Sequence[str] | None) -> EntryTasks:
@@ -118,14 +122,14 @@ class EntryTasks:
             with np.errstate(divide="ignore"):
                 difficulty = -np.log(rates / (1.0 - rates))
             return cls(entry, ids, difficulty, np.array([r.length for r in rows], dtype=float), rates,
-                       np.zeros(0))
+                       np.zeros(0), [r.data for r in rows])
         ids = list(task_ids) if task_ids else [f"{entry}/{n}" for n in range(pop.tasks)]
         difficulty = np.array([pop.difficulty_mean + pop.difficulty_sd * _task_normal(seed, SALT_DIFFICULTY, t)
                                for t in ids])
         length = np.array([math.exp(sigma * _task_normal(seed, SALT_LENGTH, t)) if sigma else 1.0 for t in ids])
         heldout = pop.difficulty_mean + pop.difficulty_sd * _name_rng(seed, SALT_HELDOUT, entry).standard_normal(
             pop.heldout)
-        return cls(entry, ids, difficulty, length, None, heldout)
+        return cls(entry, ids, difficulty, length, None, heldout, [{} for _ in ids])
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -136,32 +140,37 @@ class Learner:
     """Pass rates of the pool's rows under the learning model (see the module docstring).
 
     ``row_entry[r]`` is the index of pool row ``r``'s entry in ``entries``; ``row_task[r]`` the row's place in that
-    entry's ``EntryTasks``. ``learn`` says whether training moves anything (off: the rates are fixed).
+    entry's ``EntryTasks``. ``learn``, ``gain``, ``transfer`` and ``initial_ability`` are per entry; an entry that
+    does not learn keeps its rates (a task file's, or the initial ones).
     """
 
     def __init__(self, entries: Sequence[EntryTasks], row_entry: Sequence[int], row_task: Sequence[int], *,
-                 learn: bool, gain: float, transfer: float, initial_ability: float) -> None:
+                 learn: Sequence[bool], gain: Sequence[float], transfer: Sequence[float],
+                 initial_ability: Sequence[float]) -> None:
         self.entries = list(entries)
         self.row_entry = np.asarray(row_entry, dtype=np.int64)
         rows = range(len(row_task))
         self.difficulty = np.array([self.entries[self.row_entry[r]].difficulty[row_task[r]] for r in rows])
         self.length = [float(self.entries[self.row_entry[r]].length[row_task[r]]) for r in rows]
         fixed = [self.entries[self.row_entry[r]].fixed_rate for r in rows]
-        self.fixed = (np.array([f[row_task[r]] for r, f in zip(rows, fixed, strict=True)])
-                      if fixed and all(f is not None for f in fixed) else None)
-        self.learn, self.gain, self.transfer = learn, gain, transfer
-        self.ability = np.full(len(self.entries), float(initial_ability))
+        self.fixed_mask = np.array([f is not None for f in fixed], dtype=bool)
+        self.fixed = np.array([f[row_task[r]] if f is not None else 0.0 for r, f in zip(rows, fixed, strict=True)])
+        self.learn = [bool(x) for x in learn]
+        self.gain = [float(g) if on else 0.0 for g, on in zip(gain, self.learn, strict=True)]
+        self.transfer = [float(t) for t in transfer]
+        self.ability = np.asarray(initial_ability, dtype=float).copy()
         self.skill = np.zeros(len(self.difficulty))
         self.pending_rows: list[int] = []  # informative groups trained, not yet published
         self._rates: list[float] = []
         self._refresh()
 
     def _refresh(self) -> None:
-        if self.fixed is not None:
-            self._rates = self.fixed.tolist()
-        else:
-            logits = self.ability[self.row_entry] + self.skill - self.difficulty
-            self._rates = sigmoid(logits).tolist()
+        if len(self.difficulty) == 0:
+            self._rates = []
+            return
+        with np.errstate(over="ignore", invalid="ignore"):
+            logits = self.ability[self.row_entry] + self.skill - np.where(self.fixed_mask, 0.0, self.difficulty)
+            self._rates = np.where(self.fixed_mask, self.fixed, sigmoid(logits)).tolist()
 
     def pass_rate(self, row: int) -> float:
         """Row ``row``'s pass rate under the published policy."""
@@ -169,16 +178,16 @@ class Learner:
 
     def trained(self, rows: Sequence[int]) -> None:
         """A step trained informative groups of these pool rows (one entry per group); effective at ``publish``."""
-        if self.learn:
-            self.pending_rows.extend(int(r) for r in rows)
+        self.pending_rows.extend(int(r) for r in rows if self.learn[self.row_entry[r]])
 
     def publish(self) -> None:
         """The step's weights are live: apply what it trained."""
         if not self.pending_rows:
             return
         for r in self.pending_rows:
-            self.skill[r] += self.gain
-            self.ability[self.row_entry[r]] += self.gain * self.transfer
+            e = self.row_entry[r]
+            self.skill[r] += self.gain[e]
+            self.ability[e] += self.gain[e] * self.transfer[e]
         self.pending_rows = []
         self._refresh()
 

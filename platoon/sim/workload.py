@@ -155,6 +155,7 @@ class Workload:
             failed_run_s=failed_run.tolist(),
             first_call_s=first.tolist(),
             teardown_s=teardown.tolist(),
+            timeout_s=c.timeout_s,
         )
 
 
@@ -170,11 +171,15 @@ class GroupDraws:
     failed_run_s: list[float]
     first_call_s: list[float]
     teardown_s: list[float]
+    timeout_s: float | None = None
 
     def member(self, index: int, pass_rate: float) -> Member:
-        """Member ``index``'s rollout when its task's pass rate is ``pass_rate``."""
+        """Member ``index``'s rollout when its task's pass rate is ``pass_rate`` (one that reaches the time limit
+        ends there, failing)."""
         passed = self.u_pass[index] < pass_rate
         run_s = self.passed_run_s[index] if passed else self.failed_run_s[index]
+        if self.timeout_s is not None and run_s >= self.timeout_s:
+            passed, run_s = False, self.timeout_s
         error_at = self.error_frac[index] * run_s if self.error[index] else None
         return Member(passed, not self.invalid[index], self.first_call_s[index], run_s, error_at,
                       self.teardown_s[index])

@@ -1,0 +1,220 @@
+"""``platoon report``: what a run did, in a table and four plots, for any mix of simulated and live runs.
+
+Reads run directories through ``platoon.analysis.load_run`` and writes, into one directory:
+
+- ``summary.md``: a markdown table with a column per run and a row per quantity of ``summarize``;
+- ``permits.png``: ``rollout_client/permits_held_mean`` over (simulated or wall) time, a line per run;
+- ``staleness.png``: how many policy versions behind each trained or stale group was, summed over the run
+  (``sim/staleness/<k>``; a run that logged none is named in the plot as such);
+- ``learning.png``: ``train/sampler/informative_share`` and ``eval/pass@1`` per step;
+- ``blocked.png``: the stack of ``train/dispatch/blocked_share/<reason>`` per step, a panel per run.
+
+``summarize`` is also the summary table of ``platoon simulate`` and of its sweeps. Every quantity is computed from
+per-step metrics (weighted by each step's length where it is a share of time), so a run's table is the same
+whether the run was simulated or live.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from platoon.analysis import Run, load_run
+
+BLOCKED = ("permits", "horizon", "labels", "plan", "sampler")
+STEP_COLUMN = "rollout_client/concurrency_achieved_fraction"
+"""A metric every training step logs (a row without it, such as a final evaluation's, is not a step)."""
+
+SUMMARY = (
+    ("steps", "steps", "{:.0f}"),
+    ("simulated_hours", "time (h)", "{:.2f}"),
+    ("rollouts_per_hour", "throughput (rollouts/h)", "{:.0f}"),
+    ("groups_per_hour", "throughput (trained groups/h)", "{:.1f}"),
+    ("permit_busy_share", "permit busy share", "{:.3f}"),
+    ("trainer_idle_share", "trainer idle share", "{:.3f}"),
+    ("staleness_mean", "staleness (versions, trained)", "{:.2f}"),
+    ("informative_share", "informative share (trained)", "{:.3f}"),
+    ("stale_groups", "stale groups", "{:.0f}"),
+    ("rejected_groups", "rejected groups", "{:.0f}"),
+    ("pass_at_1_first", "pass@1 first", "{:.3f}"),
+    ("pass_at_1_last", "pass@1 last", "{:.3f}"),
+    ("gpu_hours", "GPU-hours", "{:.1f}"),
+)
+"""(key of ``summarize``, label, format): the rows of every summary table, in order."""
+
+
+def _col(frame: pd.DataFrame, name: str) -> pd.Series:
+    if name in frame.columns:
+        return pd.to_numeric(frame[name], errors="coerce")
+    return pd.Series([math.nan] * len(frame), index=frame.index, dtype="float64")
+
+
+def step_rows(run: Run) -> pd.DataFrame:
+    """The run's training steps: metrics rows that carry a step's dispatch metrics, with ``dt`` (the step's length)."""
+    m = run.metrics
+    if STEP_COLUMN in m.columns:
+        m = m[m[STEP_COLUMN].notna()]
+    m = m.sort_values("step").copy()
+    times = pd.to_numeric(m["time"], errors="coerce") if "time" in m.columns else pd.Series(dtype="float64")
+    m["dt"] = times.diff().fillna(times) if len(times) else times
+    return m
+
+
+def _weighted(values: pd.Series, weights: pd.Series) -> float:
+    ok = values.notna() & weights.notna() & (weights > 0)
+    total = float(weights[ok].sum())
+    return float((values[ok] * weights[ok]).sum() / total) if total > 0 else math.nan
+
+
+def summarize(run: Run) -> dict[str, float]:
+    """The run's summary (NaN where it logged nothing to say it): see ``SUMMARY`` for the keys."""
+    s = step_rows(run)
+    m = run.metrics
+    time_s = float(pd.to_numeric(m["time"], errors="coerce").max()) if len(m) and "time" in m else math.nan
+    hours = time_s / 3600.0 if time_s and time_s > 0 else math.nan
+    informative = _col(s, "train/batch/informative_groups")
+    kinds = sum(_col(s, f"train/batch/{k}_groups").fillna(0) for k in
+                ("informative", "all_pass", "all_fail", "uniform_mixed"))
+    trained = float(kinds.sum()) if len(s) else math.nan
+    lag_cols = [c for c in s.columns if c.startswith("sim/staleness/")]
+    staleness = math.nan
+    if "sim/staleness_mean" in s.columns:
+        staleness = _weighted(_col(s, "sim/staleness_mean"), kinds)
+    elif lag_cols:
+        counts = {int(c.rsplit("/", 1)[1]): float(_col(s, c).sum()) for c in lag_cols}
+        n = sum(counts.values())
+        staleness = sum(k * v for k, v in counts.items()) / n if n else math.nan
+    evals = _col(m, "eval/pass@1").dropna()
+    busy = _col(s, "sim/permit_busy_share")
+    if busy.isna().all():
+        busy = _col(s, STEP_COLUMN)
+    rollouts = _col(s, "sim/rollouts")
+    return {
+        "steps": float(len(s)),
+        "simulated_hours": hours,
+        "rollouts_per_hour": float(rollouts.sum()) / hours if rollouts.notna().any() and hours > 0 else math.nan,
+        "groups_per_hour": trained / hours if hours > 0 else math.nan,
+        "permit_busy_share": _weighted(busy, s["dt"]) if len(s) else math.nan,
+        "trainer_idle_share": _weighted(_col(s, "sim/trainer_idle_share"), s["dt"]) if len(s) else math.nan,
+        "staleness_mean": staleness,
+        "informative_share": float(informative.sum()) / trained if trained else math.nan,
+        "stale_groups": float(_col(s, "train/batch/stale_groups").sum()) if len(s) else math.nan,
+        "rejected_groups": float(_col(s, "train/admission/rejected").sum(min_count=1)) if len(s) else math.nan,
+        "pass_at_1_first": float(evals.iloc[0]) if len(evals) else math.nan,
+        "pass_at_1_last": float(evals.iloc[-1]) if len(evals) else math.nan,
+        "gpu_hours": float(_col(m, "sim/gpu_hours").max()) if "sim/gpu_hours" in m.columns else math.nan,
+    }
+
+
+def fmt(key: str, value: float) -> str:
+    """A summary value as its table shows it (``-`` for NaN)."""
+    spec = next((f for k, _, f in SUMMARY if k == key), "{:.3g}")
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else spec.format(value)
+
+
+def summary_markdown(runs: Sequence[Run], names: Sequence[str] | None = None) -> str:
+    """A markdown table: a row per quantity, a column per run."""
+    names = list(names) if names is not None else _names(runs)
+    sums = [summarize(r) for r in runs]
+    lines = ["| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(runs)]
+    for key, label, _ in SUMMARY:
+        lines.append(f"| {label} | " + " | ".join(fmt(key, s[key]) for s in sums) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _names(runs: Sequence[Run]) -> list[str]:
+    names = [r.name for r in runs]
+    return [str(r.path) if names.count(r.name) > 1 else r.name for r in runs]
+
+
+def write_report(runs: Sequence[Run], out: Path) -> list[Path]:
+    """Write ``summary.md`` and the four plots of the module docstring into ``out``; returns the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = _names(runs)
+    written = []
+    path = out / "summary.md"
+    path.write_text(summary_markdown(runs, names), encoding="utf-8")
+    written.append(path)
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for run, name in zip(runs, names, strict=True):
+        s = step_rows(run)
+        if "rollout_client/permits_held_mean" in s.columns:
+            ax.step(_col(s, "time") / 3600.0, _col(s, "rollout_client/permits_held_mean"), where="pre", label=name)
+    ax.set(xlabel="time (h)", ylabel="permits held (mean over the step)", title="Rollout permits held")
+    _finish(fig, ax, out / "permits.png", written)
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / max(1, len(runs))
+    missing = []
+    for j, (run, name) in enumerate(zip(runs, names, strict=True)):
+        s = step_rows(run)
+        lags = sorted((int(c.rsplit("/", 1)[1]), float(_col(s, c).sum())) for c in s.columns
+                      if c.startswith("sim/staleness/"))
+        if not lags:
+            missing.append(name)
+            continue
+        ax.bar([k + j * width for k, _ in lags], [v for _, v in lags], width=width, label=name)
+    ax.set(xlabel="versions behind (oldest rollout)", ylabel="groups", title="Staleness of trained and stale groups")
+    if missing:
+        ax.text(0.98, 0.95, "no staleness logged: " + ", ".join(missing), transform=ax.transAxes, ha="right",
+                va="top", fontsize=8)
+    _finish(fig, ax, out / "staleness.png", written)
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for run, name in zip(runs, names, strict=True):
+        s = step_rows(run)
+        top.plot(s["step"], _col(s, "train/sampler/informative_share"), label=name)
+        ev = run.metrics[["step"]].assign(v=_col(run.metrics, "eval/pass@1")).dropna()
+        bottom.plot(ev["step"], ev["v"], marker="o", label=name)
+    top.set(ylabel="informative share", title="Informative groups and held-out pass@1")
+    bottom.set(xlabel="step", ylabel="eval/pass@1")
+    top.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "learning.png", dpi=100)
+    plt.close(fig)
+    written.append(out / "learning.png")
+
+    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 2.5 * len(runs) + 0.5), sharex=True, squeeze=False)
+    for ax, run, name in zip(axes[:, 0], runs, names, strict=True):
+        s = step_rows(run)
+        stack = [_col(s, f"train/dispatch/blocked_share/{r}").fillna(0.0) for r in BLOCKED]
+        ax.stackplot(s["step"], *stack, labels=BLOCKED)
+        ax.set(ylabel="share", ylim=(0, 1), title=f"{name}: what kept groups from starting")
+    axes[0, 0].legend(fontsize=8, loc="upper right")
+    axes[-1, 0].set_xlabel("step")
+    fig.tight_layout()
+    fig.savefig(out / "blocked.png", dpi=100)
+    plt.close(fig)
+    written.append(out / "blocked.png")
+    return written
+
+
+def _finish(fig, ax, path: Path, written: list[Path]) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    written.append(path)
+
+
+def report(paths: Sequence[Path], out: Path | None = None) -> list[Path]:
+    """``platoon report``: load each run and write the report into ``out`` (default: the first run's
+    ``report/``)."""
+    runs = [load_run(p) for p in paths]
+    return write_report(runs, Path(out) if out is not None else Path(paths[0]) / "report")
+
+
+__all__ = ["SUMMARY", "fmt", "report", "step_rows", "summarize", "summary_markdown", "write_report"]

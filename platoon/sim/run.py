@@ -1,0 +1,200 @@
+"""A simulated run and its run directory: create, step metrics, checkpoints, exact resume.
+
+The directory is the live backend's (``platoon.runs``): ``lock.json``, ``metrics.jsonl`` (a row per step),
+``tasks/events.jsonl``, ``checkpoints.jsonl`` and ``checkpoints/<step>/`` with ``tasks/dispatch-<step>.json`` (the
+dispatcher's format-2 state with its exact section), ``tasks/state-<step>.json`` (the statistics' snapshot) and
+``sim-<step>.json`` (the runtime's timers, groups in flight, trainer, learner). A step's row holds the dispatcher's
+metrics, the ``sim/...`` ones (``platoon.sim.metrics``) and ``eval/pass@1`` at steps 0, ``eval_every``, ... (the
+policy the step trained on); a run that learns ends with a row ``{"step": steps, "eval/pass@1": ...}`` for the
+final policy.
+
+Checkpoints are taken at launch (``000000``) and right after a step's metrics (every ``train.checkpoint_every``
+steps and after the last), named by the steps done. Each records the lengths of ``metrics.jsonl`` and ``tasks/events.jsonl`` then; ``resume``
+cuts the logs back to them (what a killed run wrote after its checkpoint is written again, identically, by the
+replay) and restores the dispatcher, the statistics and the runtime exactly, so a run killed anywhere and resumed
+ends byte-identical to one that never stopped (wall-clock fields aside: lock.json's ``created``, a checkpoint row's
+``time``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from platoon.config.models import RunConfig
+from platoon.config.resolve import resolve_components
+from platoon.policy import dispatch_state
+from platoon.policy.outputs import TrainStep
+from platoon.runs import RunDir, checkpoint_name, load_latest_checkpoint, metrics_row, save_checkpoint
+from platoon.sim.metrics import staleness_metrics
+from platoon.sim.runtime import SimRuntime
+from platoon.sim.setup import build_policy, build_tasks
+
+log = logging.getLogger("platoon.sim")
+Logger = Callable[[str, str], None]
+
+
+class ResumeError(ValueError):
+    """A run that cannot be resumed as asked (not a simulated run, fewer steps than it has done)."""
+
+
+def _default_log(level: str, message: str) -> None:
+    log.log(logging.WARNING if level == "warning" else logging.INFO, message)
+
+
+class SimRun:
+    """A simulated run writing ``path`` (see the module docstring). Use ``create`` or ``resume``, then ``run``."""
+
+    def __init__(self, cfg: RunConfig, path: Path, runtime: SimRuntime, *, log: Logger | None = None) -> None:
+        self.cfg, self.path, self.rt = cfg, Path(path), runtime
+        self.rd = RunDir(path)
+        self.d = runtime.d
+        self.log = log or _default_log
+        self.metrics = self.rd.metrics_writer()
+        self.events = self.rd.events_writer()
+        self.on_step: Callable[[int, float], None] | None = None
+        self.learns = any(runtime.learner.learn) and runtime.learner.pass_at_1() is not None
+        runtime.write_step = self._write_step
+        runtime.finish = self._finish
+        runtime.on_step = lambda step, now: self.on_step(step, now) if self.on_step else None
+
+    # ------------------------------------------------------------------------------------------ starting
+    @classmethod
+    def create(cls, cfg: RunConfig, path: Path, *, log: Logger | None = None) -> SimRun:
+        """A new run of ``cfg`` in the new (or empty) directory ``path``. ConfigError for a config the simulator
+        cannot build; FileExistsError when ``path`` holds something."""
+        records = resolve_components(cfg)
+        tasks = build_tasks(cfg)
+        policy = build_policy(cfg, tasks.pool, start=1)
+        rd = RunDir.create(path)
+        rd.write_lock(cfg.model_dump(mode="json"), [r.to_json() for r in records], {"runtime": "sim"})
+        run = cls(cfg, rd.path, SimRuntime(cfg, tasks, policy), log=log)
+        run._checkpoint(0)  # the launch checkpoint, before anything runs: a run killed before its first step
+        run.rt.begin()      # resumes from here (and begins there, as this one does now)
+        return run
+
+    @classmethod
+    def resume(cls, path: Path, *, steps: int | None = None, log: Logger | None = None) -> SimRun:
+        """Go on from ``path``'s newest checkpoint that reads back, exactly; ``steps`` is the run's new total (at
+        least the steps the checkpoint has done). The logs are cut back to the checkpoint's lengths."""
+        rd = RunDir(path)
+        lock = rd.read_lock()
+        cfg = RunConfig.model_validate(lock["config"])
+        ckpt = load_latest_checkpoint(rd)
+        done = ckpt.step
+        if steps is not None:
+            if steps < done:
+                raise ResumeError(f"--steps {steps}: the checkpoint has already done {done} steps")
+            cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
+        for note in ckpt.passed_over:
+            (log or _default_log)("warning", note)
+        name = ckpt.name
+        sim_state = ckpt.files.get(f"sim-{name}.json")
+        dispatch = ckpt.files.get(f"tasks/dispatch-{name}.json")
+        if not isinstance(sim_state, dict) or not isinstance(dispatch, dict):
+            raise ResumeError(f"{ckpt.path}: not a simulator checkpoint (no sim-{name}.json or dispatch state)")
+        _cut_logs(rd, ckpt.row.get("logs") or {})
+        tasks = build_tasks(cfg)
+        policy = build_policy(cfg, tasks.pool, start=dispatch["start"])
+        dispatch_state.restore_exact(policy.dispatcher, dispatch)
+        snapshot = ckpt.files.get(f"tasks/state-{name}.json")
+        if isinstance(snapshot, dict):
+            policy.recorder.load_snapshot(snapshot)
+            policy.recorder.next_seq = int(snapshot.get("next_seq", policy.recorder.next_seq))
+        rt = SimRuntime(cfg, tasks, policy, now=sim_state["now"])
+        rt.load_state_dict(sim_state)
+        if steps is not None and steps != lock["config"]["train"]["steps"]:
+            rd.write_lock(cfg.model_dump(mode="json"), lock.get("components", []), {"runtime": "sim"})
+        run = cls(cfg, rd.path, rt, log=log)
+        if not rt.begun:
+            rt.begin()
+        return run
+
+    # --------------------------------------------------------------------------------------------- running
+    def run(self, until: float | None = None) -> bool:
+        """Simulate to the end of the plan (True), or to simulated time ``until`` (False)."""
+        try:
+            return self.rt.run(until)
+        finally:
+            if self.rt.done or until is None:
+                self.close()
+
+    def close(self) -> None:
+        self.metrics.close()
+        self.events.close()
+
+    # --------------------------------------------------------------------------------------------- writing
+    def _drain(self) -> None:
+        for event in self.d.take_events():
+            self.events.write(event)
+        for message in self.d.take_infos():
+            self.log("info", message)
+        warnings = self.d.take_warnings() + self.d.recorder.take_warnings() + self.d.samplers.take_warnings()
+        if self.rt.start_limit is not None:
+            warnings += self.rt.start_limit.take_warnings()
+        for message in warnings:
+            self.log("warning", message)
+
+    def _write_step(self, step: TrainStep, now: float) -> None:
+        rt, cfg = self.rt, self.cfg
+        row = self.d.step_metrics(now=now)
+        row.update(rt.window.read(now, permits=self.d.config.max_concurrent_rollouts))
+        if rt.start_limit is not None:
+            row.update(rt.start_limit.metrics(now=now, scope="train"))
+        row.update(staleness_metrics(step, bound=cfg.train.max_staleness))
+        row["sim/simulated_seconds"] = now
+        row["sim/gpu_hours"] = now / 3600.0 * cfg.sim.gpus
+        row["sim/train_pass_rate_mean"] = rt.learner.mean_pass_rate()
+        every = cfg.train.eval_every
+        if self.learns and every is not None and step.step % every == 0:
+            row["eval/pass@1"] = rt.learner.pass_at_1()
+        self.metrics.write(metrics_row(step.step, now, row))
+        self._drain()
+        done = step.step + 1
+        if done % cfg.train.checkpoint_every == 0 or done == cfg.train.steps:
+            self._checkpoint(done)
+
+    def _checkpoint(self, done: int) -> None:
+        name = checkpoint_name(done)
+        files: dict[str, object] = {
+            f"tasks/dispatch-{name}.json": dispatch_state.state_dict(self.d),
+            f"sim-{name}.json": self.rt.state_dict(),
+        }
+        snapshot = self.d.recorder.snapshot()
+        if snapshot is not None:
+            files[f"tasks/state-{name}.json"] = snapshot
+        row: dict[str, object] = {
+            "batch": done, "policy_version": done, "runtime": "sim", "start": self.d.start_number,
+            "logs": {"metrics.jsonl": _size(self.rd.metrics_path), "tasks/events.jsonl": _size(self.rd.events_path)},
+        }
+        if self.d.admission is not None:
+            row["next_position"] = self.d.next_position
+        save_checkpoint(self.rd, done, files, row)
+
+    def _finish(self, now: float) -> None:
+        if self.learns and self.cfg.train.eval_every is not None:
+            self.metrics.write(metrics_row(self.cfg.train.steps, now, {"eval/pass@1": self.rt.learner.pass_at_1()}))
+        self._drain()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _cut_logs(rd: RunDir, lengths: dict) -> None:
+    """Cut ``metrics.jsonl`` and ``tasks/events.jsonl`` back to their lengths at the checkpoint.
+
+    platoon.runs has no truncation of its own (an exact resume is the simulator's alone); this is the one place the
+    simulator changes a log other than by appending to it."""
+    for rel, path in (("metrics.jsonl", rd.metrics_path), ("tasks/events.jsonl", rd.events_path)):
+        length = lengths.get(rel)
+        if isinstance(length, int) and path.exists() and path.stat().st_size > length:
+            os.truncate(path, length)
+
+
+__all__ = ["ResumeError", "SimRun"]

@@ -1,0 +1,204 @@
+"""What a simulated run is built from: its config (a file, a preset, overrides), each entry's workload, its tasks,
+and the policy-layer objects the runtime drives.
+
+- ``load_sim_config``: ``platoon simulate``'s config. No file: a preset (``long-agentic`` unless ``--preset``) is
+  the whole run. A file beside ``--preset NAME``: the file's run with the preset's workload (``sim.preset``).
+  ``sim.preset`` in any config takes the preset's ``sim`` block as the base of the config's own ``sim`` keys.
+  Every problem raises one ``ConfigError`` (exit 78).
+- ``entry_sims``: each entry's workload, its ``sim`` overrides deep-merged onto the run's; an entry may not set
+  what is the run's alone (the trainer, the GPUs, a preset).
+- ``build_policy``: pool, samplers, statistics, admission and dispatcher, as the live backend builds them.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from platoon.config.errors import ConfigError
+from platoon.config.loader import load_config
+from platoon.config.models import RunConfig, describe_errors
+from platoon.config.resolve import effective_group_size, merge_sim
+from platoon.config.sim import SimConfig
+from platoon.policy.admission import AdmissionSet
+from platoon.policy.dispatcher import Dispatcher, dispatch_config
+from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool
+from platoon.policy.recorder import StatsRecorder
+from platoon.policy.samplers.runtime import SamplerSet
+from platoon.sim.learning import EntryTasks, Learner
+from platoon.sim.workload import Workload
+
+PRESETS_DIR = Path(__file__).parent / "presets"
+DEFAULT_PRESET = "long-agentic"
+RUN_ONLY_SIM_KEYS = ("trainer", "gpus", "preset")
+"""Keys of ``sim`` that are the run's alone: an entry's ``sim`` may not set them."""
+
+
+def preset_names() -> list[str]:
+    """The presets shipped with platoon, by name."""
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def preset_path(name: str, *, key: str = "--preset") -> Path:
+    """The file of preset ``name``; ConfigError naming ``key`` when there is none."""
+    path = PRESETS_DIR / f"{name}.yaml"
+    if "/" in name or not path.is_file():
+        names = preset_names()
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError([f"{key}: unknown preset {name!r}{hint} (presets: {', '.join(names)})"])
+    return path
+
+
+def preset_data(name: str, *, key: str = "--preset") -> dict[str, Any]:
+    return yaml.safe_load(preset_path(name, key=key).read_text(encoding="utf-8")) or {}
+
+
+def load_sim_config(config: Path | None, *, preset: str | None = None, overrides: Sequence[str] = ()) -> RunConfig:
+    """``platoon simulate``'s config (see the module docstring); raises one ConfigError with every problem."""
+    if config is None:
+        cfg = load_config(preset_path(preset or DEFAULT_PRESET), list(overrides))
+    else:
+        extra = [f"sim.preset={preset}"] if preset is not None else []
+        cfg = load_config(config, [*extra, *overrides])
+    return apply_sim_preset(cfg)
+
+
+def apply_sim_preset(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with ``sim.preset`` (if any) as the base of its sim block: the keys the config set win."""
+    name = cfg.sim.preset
+    if name is None:
+        return cfg
+    base = preset_data(name, key="sim.preset").get("sim") or {}
+    own = cfg.sim.model_dump(mode="json", exclude_unset=True)
+    merged = merge_sim(base, own)
+    merged["preset"] = name
+    try:
+        sim = SimConfig.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError([str(p) for p in describe_errors(exc, root=SimConfig, data=merged, prefix="sim")]) from None
+    return cfg.model_copy(update={"sim": sim})
+
+
+def entry_sims(cfg: RunConfig) -> list[SimConfig]:
+    """Each entry's workload: the run's sim block with the entry's overrides merged in."""
+    problems: list[str] = []
+    out: list[SimConfig] = []
+    base = cfg.sim.model_dump(mode="json")
+    for i, e in enumerate(cfg.environments):
+        for key in RUN_ONLY_SIM_KEYS:
+            if key in e.sim:
+                problems.append(f"environments.{i}.sim.{key}: the run's alone; set it in the run's sim block")
+        if not e.sim:
+            out.append(cfg.sim)
+            continue
+        merged = merge_sim(base, {k: v for k, v in e.sim.items() if k not in RUN_ONLY_SIM_KEYS})
+        try:
+            out.append(SimConfig.model_validate(merged))
+        except ValidationError as exc:
+            problems += [str(p) for p in describe_errors(exc, root=SimConfig, data=merged,
+                                                         prefix=f"environments.{i}.sim")]
+    if problems:
+        raise ConfigError(problems)
+    return out
+
+
+@dataclass
+class SimTasks:
+    """The run's simulated tasks: per entry its ``EntryTasks``, workload and sim block; the pool and the learner."""
+
+    entries: list[EntryTasks]
+    sims: list[SimConfig]
+    workloads: list[Workload]
+    pool: TaskPool
+    learner: Learner
+    row_entry: list[int]
+
+
+def build_tasks(cfg: RunConfig) -> SimTasks:
+    """Tasks, pool and learning model of ``cfg`` (task files and empirical duration files are read here; a problem
+    with one is a ConfigError naming its key)."""
+    sims = entry_sims(cfg)
+    problems: list[str] = []
+    entries: list[EntryTasks] = []
+    workloads: list[Workload] = []
+    for i, (e, sim) in enumerate(zip(cfg.environments, sims, strict=True)):
+        where = f"environments.{i}.sim" if e.sim else "sim"
+        try:
+            entries.append(EntryTasks.build(e.name, sim, seed=e.seed, task_ids=e.tasks))
+        except ValueError as exc:
+            problems.append(f"{where}.tasks: {exc}")
+        try:
+            workloads.append(Workload(sim.rollout))
+        except ValueError as exc:
+            problems.append(f"{where}.rollout: {exc}")
+    if problems:
+        raise ConfigError(problems)
+    label_by = cfg.train.label_by
+    specs = []
+    for e, tasks in zip(cfg.environments, entries, strict=True):
+        labels = None
+        if label_by is not None:
+            labels = [_label(row.get(label_by)) for row in tasks.data]
+        specs.append(EntrySpec(e.name, tasks.task_ids, e.group_size, None if e.weight == "tasks" else e.weight,
+                               e.seed, e.success_threshold, labels, tasks.data))
+    pool = TaskPool.from_entries(specs, label_column=label_by or DEFAULT_LABEL_COLUMN)
+    index = {e.name: i for i, e in enumerate(cfg.environments)}
+    row_entry = [index[row.entry] for row in pool.rows]
+    offsets: dict[str, int] = {}
+    row_task = []
+    for row in pool.rows:
+        row_task.append(offsets.get(row.entry, 0))
+        offsets[row.entry] = row_task[-1] + 1
+    learner = Learner(entries, row_entry, row_task,
+                      learn=[s.learning_on for s in sims],
+                      gain=[s.learning.gain for s in sims], transfer=[s.learning.transfer for s in sims],
+                      initial_ability=[s.learning.initial_ability for s in sims])
+    return SimTasks(entries, sims, workloads, pool, learner, row_entry)
+
+
+def _label(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass
+class Policy:
+    """The policy-layer objects of one start of a simulated run."""
+
+    pool: TaskPool
+    samplers: SamplerSet
+    recorder: StatsRecorder
+    admission: AdmissionSet
+    dispatcher: Dispatcher
+
+
+def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1) -> Policy:
+    """The dispatcher and what it drives, built from ``cfg`` over ``pool`` (no clock: the simulator's metrics must not
+    depend on how fast the host decides)."""
+    train = cfg.train
+    samplers = SamplerSet(
+        pool, run_sampler=train.task_sampler, run_options=train.task_sampler_options,
+        entry_samplers={e.name: (e.task_sampler, e.task_sampler_options) for e in cfg.environments},
+        batch_size=train.batch_size, seed=train.seed)
+    recorder = StatsRecorder.for_pool(pool, start=start, group_size=effective_group_size(cfg))
+    recorder.add_listener(samplers.observe)
+    admission = AdmissionSet(
+        run_rule=train.group_admission, run_options=train.group_admission_options,
+        entry_rules={e.name: (e.group_admission, e.group_admission_options) for e in cfg.environments},
+        entries=pool.entries, batch_size=train.batch_size, label_column=train.label_by)
+    dispatcher = Dispatcher(dispatch_config(cfg), pool, samplers, recorder, admission, rolling=True, start=start)
+    return Policy(pool, samplers, recorder, admission, dispatcher)
+
+
+__all__ = ["DEFAULT_PRESET", "Policy", "SimTasks", "apply_sim_preset", "build_policy", "build_tasks",
+           "entry_sims", "load_sim_config", "preset_data", "preset_names", "preset_path"]
