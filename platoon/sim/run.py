@@ -26,11 +26,12 @@ from pathlib import Path
 from platoon.config.models import RunConfig
 from platoon.config.resolve import resolve_components
 from platoon.policy import dispatch_state
+from platoon.policy.assemble import build_policy
 from platoon.policy.outputs import TrainStep
 from platoon.runs import RunDir, checkpoint_name, load_latest_checkpoint, metrics_row, save_checkpoint
 from platoon.sim.metrics import staleness_metrics
 from platoon.sim.runtime import SimRuntime
-from platoon.sim.setup import build_policy, build_tasks
+from platoon.sim.setup import build_tasks
 
 log = logging.getLogger("platoon.sim")
 Logger = Callable[[str, str], None]

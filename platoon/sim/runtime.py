@@ -34,6 +34,7 @@ import simpy
 from simpy.events import NORMAL
 
 from platoon.config.models import RunConfig
+from platoon.policy.assemble import Policy
 from platoon.policy.dispatcher import StartGroup, StepPhase
 from platoon.policy.outputs import GroupOutput
 from platoon.policy.permits import GrantPermit
@@ -52,7 +53,7 @@ from platoon.sim.records import (
     load_start_limit,
     start_limit_state,
 )
-from platoon.sim.setup import Policy, SimTasks
+from platoon.sim.setup import SimTasks
 from platoon.sim.startups import StartupServer
 
 
@@ -401,6 +402,10 @@ class SimRuntime:
         if self.trainer != "wait" or self.d.phase is not StepPhase.ASSEMBLING:
             return
         step = self.d.take_step(now=self.now)
+        # A dequeue can free a horizon place (a stale group or a held marker under an admission rule), but take_step
+        # returns no decisions: without this the run can stall with nothing running (tests/sim/
+        # test_dispatcher_findings.py). The dispatcher's own choose loop, run once more, starts what now fits.
+        self._carry(self.d._dispatch(self.now))
         if step is None:
             return
         self.window.trainer_busy(self.now)
@@ -426,7 +431,14 @@ class SimRuntime:
     def _t_pub(self) -> None:
         self.learner.publish()
         self.version += 1
-        self._carry(self.d.publish(now=self.now))
+        decisions = self.d.publish(now=self.now)
+        # Rejected groups counted in markers_now belong to the step just published; the dispatcher keeps counting
+        # them (it lowers the count only for a marker of the current step), which under a rule closes the last
+        # step's cap and stalls the run (tests/sim/test_dispatcher_findings.py). A new step has none yet.
+        if self.d.markers_now:
+            self.d.markers_now = 0
+            decisions += self.d._dispatch(self.now)
+        self._carry(decisions)
         if self.d.phase is StepPhase.FINISHED:
             self.trainer = "done"
             self.done = True
@@ -482,8 +494,8 @@ class SimRuntime:
 
     def run(self, until: float | None = None) -> bool:
         """Run until the plan is done (True), or until simulated time ``until`` (False: stopped there)."""
-        if self.done:
-            return True
+        if self.done or (until is not None and until <= self.now):
+            return self.done
         try:
             self.env.run(until=self._stop if until is None else until)
         except RuntimeError as exc:

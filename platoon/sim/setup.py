@@ -1,5 +1,5 @@
-"""What a simulated run is built from: its config (a file, a preset, overrides), each entry's workload, its tasks,
-and the policy-layer objects the runtime drives.
+"""What a simulated run is built from: its config (a file, a preset, overrides), each entry's workload, its tasks
+and their pool, and the learning model.
 
 - ``load_sim_config``: ``platoon simulate``'s config. No file: a preset (``long-agentic`` unless ``--preset``) is
   the whole run. A file beside ``--preset NAME``: the file's run with the preset's workload (``sim.preset``).
@@ -7,12 +7,14 @@ and the policy-layer objects the runtime drives.
   Every problem raises one ``ConfigError`` (exit 78).
 - ``entry_sims``: each entry's workload, its ``sim`` overrides deep-merged onto the run's; an entry may not set
   what is the run's alone (the trainer, the GPUs, a preset).
-- ``build_policy``: pool, samplers, statistics, admission and dispatcher, as the live backend builds them.
+- the policy layer itself is built by ``platoon.policy.assemble.build_policy`` over the pool built here, as the
+  live backend builds it over its environments' tasks.
 """
 
 from __future__ import annotations
 
 import difflib
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,15 +24,11 @@ import yaml
 from pydantic import ValidationError
 
 from platoon.config.errors import ConfigError
-from platoon.config.loader import load_config
+from platoon.config.loader import _absolute_files, load_config
 from platoon.config.models import RunConfig, describe_errors
-from platoon.config.resolve import effective_group_size, merge_sim
+from platoon.config.resolve import merge_sim
 from platoon.config.sim import SimConfig
-from platoon.policy.admission import AdmissionSet
-from platoon.policy.dispatcher import Dispatcher, dispatch_config
 from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool
-from platoon.policy.recorder import StatsRecorder
-from platoon.policy.samplers.runtime import SamplerSet
 from platoon.sim.learning import EntryTasks, Learner
 from platoon.sim.workload import Workload
 
@@ -61,29 +59,36 @@ def preset_data(name: str, *, key: str = "--preset") -> dict[str, Any]:
 
 
 def load_sim_config(config: Path | None, *, preset: str | None = None, overrides: Sequence[str] = ()) -> RunConfig:
-    """``platoon simulate``'s config (see the module docstring); raises one ConfigError with every problem."""
+    """``platoon simulate``'s config (see the module docstring); raises one ConfigError with every problem.
+
+    A preset under a config is merged into the config's data before it loads, so that ``--set`` overrides and
+    the config's own keys both land on the preset's values (the loader fills a missing section with defaults)."""
     if config is None:
-        cfg = load_config(preset_path(preset or DEFAULT_PRESET), list(overrides))
-    else:
-        extra = [f"sim.preset={preset}"] if preset is not None else []
-        cfg = load_config(config, [*extra, *overrides])
-    return apply_sim_preset(cfg)
+        name = preset or DEFAULT_PRESET
+        return load_config(preset_path(name), [f"sim.preset={name}", *overrides])
+    data = _read_yaml(config)
+    own = data.get("sim") if isinstance(data, dict) and isinstance(data.get("sim"), dict) else {}
+    name = preset if preset is not None else own.get("preset")
+    if not isinstance(name, str):
+        return load_config(config, overrides)  # no preset (or a problem the loader reports in its own words)
+    base = preset_data(name, key="--preset" if preset is not None else "sim.preset").get("sim") or {}
+    assert isinstance(data, dict)
+    _absolute_files(data, Path(config).resolve().parent)
+    data["sim"] = {**merge_sim(base, own), "preset": name}
+    with tempfile.TemporaryDirectory() as tmp:
+        merged = Path(tmp) / Path(config).name
+        merged.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        try:
+            return load_config(merged, overrides)
+        except ConfigError as exc:
+            raise ConfigError(exc.problems, str(config)) from None
 
 
-def apply_sim_preset(cfg: RunConfig) -> RunConfig:
-    """``cfg`` with ``sim.preset`` (if any) as the base of its sim block: the keys the config set win."""
-    name = cfg.sim.preset
-    if name is None:
-        return cfg
-    base = preset_data(name, key="sim.preset").get("sim") or {}
-    own = cfg.sim.model_dump(mode="json", exclude_unset=True)
-    merged = merge_sim(base, own)
-    merged["preset"] = name
+def _read_yaml(path: Path) -> Any:
     try:
-        sim = SimConfig.model_validate(merged)
-    except ValidationError as exc:
-        raise ConfigError([str(p) for p in describe_errors(exc, root=SimConfig, data=merged, prefix="sim")]) from None
-    return cfg.model_copy(update={"sim": sim})
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
 
 
 def entry_sims(cfg: RunConfig) -> list[SimConfig]:
@@ -171,34 +176,5 @@ def _label(value: Any) -> str | None:
     return str(value)
 
 
-@dataclass
-class Policy:
-    """The policy-layer objects of one start of a simulated run."""
-
-    pool: TaskPool
-    samplers: SamplerSet
-    recorder: StatsRecorder
-    admission: AdmissionSet
-    dispatcher: Dispatcher
-
-
-def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1) -> Policy:
-    """The dispatcher and what it drives, built from ``cfg`` over ``pool`` (no clock: the simulator's metrics must not
-    depend on how fast the host decides)."""
-    train = cfg.train
-    samplers = SamplerSet(
-        pool, run_sampler=train.task_sampler, run_options=train.task_sampler_options,
-        entry_samplers={e.name: (e.task_sampler, e.task_sampler_options) for e in cfg.environments},
-        batch_size=train.batch_size, seed=train.seed)
-    recorder = StatsRecorder.for_pool(pool, start=start, group_size=effective_group_size(cfg))
-    recorder.add_listener(samplers.observe)
-    admission = AdmissionSet(
-        run_rule=train.group_admission, run_options=train.group_admission_options,
-        entry_rules={e.name: (e.group_admission, e.group_admission_options) for e in cfg.environments},
-        entries=pool.entries, batch_size=train.batch_size, label_column=train.label_by)
-    dispatcher = Dispatcher(dispatch_config(cfg), pool, samplers, recorder, admission, rolling=True, start=start)
-    return Policy(pool, samplers, recorder, admission, dispatcher)
-
-
-__all__ = ["DEFAULT_PRESET", "Policy", "SimTasks", "apply_sim_preset", "build_policy", "build_tasks",
-           "entry_sims", "load_sim_config", "preset_data", "preset_names", "preset_path"]
+__all__ = ["DEFAULT_PRESET", "SimTasks", "build_tasks", "entry_sims", "load_sim_config",
+           "preset_data", "preset_names", "preset_path"]

@@ -1,0 +1,66 @@
+"""Small simulated runs for the simulator's tests: a config built in code, a run, and log comparisons."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from platoon.config.loader import check_config
+from platoon.config.models import RunConfig
+from platoon.sim.run import SimRun
+
+BASE: dict[str, Any] = {
+    "train": {"steps": 6, "batch_size": 4, "max_concurrent_rollouts": 16, "checkpoint_every": 2, "eval_every": 2},
+    "environments": [{"name": "env", "group_size": 4}],
+    "sim": {
+        "rollout": {"duration": {"dist": "exponential", "mean_s": 10.0}},
+        "trainer": {"step_s": 5.0, "per_datum_s": 0.1, "publish_s": 1.0},
+        "population": {"tasks": 40, "heldout": 20},
+    },
+}
+
+
+def merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and "dist" not in value:
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def config(**sections: Any) -> RunConfig:
+    """``BASE`` with ``sections`` (train=..., sim=..., environments=...) deep-merged in, validated."""
+    cfg = RunConfig.model_validate(merge(BASE, sections))
+    check_config(cfg)
+    return cfg
+
+
+def run(cfg: RunConfig, path: Path, until: float | None = None, log=None) -> SimRun:
+    """A new run of ``cfg`` at ``path``, simulated to its end (or to simulated time ``until``, then closed)."""
+    r = SimRun.create(cfg, path, log=log or (lambda level, message: None))
+    r.run(until)
+    r.close()
+    return r
+
+
+def resume(path: Path, steps: int | None = None) -> SimRun:
+    r = SimRun.resume(path, steps=steps, log=lambda level, message: None)
+    r.run()
+    return r
+
+
+LOGS = ("metrics.jsonl", "tasks/events.jsonl")
+
+
+def differing(a: Path, b: Path, names: tuple[str, ...] = LOGS) -> list[str]:
+    """The files among ``names`` whose bytes differ between run directories ``a`` and ``b``."""
+    return [n for n in names if (a / n).read_bytes() != (b / n).read_bytes()]
+
+
+def checkpoint_files(path: Path) -> dict[str, bytes]:
+    """Every file under ``checkpoints/`` by relative name (their bytes)."""
+    root = path / "checkpoints"
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}

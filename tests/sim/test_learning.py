@@ -1,0 +1,95 @@
+"""Tasks and the learning model: task files, synthesized populations, pass rates that training moves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from platoon.config.sim import SimConfig
+from platoon.sim.learning import EntryTasks, Learner, read_task_file, sigmoid
+
+
+def learner(entries, *, learn=True, gain=0.5, transfer=0.2, ability=0.0) -> Learner:
+    row_entry, row_task = [], []
+    for i, e in enumerate(entries):
+        row_entry += [i] * len(e.task_ids)
+        row_task += list(range(len(e.task_ids)))
+    n = len(entries)
+    return Learner(entries, row_entry, row_task, learn=[learn] * n, gain=[gain] * n, transfer=[transfer] * n,
+                   initial_ability=[ability] * n)
+
+
+def test_task_files(tmp_path):
+    (tmp_path / "t.csv").write_text("task_id,pass_rate,length,kind\na,0.25,2,x\nb,1,,y\n")
+    rows = read_task_file(tmp_path / "t.csv")
+    assert [(r.task_id, r.pass_rate, r.length, r.data) for r in rows] == [
+        ("a", 0.25, 2.0, {"kind": "x"}), ("b", 1.0, 1.0, {"kind": "y"})]
+    (tmp_path / "t.json").write_text('[{"task_id": 7, "pass_rate": 0.5}]')
+    assert read_task_file(tmp_path / "t.json")[0].task_id == "7"
+    for text, match in [("task_id,rate\na,1\n", "needs columns"), ("task_id,pass_rate\na,1.5\n", r"in \[0, 1\]"),
+                        ("task_id,pass_rate,length\na,0.5,0\n", "positive"), ("task_id,pass_rate\n", "no tasks")]:
+        (tmp_path / "bad.csv").write_text(text)
+        with pytest.raises(ValueError, match=match):
+            read_task_file(tmp_path / "bad.csv")
+
+
+def test_a_task_file_fixes_rates(tmp_path):
+    (tmp_path / "t.csv").write_text("task_id,pass_rate,length\na,0.25,2\nb,0\nc,1\n")
+    sim = SimConfig.model_validate({"tasks": str(tmp_path / "t.csv")})
+    assert not sim.learning_on
+    e = EntryTasks.build("env", sim, seed=0, task_ids=None)
+    L = learner([e], learn=sim.learning_on)
+    assert [L.pass_rate(r) for r in range(3)] == [0.25, 0.0, 1.0]
+    assert L.length == [2.0, 1.0, 1.0]
+    L.trained([0, 0, 0])
+    L.publish()
+    assert L.pass_rate(0) == 0.25
+    assert L.pass_at_1() is None
+
+
+def test_population_is_the_entrys_not_the_runs():
+    sim = SimConfig.model_validate({"population": {"tasks": 50, "heldout": 10, "difficulty_sd": 2.0},
+                                    "rollout": {"length_sigma": 0.5}})
+    a = EntryTasks.build("env", sim, seed=3, task_ids=None)
+    b = EntryTasks.build("env", sim, seed=3, task_ids=None)
+    c = EntryTasks.build("env", sim, seed=4, task_ids=None)
+    assert a.task_ids == [f"env/{i}" for i in range(50)]
+    assert np.array_equal(a.difficulty, b.difficulty) and np.array_equal(a.heldout, b.heldout)
+    assert not np.array_equal(a.difficulty, c.difficulty)
+    assert len(set(a.length.tolist())) == 50
+    listed = EntryTasks.build("env", sim, seed=3, task_ids=["env/7", "env/2"])
+    assert listed.difficulty.tolist() == [a.difficulty[7], a.difficulty[2]]  # a task keeps its difficulty
+
+
+def test_training_moves_trained_tasks_and_ability():
+    sim = SimConfig.model_validate({"population": {"tasks": 10, "heldout": 30}})
+    e = EntryTasks.build("env", sim, seed=0, task_ids=None)
+    L = learner([e], gain=0.5, transfer=0.2)
+    before = [L.pass_rate(r) for r in range(10)]
+    assert before == pytest.approx(sigmoid(-e.difficulty).tolist())
+    p0 = L.pass_at_1()
+    assert p0 == pytest.approx(float(sigmoid(-e.heldout).mean()))
+    L.trained([3, 3])
+    assert L.pass_rate(3) == before[3]  # not before the weights are published
+    L.publish()
+    assert L.pass_rate(3) == pytest.approx(float(sigmoid(np.array(1.0 + 0.2 - e.difficulty[3]))))
+    assert L.pass_rate(4) == pytest.approx(float(sigmoid(np.array(0.2 - e.difficulty[4]))))
+    assert L.pass_at_1() > p0
+    twin = learner([e], gain=0.5, transfer=0.2)
+    twin.load_state_dict(L.state_dict())
+    assert [twin.pass_rate(r) for r in range(10)] == [L.pass_rate(r) for r in range(10)]
+
+
+def test_no_learning_keeps_rates():
+    sim = SimConfig.model_validate({"population": {"tasks": 5}, "learning": {"enabled": False}})
+    e = EntryTasks.build("env", sim, seed=0, task_ids=None)
+    L = learner([e], learn=sim.learning_on)
+    before = [L.pass_rate(r) for r in range(5)]
+    L.trained([0, 1])
+    L.publish()
+    assert [L.pass_rate(r) for r in range(5)] == before
+
+
+def test_learning_beside_a_task_file_is_refused():
+    with pytest.raises(ValueError, match="fixes each task's pass rate"):
+        SimConfig.model_validate({"tasks": "t.csv", "learning": {"enabled": True}})
