@@ -1,0 +1,90 @@
+"""``platoon simulate`` on the command line: a preset run, resume, sweeps, and its exit codes."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from platoon.cli import app, main
+from platoon.runs import read_jsonl
+
+runner = CliRunner()
+SMALL = ["--preset", "textcraft-synth", "--set", "train.batch_size=4", "--set", "train.max_concurrent_rollouts=32"]
+
+
+def exit_code(monkeypatch, capsys, *args: str) -> tuple[int, str]:
+    monkeypatch.setattr(sys, "argv", ["platoon", *args])
+    with pytest.raises(SystemExit) as info:
+        main()
+    return info.value.code, capsys.readouterr().err
+
+
+def step_rows(path):
+    return [r for r in read_jsonl(path / "metrics.jsonl") if "sim/rollouts" in r]
+
+
+def test_a_preset_run_prints_its_summary(tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["simulate", *SMALL, "--steps", "3", "--seed", "5", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    for label in ("steps", "time (h)", "throughput (rollouts/h)", "permit busy share", "trainer idle share",
+                  "staleness", "informative share", "stale groups", "rejected groups", "pass@1 last"):
+        assert label in result.output
+    assert [r["step"] for r in step_rows(out)] == [0, 1, 2]
+    lock = (out / "lock.json").read_text()
+    assert '"seed":5' in lock and '"preset":"textcraft-synth"' in lock
+
+
+def test_resume_goes_on_to_the_new_total(tmp_path):
+    out = tmp_path / "run"
+    assert runner.invoke(app, ["simulate", *SMALL, "--steps", "2", "--out", str(out)]).exit_code == 0
+    result = runner.invoke(app, ["simulate", "--resume", str(out), "--steps", "4"])
+    assert result.exit_code == 0, result.output
+    assert [r["step"] for r in step_rows(out)] == [0, 1, 2, 3]
+
+
+def test_exit_codes(monkeypatch, capsys, tmp_path):
+    (tmp_path / "bad.yaml").write_text("train: {steps: -1}\nsim: {rollout: {error_rate: 3}}\n")
+    code, err = exit_code(monkeypatch, capsys, "simulate", str(tmp_path / "bad.yaml"))
+    assert code == 78
+    assert "train.steps" in err and "sim.rollout.error_rate" in err and "Traceback" not in err
+    code, err = exit_code(monkeypatch, capsys, "simulate", "--preset", "nope")
+    assert code == 78 and "unknown preset 'nope'" in err
+    code, err = exit_code(monkeypatch, capsys, "simulate", "--permit-release", "sometimes")
+    assert code == 64
+    code, err = exit_code(monkeypatch, capsys, "simulate", "--resume", str(tmp_path), "--set", "train.steps=3")
+    assert code == 64 and "drop --set" in err
+    code, err = exit_code(monkeypatch, capsys, "simulate", "--resume", str(tmp_path))
+    assert code == 1 and "lock.json" in err
+
+
+def test_an_existing_out_is_refused(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "x").write_text("")
+    result = runner.invoke(app, ["simulate", *SMALL, "--steps", "1", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 64
+
+
+def test_a_sweep_prints_one_table_with_ratios(tmp_path):
+    out = tmp_path / "sweep"
+    result = runner.invoke(app, ["simulate", *SMALL, "--steps", "2", "--out", str(out), "--jobs", "2",
+                                 "--sweep", "train.permit_release=rollout,group",
+                                 "--sweep", "train.max_staleness=1,2"])
+    assert result.exit_code == 0, result.output
+    points = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert points == ["00-permit_release=rollout,max_staleness=1", "01-permit_release=rollout,max_staleness=2",
+                      "02-permit_release=group,max_staleness=1", "03-permit_release=group,max_staleness=2"]
+    for p in points:
+        assert len(step_rows(out / p)) == 2
+    table = (out / "sweep.md").read_text()
+    assert table.count("\n") == 2 + 4
+    assert "x)" in table.splitlines()[3]  # ratios against the first point
+
+
+def test_a_sweep_checks_every_point_first(tmp_path):
+    result = runner.invoke(app, ["simulate", *SMALL, "--out", str(tmp_path / "s"),
+                                 "--sweep", "train.max_staleness=1,-3"])
+    assert isinstance(result.exception, Exception) and "max_staleness" in str(result.exception)
+    assert not (tmp_path / "s").exists()
