@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import random
+import sys
+import types
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -184,3 +187,23 @@ class WithWidth(Rotating):
 
 def test_a_dataclass_schema_refuses_unknown_keys():
     check_task_sampler(WithWidth, options={"width": 3}, levels=("run",), budget_ms=None)
+
+
+# ----------------------------------------------------------------------------------------------- the guide's example
+
+
+def python_blocks(path: Path) -> list[str]:
+    text = path.read_text()
+    return [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
+
+
+def test_the_guides_example_sampler_keeps_the_contract(monkeypatch):
+    sampler_code, test_code = python_blocks(Path(__file__).parents[1] / "docs" / "task-samplers.md")
+    module = types.ModuleType("task_samplers_guide")
+    monkeypatch.setitem(sys.modules, module.__name__, module)  # dataclasses look their module up
+    try:
+        exec(compile(sampler_code + "\n" + test_code, "docs/task-samplers.md", "exec"), module.__dict__)
+        assert registry.lookup("task_sampler", "fewest-groups") is module.FewestGroups
+        module.test_fewest_groups_keeps_the_contract()
+    finally:
+        registry.unregister("task_sampler", "fewest-groups")

@@ -558,7 +558,7 @@ class TaskStore:
         code = {name: i + 1 for i, name in enumerate(self._entry_names)}
         self._entry_code = np.array([code.get(e, 0) for e in self._task_entry], dtype=np.int64)
         self._labels = tuple(dict.fromkeys(label for label in self._task_label if label is not None))
-        self._position_cache: dict[int, tuple[Sequence[str], slice | np.ndarray, np.ndarray | None]] = {}
+        self._position_cache: dict[int, tuple] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -577,6 +577,9 @@ class TaskStore:
         self.label_totals = {label: GroupTotals() for label in self._labels}
         self._outstanding: dict[tuple[int, int], tuple[str, int | None]] = {}
         self._prior_cache: dict[tuple[int, float], float] = {}
+        # Positions with draws outstanding, and without evidence: few, so samplers read them sparsely.
+        self._busy: set[int] = set()
+        self._no_evidence: set[int] = set()
 
     def fresh(self) -> TaskStore:
         """An empty store over the same pool."""
@@ -698,6 +701,34 @@ class TaskStore:
         out.flags.writeable = False
         return out
 
+    def _local(self, positions: set[int], task_ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``(indices into task_ids, store positions)`` of the given store positions that ``task_ids`` holds."""
+        pos = np.array(sorted(positions), dtype=np.int64)
+        sel, _ = self._positions(task_ids)
+        if isinstance(sel, slice):
+            local = pos - sel.start
+            inside = (local >= 0) & (local < sel.stop - sel.start)
+        else:
+            hit = self._position_cache[id(task_ids)]
+            if len(hit) < 4:
+                inverse = np.full(len(self.ids), -1, dtype=np.int64)
+                known = sel >= 0
+                inverse[sel[known]] = np.flatnonzero(known)
+                hit = self._position_cache[id(task_ids)] = (*hit, inverse)
+            local = hit[3][pos] if len(pos) else pos
+            inside = local >= 0
+        return local[inside], pos[inside]
+
+    def outstanding_tasks(self, task_ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The tasks of ``task_ids`` with draws outstanding: ``(indices into task_ids, outstanding, groups)``, in
+        pool order. Sparse: its cost grows with the outstanding draws, not with the pool."""
+        local, pos = self._local(self._busy, task_ids)
+        return local, self._outstanding_n[pos], self._groups[pos]
+
+    def without_evidence(self, task_ids: Sequence[str]) -> np.ndarray:
+        """Indices into ``task_ids`` of the tasks with ``no_evidence_streak >= NO_EVIDENCE_LIMIT`` (sparse)."""
+        return self._local(self._no_evidence, task_ids)[0]
+
     def count_arrays(self, task_ids: Sequence[str]) -> TaskCountArrays:
         """`TaskCounts` of ``task_ids`` at once (read-only arrays; ids outside the pool read as zeros)."""
         sel, unknown = self._positions(task_ids)
@@ -718,23 +749,27 @@ class TaskStore:
         """
         sel, unknown = self._positions(task_ids)
         if subset is not None:
-            base = np.arange(sel.start, sel.stop)[subset] if isinstance(sel, slice) else sel[subset]
+            base = np.asarray(subset, dtype=np.int64) + sel.start if isinstance(sel, slice) else sel[subset]
             unknown = None if unknown is None else unknown[subset]
             sel = base
         if unknown is not None:
             sel = np.where(unknown, 0, sel)
-        priors = np.array([self._prior_by_code(c, now) for c in range(len(self._entry_names) + 1)])
+        key = (-1, now)  # the prior centres of all entries at ``now``, cached beside the scalar ones
+        priors = self._prior_cache.get(key)
+        if priors is None:
+            priors = np.array([self._prior_by_code(c, now) for c in range(len(self._entry_names) + 1)])
+            self._prior_cache[key] = priors
         codes = self._entry_code[sel] if len(self._entry_code) else np.zeros(0, dtype=np.int64)
-        v = self._ev_v[sel]
-        age = now - v
-        with np.errstate(invalid="ignore"):
-            w = np.where(age > 0, np.power(2.0, -age / HALF_LIFE_VERSIONS), 1.0)
+        age = now - self._ev_v[sel]
+        w = np.power(2.0, -age / HALF_LIFE_VERSIONS)
+        w[~(age > 0)] = 1.0  # no evidence (NaN) or none older than now: weight 1
         s, f = self._ev_p[sel] * w, self._ev_f[sel] * w
         if unknown is not None:
-            codes = np.where(unknown, 0, codes)
-            s, f = np.where(unknown, 0.0, s), np.where(unknown, 0.0, f)
-        m = priors[codes]
-        return PRIOR_STRENGTH * m + s, PRIOR_STRENGTH * (1.0 - m) + f
+            codes[unknown] = 0
+            s[unknown] = 0.0
+            f[unknown] = 0.0
+        m = priors[codes] * PRIOR_STRENGTH
+        return m + s, (PRIOR_STRENGTH - m) + f
 
     # -- writes
     def _record(self, i: int) -> _TaskRecord:
@@ -766,6 +801,10 @@ class TaskStore:
         if record.members or record.verdict != "unknown":
             self._ustreak[i] = self._ustreak[i] + 1 if record.verdict == "uniform" else 0
             self._nestreak[i] = 0 if valid > 0 else self._nestreak[i] + 1
+            if self._nestreak[i] >= NO_EVIDENCE_LIMIT:
+                self._no_evidence.add(i)
+            else:
+                self._no_evidence.discard(i)
         members = record.members
         if v is not None:
             for m in members:
@@ -805,6 +844,7 @@ class TaskStore:
             self._record(i)
             self._drawn[i] += 1
             self._outstanding_n[i] += 1
+            self._busy.add(i)
 
     def fate(self, start: int, seq: int, fate: str, task_id: str | None = None) -> str | None:
         """Give draw ``(start, seq)`` its fate; returns the task it names (``task_id`` if it was not outstanding)."""
@@ -816,6 +856,8 @@ class TaskStore:
             i = self._index.get(task_id)
             if i is not None and self._outstanding_n[i] > 0:
                 self._outstanding_n[i] -= 1
+                if self._outstanding_n[i] == 0:
+                    self._busy.discard(i)
         i = self._index.get(task_id) if task_id is not None else None
         if i is not None:
             self._record(i).fates[fate] += 1
@@ -934,3 +976,5 @@ class TaskStore:
             self._outstanding_n[i] = int(t["outstanding"])
         for s, q, task_id, position in data.get("outstanding", []):
             self._outstanding[(int(s), int(q))] = (str(task_id), None if position is None else int(position))
+        self._busy = set(np.flatnonzero(self._outstanding_n > 0).tolist())
+        self._no_evidence = set(np.flatnonzero(self._nestreak >= NO_EVIDENCE_LIMIT).tolist())

@@ -137,8 +137,9 @@ class TaskStatsView:
 
     ``live`` is False when the statistics stopped (the view reads what they held) or never started (an empty
     store). ``counts`` is the cheap per-task read; ``task`` builds a full `TaskStats` copy. The vectorised reads
-    ``count_arrays(ids)`` and ``posterior_arrays(ids, subset=None)`` answer for many tasks at once; pass the same
-    ids tuple each time (e.g. ``setup.unique_ids``), which the store caches by identity.
+    ``count_arrays(ids)`` and ``posterior_arrays(ids, subset=None)`` answer for many tasks at once, and the sparse
+    ``outstanding_tasks(ids)`` and ``without_evidence(ids)`` list the few tasks with draws outstanding or without
+    evidence; pass the same ids tuple each time (e.g. ``setup.unique_ids``), which the store caches by identity.
     """
 
     __slots__ = ("_store", "_now", "_live")
@@ -190,6 +191,14 @@ class TaskStatsView:
 
     def count_arrays(self, task_ids: Sequence[str]) -> TaskCountArrays:
         return self._store.count_arrays(task_ids)
+
+    def outstanding_tasks(self, task_ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(indices into task_ids, outstanding, groups)`` of the tasks with draws outstanding (sparse)."""
+        return self._store.outstanding_tasks(task_ids)
+
+    def without_evidence(self, task_ids: Sequence[str]) -> np.ndarray:
+        """Indices into ``task_ids`` of the tasks without evidence (``no_evidence_streak >= 3``; sparse)."""
+        return self._store.without_evidence(task_ids)
 
     def posterior_arrays(
         self, task_ids: Sequence[str], subset: np.ndarray | None = None

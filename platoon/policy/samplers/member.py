@@ -64,8 +64,11 @@ class Member:
         classes = list(dict.fromkeys((r.label, r.group_size) for r in first_rows))
         class_pos = {c: i for i, c in enumerate(classes)}
         self.uid_class = np.fromiter(
-            (class_pos[(r.label, r.group_size)] for r in first_rows), dtype=np.int64, count=len(uids)
+            (class_pos[(r.label, r.group_size)] for r in first_rows),
+            dtype=np.int16 if len(classes) < 2**15 else np.int64,
+            count=len(uids),
         )
+        self.masks: dict[bytes, np.ndarray] = {}  # eligibility mask by pattern of eligible classes
         first_of_class: dict[int, str] = {}
         for t, c in zip(uids, self.uid_class.tolist(), strict=True):
             first_of_class.setdefault(c, t)
@@ -73,6 +76,8 @@ class Member:
         self.class_size = np.array([size for _, size in classes], dtype=np.int64)
         self.all_eligible = np.ones(len(uids), dtype=bool)
         self.all_eligible.flags.writeable = False
+        self.none_eligible = np.zeros(len(uids), dtype=bool)
+        self.none_eligible.flags.writeable = False
 
     def fresh(self) -> Any:
         return self.cls(self.setup, self.options)

@@ -17,7 +17,8 @@ listing order, decision ``d`` (its window is ``d // N``; ``previous`` survives o
 Departure from platoon 0.4.0 (documented, deliberate): 0.4.0 draws its coin, sample and Beta variates from
 ``random.Random(key)`` one task at a time. Here they come from ``numpy.random.default_rng(key)`` in whole arrays,
 so that a decision over a million tasks costs a few milliseconds: the coin (``random()``), then the candidates
-(``choice(..., replace=False)``, or rejection sampling from the pool when the pool is most of ``N``), then one Beta
+(``choice(..., replace=False, shuffle=False)``, or rejection sampling when they are a small part of a pool that is
+most of ``N``), then one Beta
 draw per candidate, then ties by ``integers``. It stays a deterministic function of (seed, qualified name,
 decision count, state, statistics, eligibility), which is what exact resume needs; it does not replay 0.4.0's draws
 bit for bit, which DESIGN does not ask for.
@@ -38,11 +39,41 @@ _NEVER = np.iinfo(np.int64).max
 _STATE_KEYS = ("last_drawn", "window", "window_draws", "previous_window_draws")
 
 
-def _fallback_to_fewest(current: np.ndarray, proposed: np.ndarray, outstanding: np.ndarray) -> np.ndarray:
-    if proposed.any():
-        return proposed
-    fewest = outstanding[current].min()
-    return current & (outstanding == fewest)
+class _Keep:
+    """The decision's pool as a bool mask over the ids, copied on first write, with its count kept by hand (so that
+    knocking out a few tasks costs O(few), not O(N))."""
+
+    __slots__ = ("mask", "count", "_owned")
+
+    def __init__(self, mask: np.ndarray) -> None:
+        self.mask, self.count, self._owned = mask, int(np.count_nonzero(mask)), False
+
+    def knock_out(self, indices: np.ndarray) -> None:
+        """Remove ``indices`` (each now in the pool, no repeats)."""
+        if indices.size:
+            if not self._owned:
+                self.mask, self._owned = self.mask.copy(), True
+            self.mask[indices] = False
+            self.count -= int(indices.size)
+
+    def only(self, indices: np.ndarray) -> None:
+        self.mask, self._owned = np.zeros(len(self.mask), dtype=bool), True
+        self.mask[indices] = True
+        self.count = int(indices.size)
+
+
+def _filter(
+    keep: _Keep, busy: np.ndarray, out: np.ndarray, drop: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Drop ``busy[drop]`` from the pool; if that would leave nothing, keep instead the pool's tasks with the fewest
+    outstanding draws (then all in ``busy``). ``busy``/``out``: the pool's tasks with draws outstanding."""
+    removed = busy[drop]
+    if removed.size < keep.count:
+        keep.knock_out(removed)
+        return busy[~drop], out[~drop]
+    fewest = out == out.min()
+    keep.only(busy[fewest])
+    return busy[fewest], out[fewest]
 
 
 class PassRateSampler(Sampler):
@@ -68,6 +99,10 @@ class PassRateSampler(Sampler):
         self._window_draws = np.zeros(n, dtype=np.int64)
         self._previous = np.zeros(n, dtype=np.int64)
         self._sizes = self._group_sizes(setup)
+        self._sizes_unknown = bool((self._sizes == 0).any())
+        self._never = np.ones(n, dtype=bool)
+        self._n_never = n
+        self._capped: list[int] = []  # tasks that reached the cap in this window
         self._warned = False
         self._reset_metrics()
 
@@ -85,7 +120,7 @@ class PassRateSampler(Sampler):
         )
 
     def _sizes_now(self, stats: TaskStatsView | None) -> np.ndarray:
-        if not (self._sizes == 0).any():
+        if not self._sizes_unknown:
             return self._sizes
         return np.where(self._sizes == 0, stats.group_size(None) if stats is not None else 1, self._sizes)
 
@@ -109,38 +144,44 @@ class PassRateSampler(Sampler):
         else:
             self._previous[:] = 0
         self._window_draws[:] = 0
+        self._capped = []
         self._window = window
 
     def next(self, ctx: SamplerContext) -> Draw | None:
         opts: PassRateOptions = self.options
-        self._roll_window(int(ctx.decision))
-        keep = ctx.eligible_mask(self.ids)
-        if not keep.any():
+        decision = int(ctx.decision)
+        self._roll_window(decision)
+        keep = _Keep(ctx.eligible_mask(self.ids))
+        if keep.count == 0:
             return None
         stats = ctx.stats
         live = stats is not None and stats.live
-        counts = None
         if stats is not None:
-            counts = stats.count_arrays(self.ids)
-            out = counts.outstanding
-            if out.any():
-                keep = _fallback_to_fewest(keep, keep & ~((out > 0) & (counts.groups == 0)), out)
+            busy, out, groups = stats.outstanding_tasks(self.ids)
+            held = keep.mask[busy]
+            busy, out, groups = busy[held], out[held], groups[held]
+            if busy.size:
+                busy, out = _filter(keep, busy, out, groups == 0)  # (a) unseen tasks wait for a first result
                 if opts.max_outstanding_per_task is not None:
-                    keep = _fallback_to_fewest(keep, keep & (out < opts.max_outstanding_per_task), out)
+                    busy, out = _filter(keep, busy, out, out >= opts.max_outstanding_per_task)  # (b)
         if not live and not self._warned:
             self._warned = True
             self.warn(f"{self.setup.name}: no live per-task statistics; drawing by exploration alone")
         lifted = False
-        if opts.max_draws_per_epoch is not None:
-            capped = keep & (self._window_draws < opts.max_draws_per_epoch)
-            if capped.any():
-                keep = capped
+        if self._capped:
+            capped = np.fromiter(self._capped, dtype=np.int64, count=len(self._capped))
+            capped = capped[keep.mask[capped]]
+            if capped.size < keep.count:
+                keep.knock_out(capped)
             else:
                 lifted = True
         rng = np.random.default_rng(ctx.key)
         chosen, reason = -1, "explore"
         if live and rng.random() >= opts.explore:
-            scored = keep & (counts.no_evidence_streak < NO_EVIDENCE_LIMIT)
+            blind = stats.without_evidence(self.ids)
+            scored = _Keep(keep.mask)
+            scored.count = keep.count
+            scored.knock_out(blind[keep.mask[blind]])
             cand = self._candidates(scored, opts.candidates, rng)
             if cand.size:
                 reason = "exploit"
@@ -151,61 +192,67 @@ class PassRateSampler(Sampler):
                 ties = cand[score == score.max()]
                 chosen = int(ties[0] if ties.size == 1 else ties[rng.integers(ties.size)])
         if chosen < 0:
-            chosen = self._least_recent(keep, rng)
+            chosen = self._least_recent(keep.mask, rng)
         score_out = None
         if stats is not None:
             a, b = (float(x[0]) for x in stats.posterior_arrays(self.ids, subset=np.array([chosen])))
             score_out = float(informative_at(a, b, int(self._sizes_now(stats)[chosen])))
             self._m["prior"] += PRIOR_STRENGTH / (a + b)
             self._m["prior_n"] += 1
-            version = counts.evidence_version[chosen]
-            if not np.isnan(version):
+            try:
+                version = stats.counts(self.ids[chosen]).evidence_version
+            except KeyError:  # a task the statistics do not know has no evidence
+                version = None
+            if version is not None:
                 self._m["age"] += max(0.0, float(stats.now) - float(version))
                 self._m["age_n"] += 1
         self._m["decisions"] += 1
-        self._m["eligible"] += float(np.count_nonzero(keep)) / self._n
+        self._m["eligible"] += keep.count / self._n
         self._m["lifted"] += int(lifted)
-        self._last[chosen] = int(ctx.decision)
-        self._window_draws[chosen] += 1
+        self._drawn(chosen, decision)
         return Draw(self.ids[chosen], reason, score_out)
 
-    def _candidates(self, scored: np.ndarray, limit: int, rng: np.random.Generator) -> np.ndarray:
+    def _drawn(self, i: int, decision: int) -> None:
+        if self._last[i] < 0:
+            self._never[i] = False
+            self._n_never -= 1
+        self._last[i] = decision
+        self._window_draws[i] += 1
+        cap = self.options.max_draws_per_epoch
+        if cap is not None and self._window_draws[i] == cap:
+            self._capped.append(i)
+
+    def _candidates(self, scored: _Keep, limit: int, rng: np.random.Generator) -> np.ndarray:
         """At most ``limit`` of the ``scored`` tasks, chosen uniformly without replacement."""
-        count = int(np.count_nonzero(scored))
+        count, mask = scored.count, scored.mask
         if count <= limit:
-            return np.flatnonzero(scored)
-        if count * 2 >= self._n:
-            # Most of the pool is scored: rejection-sample positions instead of listing the pool (O(limit), not O(N)).
-            picked: dict[int, None] = {}
-            while len(picked) < limit:
-                batch = rng.integers(self._n, size=2 * (limit - len(picked)) + 16)
-                for i in batch[scored[batch]].tolist():
-                    picked.setdefault(i, None)
-                    if len(picked) == limit:
-                        break
-            return np.fromiter(picked, dtype=np.int64, count=limit)
-        pool = np.flatnonzero(scored)
-        return pool[rng.choice(count, size=limit, replace=False)]
+            return np.flatnonzero(mask) if count else np.zeros(0, dtype=np.int64)
+        if count * 8 >= self._n and limit * 4 <= count:
+            # A small sample of a pool that is most of N: rejection-sample positions (O(limit)) instead of listing
+            # the pool (O(N)). Distinct hits in order of first appearance are a uniform sample without replacement.
+            picked = np.zeros(0, dtype=np.int64)
+            while picked.size < limit:
+                size = int((limit - picked.size) * self._n / count * 1.25) + 16
+                batch = rng.integers(self._n, size=size)
+                both = np.concatenate([picked, batch[mask[batch]]])
+                _, first = np.unique(both, return_index=True)
+                picked = both[np.sort(first)]
+            return picked[:limit]
+        pool = np.flatnonzero(mask)
+        return pool[rng.choice(count, size=limit, replace=False, shuffle=False)]
 
     def _least_recent(self, keep: np.ndarray, rng: np.random.Generator) -> int:
         """The kept task drawn least recently (never drawn: -1), ties at random. A drawn task's last decision is
         unique, so ties happen only among never-drawn tasks."""
-        last = np.where(keep, self._last, _NEVER)
-        i = int(np.argmin(last))
-        if last[i] >= 0:
-            return i
-        never = keep & (self._last < 0)
-        count = int(np.count_nonzero(never))
-        if count == 1:
-            return i
-        if count * 4 >= self._n:
-            while True:  # most of the pool was never drawn: rejection sampling finds one in a few tries
-                batch = rng.integers(self._n, size=32)
-                hits = batch[never[batch]]
-                if hits.size:
-                    return int(hits[0])
-        ties = np.flatnonzero(never)
-        return int(ties[rng.integers(count)])
+        if self._n_never:
+            batch = rng.integers(self._n, size=64)
+            hits = batch[keep[batch] & self._never[batch]]
+            if hits.size:  # rejection sampling: uniform over the kept never-drawn tasks
+                return int(hits[0])
+            fresh = np.flatnonzero(keep & self._never)
+            if fresh.size:
+                return int(fresh[0] if fresh.size == 1 else fresh[rng.integers(fresh.size)])
+        return int(np.argmin(np.where(keep, self._last, _NEVER)))
 
     # -- state
     def state_dict(self) -> dict[str, Any]:
@@ -231,6 +278,7 @@ class PassRateSampler(Sampler):
         if not state:
             self._last, self._window = np.full(n, -1, dtype=np.int64), 0
             self._window_draws, self._previous = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+            self._derive()
             return
         missing = [k for k in _STATE_KEYS if k not in state]
         if missing:
@@ -255,6 +303,14 @@ class PassRateSampler(Sampler):
             arrays.append(arr)
         self._last, self._window_draws, self._previous = arrays
         self._window = window
+        self._derive()
+
+    def _derive(self) -> None:
+        """Rebuild what follows from the state: the never-drawn tasks and those at the cap in this window."""
+        self._never = self._last < 0
+        self._n_never = int(np.count_nonzero(self._never))
+        cap = self.options.max_draws_per_epoch
+        self._capped = [] if cap is None else np.flatnonzero(self._window_draws >= cap).tolist()
 
     # -- metrics
     def metrics(self, stats: TaskStatsView | None) -> dict[str, float]:

@@ -308,8 +308,22 @@ class SamplerSet:
             ok &= m.class_size <= max_group_size
         if ok.all():
             return m.all_eligible
-        mask = ok[m.uid_class]
-        mask.flags.writeable = False
+        if not ok.any():
+            return m.none_eligible
+        pattern = ok.tobytes()
+        mask = m.masks.get(pattern)
+        if mask is None:
+            # Comparisons on small class codes: a gather over the whole pool costs ten times more.
+            by_blocked = int(np.count_nonzero(~ok)) <= int(np.count_nonzero(ok))
+            classes = np.flatnonzero(~ok if by_blocked else ok)
+            hit = m.uid_class == classes[0]
+            for c in classes[1:]:
+                hit |= m.uid_class == c
+            mask = ~hit if by_blocked else hit
+            mask.flags.writeable = False
+            if len(m.masks) >= 16:
+                m.masks.clear()
+            m.masks[pattern] = mask
         return mask
 
     def adaptive_decision(
