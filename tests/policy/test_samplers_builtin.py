@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from collections import Counter
 
@@ -331,3 +332,27 @@ def test_check_refuses_groups_of_one():
 
 def test_a_row_answer_is_internal():
     assert Row(3).reason == "order"
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_pass_rate_restored_at_any_decision_answers_identically(data):
+    n = data.draw(st.integers(2, 12))
+    ids = [f"t{i}" for i in range(n)]
+    options = {
+        "explore": data.draw(st.sampled_from([0.0, 0.2, 1.0])),
+        "max_draws_per_epoch": data.draw(st.sampled_from([None, 1, 3])),
+        "candidates": data.draw(st.sampled_from([1, 4096])),
+    }
+    view = TaskStatsView(rate_store(ids, [i / n for i in range(n)], groups=2), 3)
+    at, more = data.draw(st.integers(0, 3 * n)), data.draw(st.integers(1, 2 * n))
+    allowed = [set(data.draw(st.sets(st.sampled_from(ids), min_size=1))) for _ in range(at + more)]
+    sampler, s = make(ids, options)
+    answers = [sampler.next(ctx(s, d, stats=view, eligible=allowed[d].__contains__)) for d in range(at)]
+    twin, _ = make(ids, options)
+    twin.load_state_dict(json.loads(json.dumps(sampler.state_dict())))
+    for d in range(at, at + more):
+        assert twin.next(ctx(s, d, stats=view, eligible=allowed[d].__contains__)) == sampler.next(
+            ctx(s, d, stats=view, eligible=allowed[d].__contains__)
+        )
+    assert all(a.task_id in allowed[d] for d, a in enumerate(answers))
