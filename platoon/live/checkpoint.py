@@ -1,0 +1,174 @@
+"""A live run's directory: its logs as the runtime drains them, full checkpoints, and what a resume starts from.
+
+What this module owns: the live backend's use of ``platoon.runs`` (the only writer of run artifacts). A full
+checkpoint ``checkpoints/<step>/`` holds
+
+- ``tasks/dispatch-<step>.json``: the dispatcher's format-2 state (``dispatch_state.state_dict``), whose ``exact``
+  section carries the settled, unconsumed groups with their datums, so that a resume trains them first;
+- ``tasks/state-<step>.json``: the per-task statistics' snapshot (absent once the recorder stopped);
+- ``trainer.pt``: the trainer's state (model, optimizer, generator, step count) as bytes;
+
+and its row in ``checkpoints.jsonl`` records ``batch`` and ``policy_version`` (the steps done), ``start``, the
+``tasks`` and ``dispatch`` records ``{file, sha256, format, start}``, ``next_position`` in rule mode, and ``logs``:
+the lengths of ``metrics.jsonl`` and ``tasks/events.jsonl`` when the state was taken.
+
+Rules it keeps:
+
+- The state is captured on the event loop, between two dispatcher calls (every event drained and flushed, so the
+  log lengths match the state); only the writing may happen off the loop.
+- A resume takes the newest checkpoint that reads back whole (``load_latest_checkpoint``; each newer one passed
+  over is a note), starts number ``max(start named by any row) + 1``, and cuts both logs back to the lengths its row
+  recorded: what the killed start wrote after its checkpoint (draws, fates, steps) is done again by the resumed one,
+  so the logs end with every step once and every draw key with exactly one fate, a reissue's old key excepted (its
+  ``draw`` event names it in ``reissues``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from platoon.policy import dispatch_state
+from platoon.policy.dispatcher import Dispatcher
+from platoon.runs import (
+    JsonlWriter,
+    LoadedCheckpoint,
+    RunDir,
+    checkpoint_name,
+    load_latest_checkpoint,
+    read_checkpoint_rows,
+    save_checkpoint,
+)
+from platoon.runs.atomic import json_bytes, sha256_bytes
+
+TRAINER_FILE = "trainer.pt"
+
+__all__ = ["LiveRunDir", "ResumePoint", "TRAINER_FILE", "checkpoint_payload", "next_start_number"]
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def checkpoint_payload(d: Dispatcher, done: int, trainer_state: bytes | None) -> tuple[dict[str, object], dict]:
+    """The files and row keys of the full checkpoint of ``done`` steps, captured from ``d`` now."""
+    name = checkpoint_name(done)
+    dispatch_file = f"tasks/dispatch-{name}.json"
+    state = dispatch_state.state_dict(d)
+    files: dict[str, object] = {dispatch_file: state}
+    row: dict[str, Any] = {"batch": done, "policy_version": done, "runtime": "live", "start": d.start_number,
+                           "dispatch": {"file": dispatch_file, "sha256": sha256_bytes(json_bytes(state)),
+                                        "format": dispatch_state.STATE_FORMAT, "start": d.start_number}}
+    snapshot = d.recorder.snapshot()
+    if snapshot is not None:
+        state_file = f"tasks/state-{name}.json"
+        files[state_file] = snapshot
+        row["tasks"] = {"file": state_file, "sha256": sha256_bytes(json_bytes(snapshot)), "format": 1,
+                        "start": d.start_number}
+    if trainer_state is not None:
+        files[TRAINER_FILE] = trainer_state
+    if d.admission is not None:
+        row["next_position"] = d.next_position
+    return files, row
+
+
+def next_start_number(rows: list[dict]) -> int:
+    """One more than the largest start any checkpoint row names (its own, its tasks' or its dispatch record's)."""
+    starts = [0]
+    for row in rows:
+        for value in (row.get("start"), (row.get("tasks") or {}).get("start"),
+                      (row.get("dispatch") or {}).get("start")):
+            if isinstance(value, int) and not isinstance(value, bool):
+                starts.append(value)
+    return max(starts) + 1
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """What a resume goes on from: the checkpoint's step, its dispatch state, statistics and trainer state, the new
+    start number, and a note for each newer checkpoint passed over."""
+
+    step: int
+    name: str
+    dispatch: Mapping[str, Any] | None
+    snapshot: Mapping[str, Any] | None
+    trainer_state: bytes | None
+    start: int
+    notes: list[str]
+    row: dict
+
+
+class LiveRunDir:
+    """The run directory of one start of a live run: writers for its logs and its checkpoints."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.rd = RunDir(path)
+        self.path = self.rd.path
+        self._metrics: JsonlWriter | None = None
+        self._events: JsonlWriter | None = None
+
+    # ------------------------------------------------------------------------------------------- creating
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], *, config: dict, components: list[dict],
+               pool: list[tuple[str, str | None, str | None]]) -> LiveRunDir:
+        """A new run directory (``path`` must not exist or be empty) with its lock.json and tasks/pool.json."""
+        rd = RunDir.create(path)
+        rd.write_lock(config, components, {"runtime": "live"})
+        rd.write_pool(pool)
+        return cls(rd.path)
+
+    def resume_point(self) -> ResumePoint:
+        """The newest checkpoint that reads back (CheckpointError when none does), as a ``ResumePoint``."""
+        ckpt: LoadedCheckpoint = load_latest_checkpoint(self.rd)
+        name = ckpt.name
+        dispatch = ckpt.files.get(f"tasks/dispatch-{name}.json")
+        snapshot = ckpt.files.get(f"tasks/state-{name}.json")
+        trainer = ckpt.files.get(TRAINER_FILE)
+        return ResumePoint(
+            step=ckpt.step, name=name,
+            dispatch=dispatch if isinstance(dispatch, dict) else None,
+            snapshot=snapshot if isinstance(snapshot, dict) else None,
+            trainer_state=trainer if isinstance(trainer, bytes) else None,
+            start=next_start_number(read_checkpoint_rows(self.rd)),
+            notes=list(ckpt.passed_over), row=ckpt.row)
+
+    def cut_logs(self, row: Mapping[str, Any]) -> None:
+        """Cut ``metrics.jsonl`` and ``tasks/events.jsonl`` back to the lengths the checkpoint ``row`` recorded."""
+        lengths = row.get("logs") or {}
+        for rel, path in (("metrics.jsonl", self.rd.metrics_path), ("tasks/events.jsonl", self.rd.events_path)):
+            length = lengths.get(rel)
+            if isinstance(length, int) and path.exists() and path.stat().st_size > length:
+                os.truncate(path, length)
+
+    # ------------------------------------------------------------------------------------------- writing
+    def write_events(self, events: list[dict]) -> None:
+        if not events:
+            return
+        if self._events is None:
+            self._events = self.rd.events_writer()
+        for event in events:
+            self._events.write(event)
+
+    def write_metrics(self, row: dict) -> None:
+        if self._metrics is None:
+            self._metrics = self.rd.metrics_writer()
+        self._metrics.write(row)
+
+    def log_lengths(self) -> dict[str, int]:
+        return {"metrics.jsonl": _size(self.rd.metrics_path), "tasks/events.jsonl": _size(self.rd.events_path)}
+
+    def save(self, done: int, files: Mapping[str, object], row: dict) -> dict:
+        """Write the checkpoint of ``done`` steps (files and row from ``checkpoint_payload``, ``logs`` added)."""
+        return save_checkpoint(self.rd, done, files, row)
+
+    def close(self) -> None:
+        for writer in (self._metrics, self._events):
+            if writer is not None:
+                writer.close()
+        self._metrics = self._events = None

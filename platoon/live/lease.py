@@ -1,0 +1,220 @@
+"""The lease face a workflow sees: ``rollout_lease()`` and ``async with rollout_lease().rollout(i) as waited_s:``.
+
+What this module owns: the context variable that holds the lease of the training draw whose workflow is running, the
+block a member's rollout runs in, and the background teardowns a block registers. The bookkeeping itself (which
+index may enter, which permit goes where) is the dispatcher's (``platoon.policy.permits``); a block only asks the
+runtime (its ``LeaseHost``), which feeds the dispatcher and answers when the block's ``GrantPermit`` comes back.
+
+Rules it keeps (semantics 4.3, 4.6):
+
+- The runtime sets the lease around a training group's ``arun_episode``; asyncio tasks the workflow creates inherit
+  it, executor threads do not. Outside a training draw (an evaluation, a test, a direct call) ``rollout_lease()`` is
+  the no-op lease: size 0, and every ``rollout(i)``, for any ``i``, enters at once, yields 0.0, holds nothing and
+  never raises.
+- Entering a block of a training draw asks the dispatcher (``on_block_entered``): an index outside the draw's size
+  raises IndexError and a second block for an index RuntimeError, under either ``permit_release``. The block yields
+  the seconds it waited for its permit (exactly 0.0 when one was free). A wait that is cancelled frees the index
+  (``on_block_cancelled``); a permit granted at the instant of cancellation goes back at once.
+- Exiting the block returns its permit (``on_block_exited``). Background teardowns registered in the block
+  (``background_teardown``) that still run then hold the permit, ``teardowns_pending=True``, until they end
+  (``on_teardowns_done``) or the dispatcher's 60 s wait runs out, and the block waits for them as long; a
+  cancellation ends that wait (never the teardowns), and a rollout that had ended keeps its outcome. A block that
+  holds no permit (``permit_release: group``) does not wait.
+- ``no_lease()`` clears the lease for a member's own rollout, so that a group that a rollout runs in turn sees the
+  no-op lease and takes no permits of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Protocol
+
+Key = tuple[int, int]
+
+__all__ = ["LeaseHost", "RolloutLease", "background_teardown", "first_model_call", "no_lease", "rollout_lease"]
+
+
+class LeaseHost(Protocol):
+    """What a lease asks of its runtime (``platoon.live.runtime.LiveRuntime`` is one)."""
+
+    async def enter_block(self, key: Key, index: int) -> float:
+        """Feed ``on_block_entered`` and wait for the block's permit; the seconds waited. Raises what the
+        dispatcher's lease bookkeeping raises (IndexError, RuntimeError)."""
+        ...
+
+    teardown_wait_s: float
+    """How long a block's permit waits for its teardowns (60 s)."""
+
+    def exit_block(self, key: Key, index: int, teardowns: list[asyncio.Task]) -> bool:
+        """Feed ``on_block_exited``; with ``teardowns`` still running and a permit held, ``teardowns_pending`` (their
+        end feeds ``on_teardowns_done``) and True: the block waits for them."""
+        ...
+
+    async def take_slot(self, key: Key, index: int) -> float:
+        """Take a start slot (``train.max_starting_rollouts``) for member ``index``; the seconds waited (0.0 without
+        a limit)."""
+        ...
+
+    def release_slot(self, key: Key, index: int, reason: str) -> None:
+        """Give the member's slot back: ``first_call``, ``end`` or ``cancelled`` (once; later calls do nothing)."""
+        ...
+
+
+_LEASE: ContextVar[RolloutLease | None] = ContextVar("platoon_rollout_lease", default=None)
+_TEARDOWNS: ContextVar[list[asyncio.Task] | None] = ContextVar("platoon_block_teardowns", default=None)
+_FIRST_CALL: ContextVar[Callable[[], None] | None] = ContextVar("platoon_first_call", default=None)
+
+
+class RolloutLease:
+    """The permits of one training draw, or (``host`` None) the no-op lease. Use ``rollout_lease()``."""
+
+    def __init__(self, host: LeaseHost | None = None, key: Key | None = None, size: int = 0) -> None:
+        self._host = host
+        self.key = key
+        self.size = size if host is not None else 0
+
+    @property
+    def active(self) -> bool:
+        """False for the no-op lease (outside a training draw)."""
+        return self._host is not None
+
+    def rollout(self, index: int) -> _Block:
+        """The block member ``index`` runs its rollout in: ``async with lease.rollout(i) as waited_s: ...``."""
+        if self._host is not None:
+            index = operator.index(index)
+        return _Block(self, index)
+
+    def start_slot(self, index: int) -> _Slot:
+        """The start slot member ``index`` takes inside its block, once it holds its permit
+        (``train.max_starting_rollouts``): ``async with lease.start_slot(i) as waited_s``. The slot comes back at the
+        rollout's first model call (``first_model_call``), at the block's end, or when it is cancelled; the no-op
+        lease takes none."""
+        return _Slot(self, index)
+
+    def __repr__(self) -> str:
+        return f"RolloutLease(key={self.key}, size={self.size})" if self.active else "RolloutLease(no-op)"
+
+
+NO_LEASE = RolloutLease()
+
+
+class _Block:
+    """One member's block; see the module docstring."""
+
+    def __init__(self, lease: RolloutLease, index: int) -> None:
+        self._lease = lease
+        self._index = index
+        self._teardowns: list[asyncio.Task] = []
+        self._token = None
+        self._entered = False
+
+    async def __aenter__(self) -> float:
+        host = self._lease._host
+        if self._entered and host is not None:
+            raise RuntimeError("a lease block is entered once; call lease.rollout(i) again for another")
+        self._entered = True
+        waited = 0.0
+        if host is not None:
+            assert self._lease.key is not None
+            waited = await host.enter_block(self._lease.key, self._index)
+        self._token = _TEARDOWNS.set(self._teardowns)
+        return waited
+
+    async def __aexit__(self, exc_type: type | None, *exc_info: object) -> None:
+        if self._token is not None:
+            try:
+                _TEARDOWNS.reset(self._token)
+            except ValueError:  # closed by the garbage collector outside its task's context
+                pass
+            self._token = None
+        host = self._lease._host
+        if host is None:
+            return
+        assert self._lease.key is not None
+        pending = [t for t in self._teardowns if not t.done()]
+        if not host.exit_block(self._lease.key, self._index, pending):
+            return
+        try:
+            await asyncio.wait(pending, timeout=host.teardown_wait_s)
+        except asyncio.CancelledError:
+            # A cancellation ends the wait, not the teardowns; a rollout that had ended keeps its outcome.
+            if exc_type is not None:
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+
+
+class _Slot:
+    def __init__(self, lease: RolloutLease, index: int) -> None:
+        self._lease = lease
+        self._index = index
+        self._token = None
+
+    def _release(self, reason: str) -> None:
+        host = self._lease._host
+        if host is not None:
+            assert self._lease.key is not None
+            host.release_slot(self._lease.key, self._index, reason)
+
+    async def __aenter__(self) -> float:
+        host = self._lease._host
+        if host is None:
+            return 0.0
+        assert self._lease.key is not None
+        waited = await host.take_slot(self._lease.key, self._index)
+        self._token = _FIRST_CALL.set(lambda: self._release("first_call"))
+        return waited
+
+    async def __aexit__(self, exc_type: type | None, *exc_info: object) -> None:
+        if self._token is None:
+            return
+        _FIRST_CALL.reset(self._token)
+        self._token = None
+        self._release("cancelled" if exc_type is not None and issubclass(exc_type, asyncio.CancelledError)
+                      else "end")
+
+
+def first_model_call() -> None:
+    """Signal that this rollout issued its first model call: its start slot, if it holds one, comes back."""
+    callback = _FIRST_CALL.get()
+    if callback is not None:
+        callback()
+
+
+def rollout_lease() -> RolloutLease:
+    """The lease of the training draw whose workflow runs in this context, else the no-op lease."""
+    lease = _LEASE.get()
+    return lease if lease is not None else NO_LEASE
+
+
+def set_lease(lease: RolloutLease | None) -> Any:
+    """Set the context's lease (the runtime, around a group's ``arun_episode``); returns the reset token."""
+    return _LEASE.set(lease)
+
+
+@contextmanager
+def no_lease() -> Iterator[None]:
+    """Run the body with the no-op lease (a member's own rollout)."""
+    token = _LEASE.set(None)
+    try:
+        yield
+    finally:
+        _LEASE.reset(token)
+
+
+def background_teardown(aw: Awaitable[Any] | Coroutine[Any, Any, Any]) -> asyncio.Task:
+    """Finish ``aw`` (a sandbox's or an env session's teardown) in the background, as a task.
+
+    Inside a lease block the block's permit waits for it (at most the dispatcher's teardown wait); the teardown is
+    never cancelled by its block, whatever ends the block. Outside a block it simply runs.
+    """
+    task = asyncio.ensure_future(aw)
+    scope = _TEARDOWNS.get()
+    if scope is not None:
+        scope.append(task)
+    return task

@@ -1,0 +1,203 @@
+"""Fakes and a virtual clock for tests of the live runtime (no torch model, no real waiting).
+
+- ``VirtualLoop``: an asyncio event loop whose clock jumps to the next timer whenever nothing is ready, so scripted
+  rollout durations (``asyncio.sleep``) cost no real time; while work runs in a thread (``asyncio.to_thread``) the
+  clock stands still and the loop waits for it for real. ``run_virtual(coro)`` runs a coroutine on a fresh one.
+- ``FakeService``: a model service that answers at once with seeded tokens; ``FakeTrainer``: records the datums of
+  each step (plain or ``async`` ``train_step``, with an optional scripted duration).
+- ``ScriptedWorkflow``: a ``GroupRolloutWorkflow`` whose ``arun_episode_single`` sleeps a scripted duration and
+  returns a scripted reward (or raises), optionally leaving a background teardown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from platoon.live.datums import Trajectory, Turn
+from platoon.live.lease import background_teardown
+from platoon.live.workflow import GroupRolloutWorkflow, GroupRow, Rollout
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "policy"))
+import dispatch_harness  # noqa: E402, F401  (tests/policy's scripted runtime, for comparisons)
+
+
+class _VirtualSelector(selectors.BaseSelector):
+    def __init__(self) -> None:
+        self.real = selectors.DefaultSelector()
+        self.loop: VirtualLoop | None = None
+
+    def register(self, fileobj, events, data=None):
+        return self.real.register(fileobj, events, data)
+
+    def unregister(self, fileobj):
+        return self.real.unregister(fileobj)
+
+    def modify(self, fileobj, events, data=None):
+        return self.real.modify(fileobj, events, data)
+
+    def get_map(self):
+        return self.real.get_map()
+
+    def close(self) -> None:
+        self.real.close()
+
+    def select(self, timeout=None):
+        loop = self.loop
+        assert loop is not None
+        if time.monotonic() > loop.deadline:
+            raise TimeoutError("the virtual-clock test ran past its real-time limit")
+        if loop.threads > 0:  # work off the loop: the clock stands still while it runs
+            return self.real.select(0.05 if timeout is None else min(timeout, 0.05))
+        events = self.real.select(0)
+        if events or timeout == 0:
+            return events
+        if timeout is None:
+            return self.real.select(0.05)
+        loop.virtual += timeout
+        return []
+
+
+class VirtualLoop(asyncio.SelectorEventLoop):
+    def __init__(self, real_timeout_s: float = 30.0) -> None:
+        selector = _VirtualSelector()
+        super().__init__(selector=selector)
+        selector.loop = self
+        self.virtual = 0.0
+        self.threads = 0
+        self.deadline = time.monotonic() + real_timeout_s
+
+    def time(self) -> float:
+        return self.virtual
+
+    def run_in_executor(self, executor, func, *args):
+        self.threads += 1
+        fut = super().run_in_executor(executor, func, *args)
+        fut.add_done_callback(self._thread_done)
+        return fut
+
+    def _thread_done(self, _fut) -> None:
+        self.threads -= 1
+
+
+def run_virtual(coro, *, real_timeout_s: float = 30.0):
+    loop = VirtualLoop(real_timeout_s)
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+
+
+@dataclass(frozen=True)
+class Sample:
+    tokens: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    version: int
+
+
+class FakeService:
+    """Answers each ``sample`` at once (or after ``delay_s``) with a token drawn from its seed."""
+
+    def __init__(self, vocab: int = 16, delay_s: float = 0.0) -> None:
+        self.vocab, self.delay_s = vocab, delay_s
+        self.version = 0
+        self.published: list[int] = []
+        self.calls = 0
+
+    async def sample(self, context, *, max_new_tokens=1, temperature=1.0, seed=0):
+        self.calls += 1
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        token = 7 + seed % (self.vocab - 7)
+        return Sample((token,) * max_new_tokens, (-1.0,) * max_new_tokens, self.version)
+
+    def publish(self, weights, version: int) -> None:
+        self.version = version
+        self.published.append(version)
+
+
+class FakeTrainer:
+    """Records each step's datums; ``duration(n_datums)`` seconds of (virtual) training when ``asynchronous``."""
+
+    def __init__(self, duration: Callable[[int], float] | None = None, publish_s: float = 0.0) -> None:
+        self.steps: list[tuple[int, list]] = []
+        self.duration = duration
+
+    def train_step(self, datums, *, version: int) -> dict[str, float]:
+        self.steps.append((version, list(datums)))
+        return {"datums": float(len(datums))}
+
+    def policy_state_dict(self) -> dict:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {"steps": len(self.steps)}
+
+
+class AsyncTrainer(FakeTrainer):
+    async def train_step(self, datums, *, version: int) -> dict[str, float]:  # type: ignore[override]
+        if self.duration is not None:
+            await asyncio.sleep(self.duration(len(datums)))
+        return FakeTrainer.train_step(self, datums, version=version)
+
+
+class SleepyService(FakeService):
+    def __init__(self, publish_s: float = 0.0) -> None:
+        super().__init__()
+        self.publish_s = publish_s
+
+    async def publish(self, weights, version: int) -> None:  # type: ignore[override]
+        if self.publish_s:
+            await asyncio.sleep(self.publish_s)
+        FakeService.publish(self, weights, version)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A scripted rollout: runs ``seconds``, scores ``reward``; raises ``error`` at its end when set; leaves a
+    background teardown of ``teardown_s``."""
+
+    seconds: float
+    reward: float = 0.0
+    error: BaseException | None = None
+    teardown_s: float = 0.0
+
+
+def trajectory(row: GroupRow, reward: float, seconds: float | None = None, version: int | None = None) -> Trajectory:
+    turn = Turn((1, 2), (3 + (row.member or 0),), (-0.5,), row.version if version is None else version)
+    return Trajectory(row.task_id, (turn,), reward, reward >= 1.0, seconds)
+
+
+class ScriptedWorkflow(GroupRolloutWorkflow):
+    """``script(row) -> Outcome`` for each member; ``log`` records (time, what, key, member)."""
+
+    def __init__(self, script: Callable[[GroupRow], Outcome], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.script = script
+        self.log: list[tuple[float, str, tuple[int, int], int | None]] = []
+
+    async def arun_episode_single(self, row: GroupRow) -> Rollout:
+        loop = asyncio.get_running_loop()
+        out = self.script(row)
+        version = getattr(self.service, "version", row.version)  # the policy the rollout samples from
+        self.log.append((loop.time(), "start", row.key, row.member))
+        try:
+            await asyncio.sleep(out.seconds)
+        except asyncio.CancelledError:
+            self.log.append((loop.time(), "cancelled", row.key, row.member))
+            raise
+        if out.teardown_s:
+            background_teardown(asyncio.sleep(out.teardown_s))
+        if out.error is not None:
+            self.log.append((loop.time(), "raise", row.key, row.member))
+            raise out.error
+        self.log.append((loop.time(), "end", row.key, row.member))
+        return Rollout(trajectory(row, out.reward, out.seconds, version))

@@ -1,0 +1,170 @@
+"""Parity: the live runtime and the simulator, fed the same rollout outcomes and completion order, make the same
+dispatcher decisions in the same order (the policy layer is shared, not forked).
+
+The simulator runs a config first; its dispatcher is tapped to record, for every rollout, when its permit came, when
+its block exited, when its teardown ended, and how it scored (or which rollout raised). The live runtime then runs
+the same config on a virtual clock with a workflow whose rollouts replay exactly that, a trainer that takes the
+simulator's ``step_s + per_datum_s x datums`` and a model service whose publish takes ``publish_s``. Decisions are
+compared kind by kind: the groups started, the permits granted (with the seconds each waited) and the steps taken.
+(Across kinds the interleaving of one instant differs by construction: the simulator enters a group's blocks
+within the call that started it, the asyncio runtime when the group's task first runs.)
+
+A second check compares the live runtime with ``tests/policy/dispatch_harness.py``'s scripted runtime.
+"""
+
+from __future__ import annotations
+
+import pytest
+from live_harness import AsyncTrainer, Outcome, ScriptedWorkflow, SleepyService, dispatch_harness, run_virtual
+
+from platoon.config import load_config
+from platoon.live.runtime import LiveRuntime
+from platoon.policy.assemble import build_policy
+from platoon.policy.dispatcher import StartGroup
+from platoon.policy.permits import GrantPermit
+from platoon.sim.runtime import SimRuntime
+from platoon.sim.setup import build_tasks
+
+HANDLERS = ("start", "on_block_entered", "on_block_exited", "on_block_cancelled", "on_teardowns_done",
+            "on_group_finished", "publish", "on_deadline", "_dispatch")
+
+
+def tap(d):
+    """Record every decision ``d`` hands out, with the ``now`` of the call, and every call with its arguments."""
+    decisions: list = []
+    calls: list = []
+    for name in HANDLERS:
+        fn = getattr(d, name)
+
+        def wrap(*args, _fn=fn, _name=name, **kwargs):
+            out = _fn(*args, **kwargs)
+            now = kwargs["now"] if "now" in kwargs else args[-1]
+            calls.append((_name, args, now))
+            decisions.extend((now, x) for x in out)
+            return out
+
+        setattr(d, name, wrap)
+    take = d.take_step
+
+    def take_step(**kwargs):
+        step = take(**kwargs)
+        if step is not None:
+            decisions.append((kwargs["now"], ("step", step.step, [g.key for g in step.groups],
+                                              [g.key for g in step.stale], [g.key for g in step.failed])))
+        return step
+
+    d.take_step = take_step
+    return decisions, calls
+
+
+def by_kind(decisions):
+    starts = [x for _, x in decisions if isinstance(x, StartGroup)]
+    grants = [(x.key, x.index, round(x.waited_s, 6), x.held) for _, x in decisions if isinstance(x, GrantPermit)]
+    steps = [x for _, x in decisions if isinstance(x, tuple)]
+    return starts, grants, steps
+
+
+def replay_script(decisions, calls):
+    """Each rollout's (seconds, reward, error, teardown) as the simulator played it."""
+    granted = {(x.key, x.index): t for t, x in decisions if isinstance(x, GrantPermit)}
+    exited: dict = {}
+    torn: dict = {}
+    reward: dict = {}
+    raised: set = set()
+    for name, args, now in calls:
+        if name == "on_block_exited":
+            exited[(args[0], args[1])] = now
+        elif name == "on_teardowns_done":
+            torn[(args[0], args[1])] = now
+        elif name == "on_group_finished":
+            key, output = args[0], args[1]
+            if output is None:  # the first block to exit at the failure raised; the others were cancelled then
+                at_failure = [a for n, a, t in calls if n == "on_block_exited" and a[0] == key and t == now]
+                raised.add((key, at_failure[0][1]))
+                for k in exited:
+                    if k[0] == key and exited[k] < now:
+                        reward[k] = 0.0
+            else:
+                for i, m in enumerate(output.members):
+                    if m.disposition == "completed":
+                        reward[(key, i)] = m.reward
+
+    def script(row):
+        k = (row.key, row.member)
+        if k in raised:
+            return Outcome(exited[k] - granted[k], error=ValueError("scripted failure"))
+        if k not in reward:  # cancelled by its group's failure or cut as a straggler: runs until it is
+            return Outcome(1e6)
+        return Outcome(exited[k] - granted[k], reward=reward[k],
+                       teardown_s=torn[k] - exited[k] if k in torn else 0.0)
+
+    return script, len(raised)
+
+
+BASE = ["train.steps=6", "train.batch_size=4", "environments.0.group_size=4", "train.max_concurrent_rollouts=6",
+        "sim.population.tasks=20", "sim.population.heldout=0",
+        "sim.rollout.duration={dist: lognormal, median_s: 5.0, sigma: 0.8}",
+        "sim.trainer={step_s: 1.0, per_datum_s: 0.01, publish_s: 0.3}"]
+SCENARIOS = {
+    "teardowns": ["sim.rollout.teardown_s={dist: exponential, mean_s: 0.5}"],
+    "errors": ["sim.rollout.error_rate=0.08"],
+    "stragglers": ["train.straggler.timeout_s=2.0"],
+    "stragglers-quorum-2": ["train.straggler.timeout_s=2.0", "train.straggler.quorum=2"],
+    "informative-pass-rate": ["train.group_admission=informative", "train.task_sampler=pass_rate",
+                              "sim.rollout.error_rate=0.05", "sim.rollout.teardown_s={dist: exponential, mean_s: 0.5}"],
+    "staleness-0": ["train.max_staleness=0", "sim.rollout.error_rate=0.05"],
+}
+
+
+@pytest.mark.parametrize("release", ["rollout", "group"])
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_live_and_simulator_make_the_same_decisions(scenario, release):
+    cfg = load_config(None, BASE + SCENARIOS[scenario] + [f"train.permit_release={release}"])
+    tasks = build_tasks(cfg)
+    sim_policy = build_policy(cfg, tasks.pool)
+    sim_decisions, sim_calls = tap(sim_policy.dispatcher)
+    sim = SimRuntime(cfg, tasks, sim_policy)
+    sim.begin()
+    assert sim.run()
+    script, failures = replay_script(sim_decisions, sim_calls)
+
+    live_policy = build_policy(cfg, tasks.pool)
+    live_decisions, _ = tap(live_policy.dispatcher)
+    trainer_cfg = cfg.sim.trainer
+    service = SleepyService(trainer_cfg.publish_s)
+    straggler = cfg.train.straggler
+    workflow = ScriptedWorkflow(script, service=service, straggler_timeout_s=straggler.timeout_s,
+                                quorum=straggler.quorum, warn=lambda message: None)
+    trainer = AsyncTrainer(duration=lambda n: trainer_cfg.step_s + trainer_cfg.per_datum_s * n)
+    runtime = LiveRuntime(live_policy.dispatcher, workflow, trainer, service, log=lambda level, message: None)
+    run_virtual(runtime.run())
+
+    sim_kinds, live_kinds = by_kind(sim_decisions), by_kind(live_decisions)
+    assert len(sim_kinds[2]) == cfg.train.steps
+    if scenario in ("errors", "informative-pass-rate"):
+        assert failures > 0  # the scenario exercises a group failing
+    if scenario.startswith("stragglers"):
+        assert any(i[1] == "cancelled" for i in workflow.log)  # and cutting stragglers
+    for name, sim_part, live_part in zip(("starts", "grants", "steps"), sim_kinds, live_kinds, strict=True):
+        assert live_part == sim_part, f"{name} differ"
+
+
+@pytest.mark.parametrize("release", ["rollout", "group"])
+@pytest.mark.parametrize("max_staleness", [0, 1, None])
+def test_live_and_the_scripted_harness_make_the_same_decisions(release, max_staleness):
+    kwargs = dict(tasks=12, group_size=4, batch_size=4, steps=8, permit_release=release, permits=6,
+                  max_staleness=max_staleness)
+    d = dispatch_harness.build(**kwargs)
+    harness_decisions, _ = tap(d)
+    dispatch_harness.Script(d, seed=3, step_s=0.5).run()
+
+    def script(row):
+        seconds, passed = dispatch_harness.outcome(3, row.key, row.member, row.task_id)
+        return Outcome(seconds, reward=float(passed))
+
+    live = dispatch_harness.build(**kwargs)
+    live_decisions, _ = tap(live)
+    runtime = LiveRuntime(live, ScriptedWorkflow(script), AsyncTrainer(duration=lambda n: 0.5), SleepyService())
+    run_virtual(runtime.run())
+    assert by_kind(live_decisions) == by_kind(harness_decisions)
+    assert len(by_kind(live_decisions)[2]) == 8
