@@ -188,9 +188,7 @@ class Dispatcher:
         self._tick(now)
         lease = self._lease(key, "on_block_entered")
         grant = self.permits.enter_block(lease, index, now=now)
-        if grant is not None and grant.held:
-            self.gauges.rollout_started(now=now)
-        return [grant] if grant is not None else []
+        return self._granted([grant], now) if grant is not None else []
 
     def on_block_cancelled(self, key: Key, index: int, *, now: float) -> list[Any]:
         """A member's wait for its permit was cancelled: its index never ran."""
@@ -248,7 +246,7 @@ class Dispatcher:
         self.teardowns.pop(key, None)
         record = self._record(draw, output)
         self.recorder.settle(record)
-        decisions: list[Any] = list(self.permits.release(lease, now=now))
+        decisions: list[Any] = self._granted(self.permits.release(lease, now=now), now)
         self.gauges.group_ended(lease, now=now)
         if draw.label is not None and draw.label in self.config.label_limits:
             self.active_labels[draw.label] -= 1
@@ -261,8 +259,15 @@ class Dispatcher:
         return decisions + self._dispatch(now)
 
     # ------------------------------------------------------------------------------------------------ steps
+    def poll(self, *, now: float) -> list[Any]:
+        """Start whatever may start now. A runtime calls it after ``take_step``, whose dequeues can free horizon
+        places under an admission rule (stale, failed and held groups give theirs back when a step takes them)."""
+        self._tick(now)
+        return self._dispatch(now)
+
     def take_step(self, *, now: float) -> TrainStep | None:
-        """Dequeue settled groups toward the current step; the ``TrainStep`` once its batch is complete."""
+        """Dequeue settled groups toward the current step; the ``TrainStep`` once its batch is complete.
+        Follow it with ``poll(now=)``: a dequeue may let another group start."""
         self._tick(now)
         self._expect("take_step", StepPhase.ASSEMBLING)
         while self.queue and not self._step_complete():
@@ -308,6 +313,7 @@ class Dispatcher:
         self.version += 1
         self.step += 1
         self.admitted = 0
+        self.markers_now = 0  # the last step's rejections no longer count toward any cap
         self.step_counted = self.step_admitted = 0
         self.step_items = []
         if self.step >= self.config.steps:
@@ -379,17 +385,14 @@ class Dispatcher:
         return min(budget, max(1, budget // min(sizes)) * max(sizes))
 
     def _exit_block(self, lease: DrawLease, index: int, now: float) -> list[Any]:
-        held = index in lease.holding_blocks
         grants = self.permits.exit_block(lease, index, now=now)
-        if held:
-            self.gauges.rollout_ended(now=now)
-        self.gauges.permits_changed(self.permits.held, now=now)
+        self.gauges.rollout_ended(now=now)  # every exit is a rollout that ran (a waiting block is cancelled)
         return self._granted(grants, now) + self._dispatch(now)
 
     def _granted(self, grants: list[GrantPermit], now: float) -> list[Any]:
-        for g in grants:
-            if g.held:
-                self.gauges.rollout_started(now=now)
+        """Count each granted block as a rollout in flight (under either setting) and note the permits held."""
+        for _ in grants:
+            self.gauges.rollout_started(now=now)
         self.gauges.permits_changed(self.permits.held, now=now)
         return list(grants)
 

@@ -122,6 +122,7 @@ class Script:
         if self.training or self.d.phase.value != "assembling":
             return
         step = self.d.take_step(now=now)
+        self.carry_out(self.d.poll(now=now), now)
         if step is not None:
             self.steps.append(step)
             self.trace.append(("step", step.step, [g.key for g in step.groups], [g.key for g in step.stale]))

@@ -164,6 +164,7 @@ class DispatcherMachine(RuleBasedStateMachine):
     def train(self):
         if self.d.phase is StepPhase.ASSEMBLING:
             step = self.apply(lambda d: d.take_step(now=self.now))
+            self.apply(lambda d: d.poll(now=self.now))
             if step is None:
                 return
         self.apply(lambda d: d.commit_step(now=self.now))

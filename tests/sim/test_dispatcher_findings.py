@@ -1,9 +1,8 @@
 """Dispatcher behaviours the simulator exposed, each shown by driving the dispatcher alone (no SimPy).
 
-Each test states what the release notes and the reference semantics expect; they are marked ``xfail(strict=True)``
-until the policy layer is fixed (a fix turns them into failures that say: drop the mark). The simulator works around
-the two that stall a run (``platoon/sim/runtime.py``: a choose pass after ``take_step``; ``markers_now`` reset at
-``publish``); the other two only skew metrics.
+Each test states what the release notes and the reference semantics expect; all four were found by the simulator
+and are fixed in the dispatcher (rollouts in flight counted under either setting and at releases; ``poll`` after
+``take_step``; ``markers_now`` reset at ``publish``).
 """
 
 from __future__ import annotations
@@ -56,7 +55,6 @@ def blocks_held(d: Dispatcher) -> int:
     return sum(len(lease.holding_blocks) for _, lease in d.running.values())
 
 
-@pytest.mark.xfail(strict=True, reason="dispatcher: under permit_release: group no rollout counts as in flight")
 def test_group_release_counts_its_rollouts_in_flight():
     """Semantics 4.9: rollouts_in_flight counts running rollouts under either setting; under group the configured
     concurrency is min(budget, groups_at_once x G), so a run whose 4 rollouts all ran the whole step reads 1.0."""
@@ -76,8 +74,6 @@ def test_group_release_counts_its_rollouts_in_flight():
     assert metrics["rollout_client/concurrency_achieved_fraction"] == pytest.approx(1.0)
 
 
-@pytest.mark.xfail(strict=True, reason="dispatcher: permits a group's release hands to waiting blocks are not "
-                                       "counted as rollouts started (on_group_finished skips _granted)")
 def test_a_release_that_grants_blocks_counts_them():
     """The gauge of rollouts in flight must equal the blocks that hold a permit, after every call."""
     d = make(permits=3, max_staleness=None, steps=10)
@@ -95,8 +91,6 @@ def test_a_release_that_grants_blocks_counts_them():
     assert d.gauges.rollouts.value == blocks_held(d) == 3
 
 
-@pytest.mark.xfail(strict=True, reason="dispatcher: a dequeue in take_step frees a horizon place but starts "
-                                       "nothing (take_step returns no decisions): the run stalls")
 def test_a_dequeue_that_frees_the_horizon_starts_a_group():
     """Semantics 5.1: a dequeue is a change that wakes the choose loop. Under a rule at max_staleness 0, a failed
     group keeps its place until a step takes its marker; once take_step has taken it, nothing runs and nothing
@@ -109,11 +103,9 @@ def test_a_dequeue_that_frees_the_horizon_starts_a_group():
     assert starts(d.on_group_finished(a, None, now=1.0)) == []  # its place is held: nothing else may start
     assert d.take_step(now=1.0) is None  # the marker is taken: the place is free, the step still needs a group
     assert d._horizon_room() is None  # room for another group ...
-    assert d.running or d.pending is not None  # ... so one must be starting: otherwise nothing ever happens
+    assert starts(d.poll(now=1.0))  # ... so the poll after take_step starts one
 
 
-@pytest.mark.xfail(strict=True, reason="dispatcher: markers_now keeps counting markers of earlier steps (publish "
-                                       "does not reset it), which closes the last step's cap under a rule")
 def test_markers_of_an_earlier_step_stop_counting():
     """Semantics 9: markers from earlier steps never count toward the cap; markers_now is the current step's
     rejected groups not yet dequeued."""
