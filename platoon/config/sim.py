@@ -92,6 +92,10 @@ class SimRolloutConfig(_SimModel):
     fail_duration: Duration | None = Field(
         None, description="A different duration for failing rollouts; null: the same as duration."
     )
+    timeout_s: float | None = Field(
+        None, gt=0, description="The harness's own time limit: a rollout still running this many seconds after its "
+        "first model call ends there, failing; null: none.",
+    )
     error_rate: float = Field(
         0.0, ge=0, le=1, description="Share of rollouts that raise; the group cancels its other rollouts and fails."
     )

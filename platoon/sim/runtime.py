@@ -118,7 +118,7 @@ class SimRuntime:
 
     @property
     def now(self) -> float:
-        return self.env.now
+        return self.env._now  # the simulated clock (SimPy's own field: its property is one call more per read)
 
     # ------------------------------------------------------------------------------------------------ timers
     def _at(self, t: float, kind: str, payload: tuple = ()) -> int:
@@ -145,6 +145,8 @@ class SimRuntime:
     # -------------------------------------------------------------------------------------------- decisions
     def _carry(self, decisions: list) -> None:
         """Carry out the dispatcher's (and the start limit's) decisions, in order."""
+        if not decisions:
+            return
         queue = deque(decisions)
         while queue:
             dec = queue.popleft()
@@ -185,7 +187,10 @@ class SimRuntime:
         self.window.busy(+1, now)
         m.out = self._draws(g).member(dec.index, self.learner.pass_rate(g.row))
         m.phase = SLOT
-        if self.start_limit is None or self.start_limit.request((*g.key, dec.index), now=now):
+        if self.start_limit is None:
+            self._start_up(g, dec.index, m)
+            return
+        if self.start_limit.request((*g.key, dec.index), now=now):
             self._start_up(g, dec.index, m)
         self._arm_slot()
 
@@ -239,8 +244,9 @@ class SimRuntime:
         m = g.members[i]
         now = self.now
         m.timer = None
-        self._cancel(m.cut)
-        m.cut = None
+        if m.cut is not None:
+            self._cancel(m.cut)
+            m.cut = None
         self.window.rollouts += 1
         if self.start_limit is not None:
             self._carry(self.start_limit.release((s, q, i), "end", now=now))
@@ -255,7 +261,8 @@ class SimRuntime:
         m.result = self._result(g, m, outcome="pass" if o.passed else "fail", disposition="completed")
         m.phase = TEARDOWN  # ended: no longer a straggler the quorum below could cut
         g.finished += 1
-        self._check_quorum(g)
+        if self.straggler_s is not None:
+            self._check_quorum(g)
         if self.active and o.teardown_s > 0:
             self._carry(self.d.on_block_exited(g.key, i, now=now, teardowns_pending=True))
             self._arm_deadline()
@@ -402,10 +409,7 @@ class SimRuntime:
         if self.trainer != "wait" or self.d.phase is not StepPhase.ASSEMBLING:
             return
         step = self.d.take_step(now=self.now)
-        # A dequeue can free a horizon place (a stale group or a held marker under an admission rule), but take_step
-        # returns no decisions: without this the run can stall with nothing running (tests/sim/
-        # test_dispatcher_findings.py). The dispatcher's own choose loop, run once more, starts what now fits.
-        self._carry(self.d._dispatch(self.now))
+        self._carry(self.d.poll(now=self.now))  # a dequeue can free a horizon place under an admission rule
         if step is None:
             return
         self.window.trainer_busy(self.now)
@@ -431,14 +435,7 @@ class SimRuntime:
     def _t_pub(self) -> None:
         self.learner.publish()
         self.version += 1
-        decisions = self.d.publish(now=self.now)
-        # Rejected groups counted in markers_now belong to the step just published; the dispatcher keeps counting
-        # them (it lowers the count only for a marker of the current step), which under a rule closes the last
-        # step's cap and stalls the run (tests/sim/test_dispatcher_findings.py). A new step has none yet.
-        if self.d.markers_now:
-            self.d.markers_now = 0
-            decisions += self.d._dispatch(self.now)
-        self._carry(decisions)
+        self._carry(self.d.publish(now=self.now))
         if self.d.phase is StepPhase.FINISHED:
             self.trainer = "done"
             self.done = True

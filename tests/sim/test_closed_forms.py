@@ -50,6 +50,9 @@ def test_group_release_busy_share_is_one_over_harmonic(tmp_path, group_size):
     assert sum(x["sim/rollouts"] for x in rows) == STEPS * 8 * group_size
     middle = rows[STEPS // 10: STEPS - STEPS // 10]
     assert all(x["train/dispatch/blocked_share/permits"] > 0.99 for x in middle)  # the permits did bind
+    for x in rows:  # the dispatcher's own gauge says the same (under group: rollouts over the whole budget)
+        assert x["rollout_client/concurrency_achieved_fraction"] == pytest.approx(x["sim/permit_busy_share"],
+                                                                               abs=1e-9)
 
 
 @pytest.mark.slow
