@@ -92,15 +92,43 @@ def simulate(
 def train(
     config: Annotated[Path | None, typer.Argument(help="A run config (YAML); none: the embedded default.")] = None,
     overrides: SetOption = None,
+    out: Annotated[Path | None, typer.Option("--out", help="The run directory (default: runs/train-<n>).")] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Go on from this run's newest full checkpoint.")
+    ] = None,
+    steps: Annotated[int | None, typer.Option("--steps", min=1, help="train.steps (with --resume: the new total).")] = None,
 ) -> None:
-    """Train a policy with the live asyncio + PyTorch backend."""
-    not_built("platoon train", "the live backend issue")
+    """Train a policy with the live asyncio + PyTorch backend (no CONFIG: the small model on number_search)."""
+    from platoon.live.command import TrainError
+    from platoon.live.command import train as run_train
+
+    if resume is not None and out is not None:
+        fail("--resume writes to the run it resumes: give --out or --resume, not both", EXIT_USAGE)
+    try:
+        path = run_train(config, overrides or (), out=out, resume=resume, steps=steps)
+    except (ConfigError, ExtensionError) as exc:
+        fail(str(exc), EXIT_CONFIG)
+    except TrainError as exc:
+        fail(str(exc), EXIT_RUNTIME)
+    typer.echo(f"run directory: {path}")
 
 
 @app.command("eval")
-def evaluate(target: Annotated[str, typer.Argument(help="A config or a run directory.")]) -> None:
-    """Held-out pass@1 of the initial or a trained policy."""
-    not_built("platoon eval", "the live backend issue")
+def evaluate(
+    target: Annotated[str, typer.Argument(help="A config (its initial policy) or a run directory (its last checkpoint).")],
+    n: Annotated[int, typer.Option("--n", min=1, help="Held-out episodes to play.")] = 1024,
+) -> None:
+    """Held-out pass@1, with a 95% confidence interval, of the initial or a trained policy."""
+    from platoon.live.command import TrainError
+    from platoon.live.command import evaluate as run_eval
+
+    try:
+        report = run_eval(target, n=n)
+    except (ConfigError, ExtensionError) as exc:
+        fail(str(exc), EXIT_CONFIG)
+    except TrainError as exc:
+        fail(str(exc), EXIT_RUNTIME)
+    typer.echo(report.line())
 
 
 @app.command()

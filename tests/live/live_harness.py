@@ -6,7 +6,8 @@
 - ``FakeService``: a model service that answers at once with seeded tokens; ``FakeTrainer``: records the datums of
   each step (plain or ``async`` ``train_step``, with an optional scripted duration).
 - ``ScriptedWorkflow``: a ``GroupRolloutWorkflow`` whose ``arun_episode_single`` sleeps a scripted duration and
-  returns a scripted reward (or raises), optionally leaving a background teardown.
+  returns a scripted reward (or raises), optionally signalling its first model call and leaving a background
+  teardown.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from platoon.live.datums import Trajectory, Turn
-from platoon.live.lease import background_teardown
+from platoon.live.lease import background_teardown, first_model_call
 from platoon.live.workflow import GroupRolloutWorkflow, GroupRow, Rollout
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "policy"))
@@ -169,6 +170,7 @@ class Outcome:
     reward: float = 0.0
     error: BaseException | None = None
     teardown_s: float = 0.0
+    first_call_s: float | None = None  # when set, its first model call is this many seconds into ``seconds``
 
 
 def trajectory(row: GroupRow, reward: float, seconds: float | None = None, version: int | None = None) -> Trajectory:
@@ -190,7 +192,13 @@ class ScriptedWorkflow(GroupRolloutWorkflow):
         version = getattr(self.service, "version", row.version)  # the policy the rollout samples from
         self.log.append((loop.time(), "start", row.key, row.member))
         try:
-            await asyncio.sleep(out.seconds)
+            if out.first_call_s is not None:
+                await asyncio.sleep(out.first_call_s)
+                first_model_call()
+                self.log.append((loop.time(), "first_call", row.key, row.member))
+                await asyncio.sleep(out.seconds - out.first_call_s)
+            else:
+                await asyncio.sleep(out.seconds)
         except asyncio.CancelledError:
             self.log.append((loop.time(), "cancelled", row.key, row.member))
             raise

@@ -1,0 +1,218 @@
+"""Build a live run from its config: environments, the task pool, the policy layer, model, trainer, service, workflow.
+
+What this module owns: turning a ``RunConfig`` into the objects one start of ``platoon train`` drives, and nothing
+else (no clock, no loop). The policy layer itself is built by ``platoon.policy.assemble.build_policy``, which the
+simulator calls too; only the pool differs between the two runtimes (here it lists the environments' tasks).
+
+- ``build_environments(cfg)``: each entry's environment (``env`` by name or ``module:Class``, ``env_options``);
+- ``build_pool(cfg, envs)``: the entries' training tasks (``tasks``, else the ``split``'s), each row's data its
+  task's columns (``train.label_by`` may name one);
+- ``build_live(cfg, start=)``: a ``LiveRun`` holding all of it, a trainer policy and a separate sampling copy behind
+  the model service (the service's weights change only when a step publishes), and the evaluation of held-out
+  pass@1 (``evaluate``: ``eval/pass@1`` with its 95% Wilson interval, and each entry's when there are several).
+
+A problem with an entry (an environment that does not resolve or refuses its options, an unknown split, a task id
+the split lacks) is a ``ConfigError`` naming its key, all of them in one report.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from platoon.config.errors import ConfigError, ExtensionError
+from platoon.config.models import RunConfig
+from platoon.live.envs.base import resolve_environment
+from platoon.live.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
+from platoon.policy.assemble import Policy, build_policy
+from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool
+from platoon.policy.start_limit import StartLimit, start_timer_s
+
+EVAL_EPISODES = 1024
+"""Held-out episodes of one ``eval/pass@1`` measurement (shared among the entries)."""
+
+EMBEDDED_DEFAULT: list[str] = [
+    "train.steps=60",
+    "train.batch_size=16",
+    "train.max_staleness=1",
+    "train.eval_every=10",
+    "train.checkpoint_every=10",
+    "train.loss.entropy_coef=0.01",
+]
+"""Overrides of the config defaults that make ``platoon train`` with no config the CPU demo: the tiny model on
+``number_search``, finished within minutes on two cores."""
+
+__all__ = ["EMBEDDED_DEFAULT", "EVAL_EPISODES", "LiveRun", "build_environments", "build_live", "build_model",
+           "build_pool", "evaluate_policy", "pool_rows"]
+
+
+def build_environments(cfg: RunConfig) -> dict[str, Any]:
+    """Each entry's environment, by the entry's name; one ConfigError with every entry's problem."""
+    envs: dict[str, Any] = {}
+    problems: list[str] = []
+    for i, e in enumerate(cfg.environments):
+        try:
+            envs[e.name] = resolve_environment(e.env, e.env_options, package=e.package)
+        except ExtensionError as exc:
+            problems.append(f"environments.{i}.env: {exc}")
+        except (TypeError, ValueError) as exc:
+            problems.append(f"environments.{i}.env_options: {exc}")
+    if problems:
+        raise ConfigError(problems)
+    return envs
+
+
+def build_pool(cfg: RunConfig, envs: Mapping[str, Any]) -> TaskPool:
+    """The run's training tasks, entries in config order; ConfigError for an unknown split or task id."""
+    label_by = cfg.train.label_by
+    specs: list[EntrySpec] = []
+    problems: list[str] = []
+    for i, e in enumerate(cfg.environments):
+        env = envs[e.name]
+        try:
+            split = env.task_ids(e.split)
+        except KeyError as exc:
+            problems.append(f"environments.{i}.split: {exc.args[0] if exc.args else exc}")
+            continue
+        try:
+            env.task_ids(e.eval_split)
+        except KeyError as exc:
+            problems.append(f"environments.{i}.eval_split: {exc.args[0] if exc.args else exc}")
+        ids = list(e.tasks) if e.tasks is not None else split
+        known = set(split)
+        missing = [t for t in ids if t not in known]
+        if missing:
+            problems.append(f"environments.{i}.tasks: not in split {e.split!r}: {', '.join(missing[:5])}"
+                            + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
+            continue
+        data = [dict(env.task(t).columns) for t in ids]
+        labels = None
+        if label_by is not None:
+            labels = [_label(row.get(label_by)) for row in data]
+        specs.append(EntrySpec(e.name, ids, e.group_size, None if e.weight == "tasks" else e.weight, e.seed,
+                               e.success_threshold, labels, data))
+    if problems:
+        raise ConfigError(problems)
+    return TaskPool.from_entries(specs, label_column=label_by or DEFAULT_LABEL_COLUMN)
+
+
+def pool_rows(pool: TaskPool) -> list[tuple[str, str | None, str | None]]:
+    """``tasks/pool.json``'s rows: ``(task_id, entry, label)`` in pool order."""
+    return [(r.task_id, r.entry, r.label) for r in pool.rows]
+
+
+def evaluate_policy(model: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int = EVAL_EPISODES) -> dict[str, float]:
+    """Held-out pass@1 of ``model`` over ``n`` episodes shared among the entries' ``eval_split``s, sampled at the
+    run's temperature from seeds of ``train.seed`` (the same episodes at every measurement): ``eval/pass@1``, its
+    95% Wilson interval (``eval/pass@1_ci_low``/``_ci_high``), ``eval/episodes`` and, with several entries, each
+    entry's ``eval/environment/<entry>/pass@1``."""
+    from platoon.live.evaluate import evaluate, wilson_interval
+
+    entries = cfg.environments
+    shares = [n // len(entries) + (i < n % len(entries)) for i in range(len(entries))]
+    per_entry: dict[str, float] = {}
+    passed = total = 0
+    for e, k in zip(entries, shares, strict=True):
+        if k < 1:
+            continue
+        r = evaluate(model, envs[e.name], e.eval_split, k, temperature=cfg.model.temperature, seed=cfg.train.seed,
+                     batch_size=cfg.model.max_batch, max_new_tokens=cfg.model.max_new_tokens)
+        passed += round(r.pass_at_1 * k)
+        total += k
+        if len(entries) > 1:
+            per_entry[f"eval/environment/{e.name.replace('/', '--')}/pass@1"] = r.pass_at_1
+    low, high = wilson_interval(passed, total)
+    return {"eval/pass@1": passed / total if total else 0.0, "eval/pass@1_ci_low": low, "eval/pass@1_ci_high": high,
+            "eval/episodes": float(total), **per_entry}
+
+
+def _label(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass
+class LiveRun:
+    """The objects of one start of a live run (see the module docstring)."""
+
+    cfg: RunConfig
+    envs: dict[str, Any]
+    policy: Policy
+    model: Any
+    trainer: Any
+    service: Any
+    workflow: Any
+    start_limit: StartLimit | None
+    eval_episodes: int = EVAL_EPISODES
+
+    @property
+    def dispatcher(self) -> Any:
+        return self.policy.dispatcher
+
+    def evaluate(self, n: int | None = None) -> dict[str, float]:
+        """Held-out pass@1 of the trainer's current policy (``eval/pass@1``, its interval, each entry's)."""
+        return evaluate_policy(self.model, self.cfg, self.envs, self.eval_episodes if n is None else n)
+
+    def trainer_state(self) -> bytes:
+        """``trainer.pt``: the trainer's state as bytes."""
+        from platoon.live.trainer import dumps_state
+
+        return dumps_state(self.trainer.state_dict())
+
+    def load_trainer_state(self, data: bytes, version: int) -> None:
+        """Restore the trainer from ``trainer.pt`` and publish its weights to the model service as ``version``."""
+        from platoon.live.trainer import loads_state
+
+        self.trainer.load_state_dict(loads_state(data))
+        self.publish(version)
+
+    def publish(self, version: int) -> None:
+        result = self.service.publish(self.trainer.policy_state_dict(), version)
+        if hasattr(result, "__await__"):
+            raise TypeError("load_trainer_state needs a model service whose publish is synchronous")
+
+
+def build_model(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
+    """The policy ``cfg.model`` names, sized for the environments' vocabularies and contexts, seeded by the run."""
+    from platoon.live.model import build_policy as build_causal_policy
+
+    vocab = max(len(env.vocab) for env in envs.values())
+    context = max(int(env.max_context_tokens) for env in envs.values())
+    return build_causal_policy(cfg.model, vocab_size=vocab, max_len=context, seed=cfg.train.seed)
+
+
+def default_service(model: Any, cfg: RunConfig) -> Any:
+    """The built-in model service over ``model``: dynamic batching of concurrent rollouts' requests."""
+    from platoon.live.service import BatchingModelService
+
+    return BatchingModelService(model, max_batch=cfg.model.max_batch)
+
+
+def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None = None,
+               workflow_cls: type = GroupRolloutWorkflow,
+               service_factory: Callable[[Any, RunConfig], Any] | None = None) -> LiveRun:
+    """Everything one start of a live run drives (``start``: this start's number)."""
+    from platoon.live.trainer import GRPOTrainer
+
+    envs = dict(envs) if envs is not None else build_environments(cfg)
+    pool = build_pool(cfg, envs)
+    policy = build_policy(cfg, pool, start=start, rolling=workflow_runs_on_lease(workflow_cls),
+                          clock=time.perf_counter)
+    model = build_model(cfg, envs)
+    trainer = GRPOTrainer.from_config(model, cfg.train, cfg.model)
+    sampler_model = copy.deepcopy(model)
+    service = (service_factory or default_service)(sampler_model, cfg)
+    straggler = cfg.train.straggler
+    workflow = workflow_cls(envs, service, seed=cfg.train.seed, temperature=cfg.model.temperature,
+                            max_new_tokens=cfg.model.max_new_tokens, straggler_timeout_s=straggler.timeout_s,
+                            quorum=straggler.quorum)
+    limit = cfg.train.max_starting_rollouts
+    start_limit = (StartLimit(limit, timer_s=start_timer_s(cfg.train.workflow_config.worker_startup_budget_seconds))
+                   if limit is not None else None)
+    return LiveRun(cfg, envs, policy, model, trainer, service, workflow, start_limit)

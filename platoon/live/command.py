@@ -1,0 +1,237 @@
+"""The bodies of ``platoon train`` and ``platoon eval`` (the CLI parses arguments and maps errors to exit codes).
+
+- ``train``: a new run of a config (no config: the embedded default, ``build.EMBEDDED_DEFAULT`` over the config
+  defaults) into a new run directory, or ``--resume RUN``: RUN's newest full checkpoint that reads back, a new start
+  number, the statistics' snapshot, the dispatcher resumed by reissue (``dispatch_state.resume``: kept groups first),
+  the trainer's state, both logs cut back to the checkpoint, then on to ``train.steps`` (``--steps`` sets a new
+  total). A rich progress bar and a line per step (reward, pass rate, informative share, staleness, permits busy).
+- ``evaluate``: held-out pass@1, with its 95% interval, of a config's initial policy or a run's last checkpoint.
+
+Errors: a configuration problem raises ``ConfigError`` (exit 78); a run directory that cannot be used raises
+``TrainError`` (exit 1) with a message that names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from platoon.config.errors import ConfigError
+from platoon.config.loader import load_config
+from platoon.config.models import RunConfig
+from platoon.config.resolve import resolve_components
+from platoon.live.build import EMBEDDED_DEFAULT, EVAL_EPISODES, LiveRun, build_live, pool_rows
+from platoon.live.checkpoint import LiveRunDir
+from platoon.live.runtime import LiveRuntime
+from platoon.policy import dispatch_state
+from platoon.runs import CheckpointError, CorruptFileError, RunDir
+
+__all__ = ["EvalReport", "TrainError", "evaluate", "load_train_config", "resume_run", "start_run", "train"]
+
+
+class TrainError(RuntimeError):
+    """A run that cannot start or go on (exit 1)."""
+
+
+def load_train_config(config: Path | None, overrides: Sequence[str] = (), steps: int | None = None) -> RunConfig:
+    """``config`` with ``overrides`` (no config: the embedded default), resolved (stage 2); ConfigError if not."""
+    extra = list(EMBEDDED_DEFAULT) if config is None else []
+    if steps is not None:
+        extra.append(f"train.steps={steps}")
+    return load_config(config, [*extra, *overrides], strict_resolve=True)
+
+
+def default_out(root: Path = Path("runs")) -> Path:
+    """``runs/train-<n>``, the first that does not exist."""
+    n = 1
+    while (root / f"train-{n}").exists():
+        n += 1
+    return root / f"train-{n}"
+
+
+# ----------------------------------------------------------------------------------------------------- console
+class Console:
+    """A rich progress bar over the run's steps and a line per step; warnings and infos above the bar."""
+
+    def __init__(self, total: int, done: int = 0, *, enabled: bool = True) -> None:
+        from rich.console import Console as RichConsole
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = RichConsole(stderr=False, highlight=False)
+        self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 console=self.console, disable=not enabled, transient=False)
+        self.task = self.progress.add_task("train", total=total, completed=done)
+
+    def __enter__(self) -> Console:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+    def log(self, level: str, message: str) -> None:
+        style = "yellow" if level == "warning" else "dim"
+        self.progress.console.print(f"[{style}]{level}: {message}[/{style}]", markup=True, highlight=False)
+
+    def step(self, row: dict) -> None:
+        self.progress.console.print(step_line(row), highlight=False)
+        if "trainer/datums" in row or "train/reward_mean" in row:
+            self.progress.advance(self.task)
+
+
+def step_line(row: dict) -> str:
+    """The per-step line: step, reward, pass rate, informative share, staleness, permits busy (and eval)."""
+    def get(key: str) -> str:
+        value = row.get(key)
+        return "-" if value is None else f"{value:.3f}"
+
+    if "train/reward_mean" not in row:
+        return f"step {row['step']:>4}  eval/pass@1 {get('eval/pass@1')}"
+    line = (f"step {row['step']:>4}  reward {get('train/reward_mean')}  pass {get('train/pass_rate')}  "
+            f"informative {get('train/informative_share')}  staleness {get('train/staleness_mean')}  "
+            f"permits busy {get('live/permit_busy_share')}")
+    if "eval/pass@1" in row:
+        line += f"  eval/pass@1 {get('eval/pass@1')}"
+    return line
+
+
+# ------------------------------------------------------------------------------------------------------- train
+def _runtime(live: LiveRun, run_dir: LiveRunDir, console: Console | None, checkpoint: str | None) -> LiveRuntime:
+    train = live.cfg.train
+    return LiveRuntime(live.dispatcher, live.workflow, live.trainer, live.service, run_dir=run_dir,
+                       eval_every=train.eval_every, checkpoint_every=train.checkpoint_every, evaluate=live.evaluate,
+                       trainer_state=live.trainer_state, start_limit=live.start_limit,
+                       log=console.log if console is not None else None,
+                       on_step=console.step if console is not None else None, checkpoint_name=checkpoint)
+
+
+def start_run(cfg: RunConfig, out: Path, **build: Any) -> tuple[LiveRun, LiveRunDir]:
+    """Build a new run of ``cfg`` and create its directory ``out`` (lock.json, tasks/pool.json)."""
+    records = resolve_components(cfg)
+    live = build_live(cfg, start=1, **build)
+    try:
+        run_dir = LiveRunDir.create(out, config=cfg.model_dump(mode="json"), components=[r.to_json() for r in records],
+                                    pool=pool_rows(live.policy.pool))
+    except FileExistsError as exc:
+        raise TrainError(f"{exc}; pass --resume {out} to go on with it, or another --out") from None
+    return live, run_dir
+
+
+def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
+               **build: Any) -> tuple[LiveRun, LiveRunDir, str]:
+    """Set up the next start of the run in ``path`` from its newest checkpoint that reads back."""
+    log = log or (lambda level, message: None)
+    run_dir = LiveRunDir(path)
+    try:
+        lock = run_dir.rd.read_lock()
+    except CorruptFileError as exc:
+        raise TrainError(f"cannot resume {path}: {exc}") from None
+    cfg = RunConfig.model_validate(lock["config"])
+    try:
+        point = run_dir.resume_point()
+    except CheckpointError as exc:
+        raise TrainError(f"cannot resume {path}: {exc}") from None
+    for note in point.notes:
+        log("warning", note)
+    if steps is not None:
+        if steps < point.step:
+            raise TrainError(f"--steps {steps}: the checkpoint {point.name} has already done {point.step} steps")
+        cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
+        run_dir.rd.write_lock(cfg.model_dump(mode="json"), lock.get("components", []), {"runtime": "live"})
+    if point.trainer_state is None:
+        raise TrainError(f"cannot resume {path}: checkpoint {point.name} holds no trainer state (trainer.pt)")
+    run_dir.cut_logs(point.row)
+    live = build_live(cfg, start=point.start, **build)
+    d = live.dispatcher
+    if point.snapshot is not None:
+        try:
+            d.recorder.load_snapshot(dict(point.snapshot))
+        except ValueError as exc:
+            log("warning", f"the per-task statistics of checkpoint {point.name} do not load ({exc}); they start "
+                           "empty")
+            run_dir.rd.append_lock_list("tasks_state_lost", {"start": point.start, "checkpoint": point.name,
+                                                             "problem": str(exc), "loaded": None})
+    if point.dispatch is not None:
+        for warning in dispatch_state.resume(d, point.dispatch, step=point.step):
+            log("warning", warning)
+    else:
+        log("warning", f"checkpoint {point.name} holds no dispatcher state: its outstanding draws are lost")
+        d.recorder.lose_outstanding()
+        d.step = d.version = point.step
+        position = point.row.get("next_position")
+        d.next_position = position if isinstance(position, int) else point.step * cfg.train.batch_size
+        for warning in d.samplers.restore(None, d.next_position):
+            log("warning", warning)
+    live.load_trainer_state(point.trainer_state, version=point.step)
+    return live, run_dir, point.name
+
+
+def train(config: Path | None = None, overrides: Sequence[str] = (), *, out: Path | None = None,
+          resume: Path | None = None, steps: int | None = None, progress: bool = True, **build: Any) -> Path:
+    """``platoon train``: a new run (or ``resume``) to the end of its plan; returns the run directory."""
+    notes: list[tuple[str, str]] = []
+    if resume is not None:
+        if config is not None or overrides:
+            raise TrainError("--resume takes the run's own config: give no CONFIG or --set with it")
+        live, run_dir, name = resume_run(resume, steps=steps, log=lambda level, m: notes.append((level, m)),
+                                         **build)
+        path = resume
+    else:
+        cfg = load_train_config(config, overrides, steps)
+        path = out if out is not None else default_out()
+        live, run_dir = start_run(cfg, path, **build)
+        name = None
+    d = live.dispatcher
+    with Console(d.config.steps, d.step, enabled=progress) as console:
+        for level, message in notes:
+            console.log(level, message)
+        runtime = _runtime(live, run_dir, console, name)
+        asyncio.run(runtime.run())
+    return Path(path)
+
+
+# -------------------------------------------------------------------------------------------------------- eval
+@dataclass(frozen=True)
+class EvalReport:
+    """Held-out pass@1 of a policy: ``what`` it is (a config's initial policy, a run's checkpoint), the metrics."""
+
+    what: str
+    metrics: dict[str, float]
+
+    def line(self) -> str:
+        m = self.metrics
+        return (f"held-out pass@1 {m['eval/pass@1']:.3f} (95% CI {m['eval/pass@1_ci_low']:.3f}-"
+                f"{m['eval/pass@1_ci_high']:.3f}, {int(m['eval/episodes'])} episodes) of {self.what}")
+
+
+def evaluate(target: str | os.PathLike[str], *, n: int = EVAL_EPISODES) -> EvalReport:
+    """``platoon eval``: a run directory (its last full checkpoint's policy) or a config (its initial policy)."""
+    from platoon.live.build import build_environments, build_model, evaluate_policy
+    from platoon.live.trainer import loads_state
+
+    path = Path(target)
+    if path.is_dir():
+        rd = RunDir(path)
+        try:
+            cfg = RunConfig.model_validate(rd.read_lock()["config"])
+            point = LiveRunDir(path).resume_point()
+        except (CorruptFileError, CheckpointError) as exc:
+            raise TrainError(f"cannot evaluate {path}: {exc}") from None
+        if point.trainer_state is None:
+            raise TrainError(f"cannot evaluate {path}: checkpoint {point.name} holds no trainer state")
+        envs = build_environments(cfg)
+        model = build_model(cfg, envs)
+        model.load_state_dict(loads_state(point.trainer_state)["model"])
+        what = f"{path} at step {point.step} (checkpoint {point.name})"
+    else:
+        if not path.is_file():
+            raise ConfigError([f"{path}: no such config file or run directory"])
+        cfg = load_config(path, strict_resolve=True)
+        envs = build_environments(cfg)
+        model = build_model(cfg, envs)
+        what = f"{path}'s initial policy (seed {cfg.train.seed})"
+    return EvalReport(what, evaluate_policy(model, cfg, envs, n))

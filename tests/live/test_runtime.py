@@ -1,0 +1,193 @@
+"""The asyncio runtime: events and metrics as the dispatcher hands them out, the trainer off the loop, deadlines,
+start slots, failures, and the run directory it writes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from live_harness import (
+    AsyncTrainer,
+    FakeTrainer,
+    Outcome,
+    ScriptedWorkflow,
+    SleepyService,
+    dispatch_harness,
+    run_virtual,
+)
+
+from platoon.live.checkpoint import LiveRunDir
+from platoon.live.runtime import LiveRuntime, RuntimeStalled
+from platoon.policy.start_limit import StartLimit
+from platoon.runs import load_latest_checkpoint, read_checkpoint_rows
+
+
+def mixed(row):
+    return Outcome(1.0 + 0.25 * row.member, reward=float(row.member % 2))
+
+
+def fates(events):
+    return {(e["start"], e["seq"]): e["fate"] for e in events if e["event"] == "fate"}
+
+
+def test_every_group_is_drawn_settled_and_given_one_fate():
+    d = dispatch_harness.build(tasks=8, group_size=3, batch_size=2, steps=5)
+    runtime = LiveRuntime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService())
+    run_virtual(runtime.run())
+    draws = [(e["start"], e["seq"]) for e in runtime.events if e["event"] == "draw"]
+    settles = [(e["start"], e["seq"]) for e in runtime.events if e["event"] == "settle"]
+    assert len(draws) == len(set(draws)) == 10
+    assert sorted(settles) == sorted(draws)
+    assert fates(runtime.events) == dict.fromkeys(draws, "consumed")
+    assert [e["event"] for e in runtime.events][0] == "start"
+    assert [r["step"] for r in runtime.rows] == [0, 1, 2, 3, 4]
+    assert [s.step for s in runtime.trained] == [0, 1, 2, 3, 4]
+
+
+def test_metrics_rows_carry_the_dispatcher_the_trainer_and_the_batch():
+    d = dispatch_harness.build(tasks=8, group_size=4, batch_size=2, steps=3)
+    runtime = LiveRuntime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService(),
+                          evaluate=lambda: {"eval/pass@1": 0.25}, eval_every=2)
+    run_virtual(runtime.run())
+    rows = runtime.rows
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]  # the last row: the final policy's evaluation
+    assert [("eval/pass@1" in r) for r in rows] == [True, False, True, True]
+    assert set(rows[3]) == {"step", "time", "eval/pass@1"}
+    row = rows[1]
+    for key in ("train/dispatch/blocked_share/permits", "rollout_client/permits_held_mean",
+                "rollout_client/concurrency_achieved_fraction", "train/policy_version", "trainer/datums",
+                "live/permit_busy_share", "live/trainer_idle_share", "train/reward_mean", "train/pass_rate",
+                "train/informative_share", "train/staleness_mean"):
+        assert key in row, key
+    assert row["train/reward_mean"] == pytest.approx(0.5) and row["train/pass_rate"] == pytest.approx(0.5)
+    assert row["train/informative_share"] == 1.0 and row["trainer/datums"] == 8.0
+    assert 0.0 < row["live/permit_busy_share"] <= 1.0
+
+
+def test_failed_groups_get_their_fate_and_the_run_goes_on():
+    def script(row):
+        if row.key[1] == 1 and row.member == 2:
+            return Outcome(0.5, error=RuntimeError("sandbox died"))
+        return mixed(row)
+
+    logged = []
+    d = dispatch_harness.build(tasks=8, group_size=3, batch_size=2, steps=3)
+    runtime = LiveRuntime(d, ScriptedWorkflow(script), FakeTrainer(), SleepyService(),
+                          log=lambda level, m: logged.append((level, m)))
+    run_virtual(runtime.run())
+    assert fates(runtime.events)[(1, 1)] == "failed"
+    assert any("group (1, 1)" in m and "sandbox died" in m for level, m in logged if level == "warning")
+    assert [len(s.failed) for s in runtime.trained] == [1, 0, 0]
+
+
+def test_a_workflow_that_returns_no_group_output_fails_its_group():
+    class Wrong(ScriptedWorkflow):
+        async def arun_episode(self, row):
+            await super().arun_episode(row)
+            return {"not": "an output"}
+
+    logged = []
+    d = dispatch_harness.build(tasks=4, group_size=2, batch_size=1, steps=1)
+    runtime = LiveRuntime(d, Wrong(mixed), FakeTrainer(), SleepyService(), log=lambda lv, m: logged.append(m))
+    run_virtual(runtime.run())
+    assert set(fates(runtime.events).values()) == {"failed"}
+    assert any("not a GroupOutput" in m for m in logged)
+
+
+def test_a_teardown_past_the_wait_returns_its_permit_on_the_dispatchers_deadline():
+    # one group at a time; member 0's teardown runs 100 s: its permit comes back at 1 + 60 s, with a warning
+    script = {0: Outcome(1.0, teardown_s=100.0), 1: Outcome(2.0, reward=1.0)}
+    logged = []
+    d = dispatch_harness.build(tasks=4, group_size=2, batch_size=2, steps=1, permits=2)
+    wf = ScriptedWorkflow(lambda row: script[row.member] if row.key == (1, 0) else Outcome(100.0, float(row.member)))
+    runtime = LiveRuntime(d, wf, FakeTrainer(), SleepyService(), log=lambda lv, m: logged.append((lv, m)))
+    run_virtual(runtime.run())
+    starts = sorted(t for t, what, key, _ in wf.log if what == "start" and key == (1, 1))
+    assert starts == pytest.approx([2.0, 61.0])
+    assert any("teardowns still running after 60s" in m for lv, m in logged if lv == "warning")
+
+
+def test_the_start_limit_lets_one_rollout_start_at_a_time():
+    # each rollout's first model call comes 2 s in: with one slot the four members start 2 s apart
+    limit = StartLimit(1, timer_s=600.0)
+    d = dispatch_harness.build(tasks=4, group_size=4, batch_size=1, steps=1, permits=4)
+    wf = ScriptedWorkflow(lambda row: Outcome(5.0, reward=float(row.member % 2), first_call_s=2.0))
+    runtime = LiveRuntime(d, wf, FakeTrainer(), SleepyService(), start_limit=limit)
+    run_virtual(runtime.run())
+    starts = sorted(t for t, what, _, _ in wf.log if what == "start")
+    assert starts == pytest.approx([0.0, 2.0, 4.0, 6.0])
+    row = runtime.rows[0]
+    assert row["rollout_client/start_limit/releases/first_call"] == 4.0
+    assert row["rollout_client/start_limit/wait_seconds_max"] == pytest.approx(6.0)
+
+
+def test_a_stalled_run_raises_instead_of_waiting_forever():
+    # a dispatcher whose steps never complete: once its groups have settled nothing runs and nothing is due
+    d = dispatch_harness.build(tasks=4, group_size=2, batch_size=2, steps=2)
+    d.take_step = lambda *, now: None
+    runtime = LiveRuntime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService())
+    with pytest.raises(RuntimeStalled, match="stalled at step 0: no group runs"):
+        run_virtual(runtime.run())
+
+
+@pytest.mark.parametrize("max_staleness, overlap", [(1, True), (0, False)])
+def test_rollouts_go_on_while_the_trainer_trains_as_far_as_the_horizon_lets_them(max_staleness, overlap):
+    """Real time: the trainer blocks its thread 0.3 s per step; rollouts of 20 ms settle meanwhile (k=1) or not
+    (k=0, where the horizon is full until the step publishes)."""
+    windows: list[tuple[float, float]] = []
+    loop_thread = []
+
+    class SlowTrainer(FakeTrainer):
+        def train_step(self, datums, *, version):
+            loop_thread.append(threading.current_thread() is threading.main_thread())
+            t0 = time.monotonic()
+            time.sleep(0.3)
+            windows.append((t0, time.monotonic()))
+            return super().train_step(datums, version=version)
+
+    settled: list[float] = []
+
+    class Timed(ScriptedWorkflow):
+        async def arun_episode(self, row):
+            out = await super().arun_episode(row)
+            settled.append(time.monotonic())
+            return out
+
+    d = dispatch_harness.build(tasks=8, group_size=2, batch_size=2, steps=3, max_staleness=max_staleness)
+    runtime = LiveRuntime(d, Timed(lambda row: Outcome(0.02, reward=float(row.member))), SlowTrainer(),
+                          SleepyService())
+    asyncio.run(runtime.run())
+    assert loop_thread == [False, False, False]  # off the event loop
+    during = [t for t in settled for a, b in windows if a < t < b]
+    assert bool(during) is overlap
+
+
+def test_checkpoints_every_n_steps_and_at_the_end(tmp_path):
+    d = dispatch_harness.build(tasks=8, group_size=2, batch_size=2, steps=5)
+    run_dir = LiveRunDir.create(tmp_path / "run", config={}, components=[], pool=[])
+    runtime = LiveRuntime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService(), run_dir=run_dir,
+                          checkpoint_every=2, trainer_state=lambda: b"weights")
+    run_virtual(runtime.run())
+    rows = read_checkpoint_rows(tmp_path / "run")
+    assert [r["step"] for r in rows] == [0, 2, 4, 5]  # launch, every 2, the end
+    last = load_latest_checkpoint(tmp_path / "run")
+    assert last.files["trainer.pt"] == b"weights"
+    assert last.row["policy_version"] == 5 and last.row["start"] == 1
+    assert set(last.files) == {"tasks/dispatch-000005.json", "tasks/state-000005.json", "trainer.pt"}
+    assert last.row["dispatch"]["sha256"] == last.row["files"]["tasks/dispatch-000005.json"]
+    metrics_lines = (tmp_path / "run" / "metrics.jsonl").read_bytes()
+    assert last.row["logs"]["metrics.jsonl"] == len(metrics_lines)
+    assert "next_position" not in last.row  # only in rule mode
+
+
+def test_the_trainer_may_be_a_coroutine_and_the_service_publish_too():
+    service = SleepyService(publish_s=1.0)
+    trainer = AsyncTrainer(duration=lambda n: 2.0)
+    d = dispatch_harness.build(tasks=8, group_size=2, batch_size=2, steps=2, max_staleness=0)
+    runtime = LiveRuntime(d, ScriptedWorkflow(lambda row: Outcome(1.0, reward=float(row.member))), trainer, service)
+    run_virtual(runtime.run())
+    assert service.published == [1, 2]
+    # step 0: rollouts 1 s, train 2 s (commit at 3), publish 1 s; step 1 starts at 4 and commits at 7
+    assert [r["time"] for r in runtime.rows] == pytest.approx([3.0, 7.0])

@@ -1,0 +1,64 @@
+"""``platoon train`` and ``platoon eval``: arguments, exit codes and what they print (CliRunner; small runs)."""
+
+from __future__ import annotations
+
+import re
+
+from typer.testing import CliRunner
+
+from platoon.cli import app
+from platoon.live.command import step_line
+
+runner = CliRunner()
+
+
+def test_train_with_a_bad_config_exits_78_with_every_problem(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("train:\n  task_order: auto\n  batch_size: 0\n")
+    result = runner.invoke(app, ["train", str(config), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 78
+    assert "train.task_order" in result.output and "train.batch_size" in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_with_a_bad_override_exits_78(tmp_path):
+    result = runner.invoke(app, ["train", "--set", "train.permit_release=sometimes", "--out", str(tmp_path / "r")])
+    assert result.exit_code == 78
+    assert "train.permit_release" in result.output
+
+
+def test_train_resume_of_a_directory_without_a_run_exits_1(tmp_path):
+    result = runner.invoke(app, ["train", "--resume", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "cannot resume" in result.output
+
+
+def test_train_resume_and_out_together_is_a_usage_error(tmp_path):
+    result = runner.invoke(app, ["train", "--resume", str(tmp_path), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 64
+
+
+def test_eval_of_a_config_prints_the_initial_policys_pass_at_1_with_an_interval(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("environments:\n  - name: ns\n    env: number_search\n    env_options: {ranges: [4, 8]}\n")
+    result = runner.invoke(app, ["eval", str(config), "--n", "200"])
+    assert result.exit_code == 0, result.output
+    match = re.search(r"held-out pass@1 (\d\.\d+) \(95% CI (\d\.\d+)-(\d\.\d+), 200 episodes\)", result.output)
+    assert match, result.output
+    p, low, high = map(float, match.groups())
+    assert low <= p <= high and 0.0 < p < 0.6  # a random policy finds some targets of small ranges
+
+
+def test_eval_of_a_bad_config_exits_78(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("environments:\n  - name: ns\n    env: no_such_env\n")
+    assert runner.invoke(app, ["eval", str(config)]).exit_code == 78
+    assert runner.invoke(app, ["eval", str(tmp_path / "missing.yaml")]).exit_code == 78
+
+
+def test_the_step_line_names_what_the_issue_asks_for():
+    line = step_line({"step": 3, "train/reward_mean": 0.41, "train/pass_rate": 0.25, "train/informative_share": 0.8,
+                      "train/staleness_mean": 0.5, "live/permit_busy_share": 0.9, "eval/pass@1": 0.33})
+    assert line.split() == ["step", "3", "reward", "0.410", "pass", "0.250", "informative", "0.800", "staleness",
+                            "0.500", "permits", "busy", "0.900", "eval/pass@1", "0.330"]
+    assert step_line({"step": 7, "eval/pass@1": 0.5}).split() == ["step", "7", "eval/pass@1", "0.500"]
