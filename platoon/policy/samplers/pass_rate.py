@@ -100,6 +100,8 @@ class PassRateSampler(Sampler):
         self._previous = np.zeros(n, dtype=np.int64)
         self._sizes = self._group_sizes(setup)
         self._sizes_unknown = bool((self._sizes == 0).any())
+        one = int(self._sizes[0])
+        self._one_size = one if one > 0 and bool((self._sizes == one).all()) else None
         self._never = np.ones(n, dtype=bool)
         self._n_never = n
         self._capped: list[int] = []  # tasks that reached the cap in this window
@@ -187,7 +189,7 @@ class PassRateSampler(Sampler):
                 reason = "exploit"
                 a, b = stats.posterior_arrays(self.ids, subset=cand)
                 p = rng.beta(a, b)
-                g = self._sizes_now(stats)[cand]
+                g = self._one_size if self._one_size is not None else self._sizes_now(stats)[cand]
                 score = 1.0 - p**g - (1.0 - p) ** g
                 ties = cand[score == score.max()]
                 chosen = int(ties[0] if ties.size == 1 else ties[rng.integers(ties.size)])
