@@ -10,7 +10,7 @@ re-arms its deadline with ``loop.call_at``, and writes what it asks to be writte
   a later call); a cancelled wait -> ``on_block_cancelled``; its exit -> ``on_block_exited`` (teardowns still running
   hold the permit until ``on_teardowns_done`` or the dispatcher's deadline);
 - ``train.max_starting_rollouts``: a ``StartLimit`` whose slots the workflow's members take inside their blocks;
-- the trainer task: ``take_step`` (woken at each settle), the update **off the event loop** (``asyncio.to_thread``;
+- the trainer task: ``take_step`` (woken at each settle) and ``poll`` (a dequeue may free a place), the update **off the event loop** (``asyncio.to_thread``;
   an ``async def train_step`` is awaited), so rollouts go on while it trains, as far as the horizon lets them;
   ``commit_step``; the step's metrics row; a full checkpoint every ``train.checkpoint_every`` steps and at the
   end; the new weights published to the model service; ``publish``.
@@ -415,7 +415,7 @@ class LiveRuntime:
             self._settled.clear()
             step = d.take_step(now=self.now())
             self._drain()
-            self._feed(_choose_again, d)
+            self._feed(d.poll)  # a dequeue can free a horizon place under an admission rule
             if step is None:
                 if not self.groups and d.next_deadline() is None and (
                         self.start_limit is None or self.start_limit.next_deadline() is None):
@@ -461,7 +461,7 @@ class LiveRuntime:
             await self._checkpoint(done)
         await self._publish(step.version + 1)
         self._window.idle_since = self.now()
-        self._feed(_publish, d)
+        self._feed(d.publish)
 
     def _write_row(self, step: int, now: float, metrics: dict) -> None:
         clean = {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in metrics.items()}
@@ -512,24 +512,6 @@ class LiveRuntime:
         self._drain()
         row["logs"] = self.run_dir.log_lengths()
         await asyncio.to_thread(self.run_dir.save, done, files, row)
-
-
-# -- workarounds of two dispatcher findings (tests/sim/test_dispatcher_findings.py), the simulator's exactly, so that
-#    both runtimes drive the policy alike; drop both once the dispatcher starts what fits by itself.
-def _choose_again(d: Dispatcher, *, now: float) -> list:
-    """A dequeue can free a horizon place (a stale group, a held marker), but ``take_step`` returns no decisions:
-    run the dispatcher's choose loop once more so that what now fits starts."""
-    return d._dispatch(now)
-
-
-def _publish(d: Dispatcher, *, now: float) -> list:
-    """``publish``; then, under an admission rule, the last step's rejections no longer count toward the new step's
-    cap (the dispatcher keeps ``markers_now`` across steps, which can close the last step's cap and stall the run)."""
-    decisions = d.publish(now=now)
-    if d.markers_now:
-        d.markers_now = 0
-        decisions += d._dispatch(now)
-    return decisions
 
 
 def run_sync(coro: Awaitable[Any]) -> Any:
