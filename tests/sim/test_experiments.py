@@ -1,0 +1,26 @@
+"""experiments/*.py run top to bottom (shortened) and write their table, their plot and a run per point."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("script", "runs", "plot"), [("permit_release", 4, "permit_release.png"),
+                                                      ("samplers", 2, "samplers.png")])
+def test_an_experiment_runs(tmp_path, script, runs, plot):
+    out = tmp_path / script
+    done = subprocess.run([sys.executable, str(ROOT / "experiments" / f"{script}.py"), "--steps", "3", "--seeds", "1",
+                           "--out", str(out)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len([p for p in out.iterdir() if p.is_dir()]) == runs
+    assert (out / plot).read_bytes()[:4] == b"\x89PNG"
+    table = (out / "results.md").read_text()
+    assert table.count("\n| ") >= 2 and "pass" in table
+    assert (out / "results.csv").exists()
