@@ -33,7 +33,7 @@ import numpy as np
 
 from platoon.config.components import PassRateOptions
 from platoon.policy.samplers.base import Draw, Sampler, SamplerContext, SamplerSetup, TaskStatsView
-from platoon.policy.stats import NO_EVIDENCE_LIMIT, PRIOR_STRENGTH, informative_at
+from platoon.policy.stats import PRIOR_STRENGTH, informative_at
 
 _NEVER = np.iinfo(np.int64).max
 _STATE_KEYS = ("last_drawn", "window", "window_draws", "previous_window_draws")
