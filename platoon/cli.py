@@ -68,6 +68,9 @@ def simulate(
     jobs: Annotated[int | None, typer.Option("--jobs", min=1, help="Processes of a sweep (default: CPUs).")] = None,
 ) -> None:
     """Run the dispatch policy in the SimPy simulator and print a summary table."""
+    from rich.console import Console
+
+    from platoon.report import summary_table, sweep_markdown, sweep_table
     from platoon.runs.atomic import CorruptFileError
     from platoon.runs.checkpoints import CheckpointError
     from platoon.sim.command import Request, UsageError
@@ -78,14 +81,20 @@ def simulate(
     request = Request(config=config, preset=preset, permit_release=permit_release,
                       overrides=tuple(overrides or ()), steps=steps, seed=seed, out=out, resume=resume,
                       sweep=tuple(sweep or ()), jobs=jobs)
+    console = Console()
     try:
-        run_simulate(request)
+        outcome = run_simulate(request, console)
     except UsageError as exc:
         fail(str(exc), EXIT_USAGE)
     except FileExistsError as exc:
         fail(f"{exc}; give another --out", EXIT_USAGE)
     except (CheckpointError, CorruptFileError, ResumeError, SimulationStalled) as exc:
         fail(str(exc), EXIT_RUNTIME)
+    if not outcome.points:
+        console.print(summary_table(outcome.path))
+        return
+    console.print(sweep_table(f"platoon simulate --sweep: {outcome.path}", outcome.points, outcome.runs))
+    (outcome.path / "sweep.md").write_text(sweep_markdown(outcome.points, outcome.runs), encoding="utf-8")
 
 
 @app.command()

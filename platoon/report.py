@@ -9,7 +9,8 @@ Reads run directories through ``platoon.analysis.load_run`` and writes, into one
 - ``learning.png``: ``train/sampler/informative_share`` and ``eval/pass@1`` per step;
 - ``blocked.png``: the stack of ``train/dispatch/blocked_share/<reason>`` per step, a panel per run.
 
-``summarize`` is also the summary table of ``platoon simulate`` and of its sweeps. Every quantity is computed from
+``summarize`` is also the summary table of ``platoon simulate`` (``summary_table``) and of its sweeps
+(``sweep_table``, ``sweep_markdown``: a row per point, each quantity with its ratio to the first point's). Every quantity is computed from
 per-step metrics (weighted by each step's length where it is a share of time), so a run's table is the same
 whether the run was simulated or live.
 """
@@ -210,6 +211,66 @@ def _finish(fig, ax, path: Path, written: list[Path]) -> None:
     written.append(path)
 
 
+SWEEP_COLUMNS = ("steps", "simulated_hours", "rollouts_per_hour", "permit_busy_share", "trainer_idle_share",
+                 "staleness_mean", "informative_share", "stale_groups", "rejected_groups", "pass_at_1_last")
+"""The quantities of a sweep's table, in order."""
+
+
+def _label(key: str) -> str:
+    return next(label for k, label, _ in SUMMARY if k == key)
+
+
+def summary_table(path: Path):
+    """A rich table of one run's summary (``platoon simulate`` prints it)."""
+    from rich.table import Table
+
+    summary = summarize(load_run(path))
+    table = Table(title=f"platoon simulate: {path}")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    for key, label, _ in SUMMARY:
+        table.add_row(label, fmt(key, summary[key]))
+    return table
+
+
+def _ratio(value: float, first: float) -> float | None:
+    if value != value or first != first or first == 0:
+        return None
+    return value / first
+
+
+def _sweep_cells(rows: Sequence[dict], i: int) -> list[str]:
+    cells = []
+    for key in SWEEP_COLUMNS:
+        ratio = _ratio(rows[i][key], rows[0][key])
+        cells.append(fmt(key, rows[i][key]) + (f" ({ratio:.2f}x)" if i and ratio is not None else ""))
+    return cells
+
+
+def sweep_table(title: str, points: Sequence[Sequence[str]], runs: Sequence[Path]):
+    """A rich table of a sweep: a row per point (its overrides), each quantity with its ratio to the first point's."""
+    from rich.table import Table
+
+    rows = [summarize(load_run(p)) for p in runs]
+    table = Table(title=title)
+    table.add_column("point")
+    for key in SWEEP_COLUMNS:
+        table.add_column(_label(key), justify="right")
+    for i, point in enumerate(points):
+        table.add_row(" ".join(point), *_sweep_cells(rows, i))
+    return table
+
+
+def sweep_markdown(points: Sequence[Sequence[str]], runs: Sequence[Path]) -> str:
+    """The sweep's table in markdown (``sweep.md``)."""
+    rows = [summarize(load_run(p)) for p in runs]
+    lines = ["| point | " + " | ".join(_label(k) for k in SWEEP_COLUMNS) + " |",
+             "|---|" + "---:|" * len(SWEEP_COLUMNS)]
+    for i, point in enumerate(points):
+        lines.append(f"| {' '.join(point)} | " + " | ".join(_sweep_cells(rows, i)) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def report(paths: Sequence[Path], out: Path | None = None) -> list[Path]:
     """``platoon report``: load each run and write the report into ``out`` (default: the first run's
     ``report/``)."""
@@ -217,4 +278,5 @@ def report(paths: Sequence[Path], out: Path | None = None) -> list[Path]:
     return write_report(runs, Path(out) if out is not None else Path(paths[0]) / "report")
 
 
-__all__ = ["SUMMARY", "fmt", "report", "step_rows", "summarize", "summary_markdown", "write_report"]
+__all__ = ["SUMMARY", "SWEEP_COLUMNS", "fmt", "report", "step_rows", "summarize", "summary_markdown",
+           "summary_table", "sweep_markdown", "sweep_table", "write_report"]

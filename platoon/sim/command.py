@@ -1,12 +1,13 @@
-"""``platoon simulate``'s body: one run with a progress bar and a summary table, a resume, or a sweep.
+"""``platoon simulate``'s body: one run with a progress bar, a resume, or a sweep; it returns what ran.
 
 - One run: the config (``platoon.sim.setup.load_sim_config``), a run directory (``--out``, else
-  ``runs/sim-<name>-<n>``, the first that does not exist), a rich progress bar over the steps, the summary table
-  of ``platoon.report.summarize``.
+  ``runs/sim-<name>-<n>``, the first that does not exist), a rich progress bar over the steps.
 - ``--resume RUN``: the run goes on from its newest readable checkpoint (``--steps`` is its new total).
 - ``--sweep KEY=V1,V2,...`` (repeatable): the grid of every combination, each point a run of its own under
-  ``<out>/<key=value,...>``, run in parallel processes; one table with a row per point and, for each quantity,
-  its ratio to the first point's.
+  ``<out>/<nn>-<key=value,...>``, run in parallel processes (every point's config is checked first).
+
+The tables that follow (``platoon.report``: a run's summary, a sweep's row per point with ratios to the first) are
+printed by the command line, which may read runs back through ``platoon.analysis``; this layer may not.
 """
 
 from __future__ import annotations
@@ -21,15 +22,9 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from platoon.analysis import load_run
-from platoon.report import SUMMARY, fmt, summarize
 from platoon.sim.run import SimRun
 from platoon.sim.setup import load_sim_config
-
-SWEEP_COLUMNS = ("steps", "simulated_hours", "rollouts_per_hour", "permit_busy_share", "trainer_idle_share",
-                 "staleness_mean", "informative_share", "stale_groups", "rejected_groups", "pass_at_1_last")
 
 
 class UsageError(ValueError):
@@ -62,8 +57,17 @@ class Request:
         return [*self.overrides, *extra]
 
 
-def simulate(req: Request, console: Console | None = None) -> Path:
-    """Carry out ``req``; returns the run (or sweep) directory. Raises UsageError, ConfigError, FileExistsError."""
+@dataclass(frozen=True)
+class Outcome:
+    """What ran: one run directory (``points`` empty), or a sweep's directory with its points and their runs."""
+
+    path: Path
+    points: tuple[tuple[str, ...], ...] = ()
+    runs: tuple[Path, ...] = ()
+
+
+def simulate(req: Request, console: Console | None = None) -> Outcome:
+    """Carry out ``req``. Raises UsageError, ConfigError, FileExistsError, ResumeError, CheckpointError."""
     console = console or Console()
     if req.permit_release not in (None, "rollout", "group"):
         raise UsageError(f"--permit-release must be rollout or group, got {req.permit_release!r}")
@@ -75,16 +79,14 @@ def simulate(req: Request, console: Console | None = None) -> Path:
             raise UsageError(f"--resume goes on with the run's own config: drop {', '.join(given)}")
         run = SimRun.resume(req.resume, steps=req.steps, log=_logger(console))
         _run_with_progress(run, console, f"resuming {req.resume}")
-        _print_summary(req.resume, console)
-        return req.resume
+        return Outcome(req.resume)
     if req.sweep:
         return sweep(req, console)
     cfg = load_sim_config(req.config, preset=req.preset, overrides=req.all_overrides())
     out = req.out or next_run_dir(Path("runs"), _name(req))
     run = SimRun.create(cfg, out, log=_logger(console))
     _run_with_progress(run, console, f"simulating {out}")
-    _print_summary(out, console)
-    return out
+    return Outcome(out)
 
 
 def _name(req: Request) -> str:
@@ -125,16 +127,6 @@ def _hms(seconds: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-def _print_summary(path: Path, console: Console) -> None:
-    summary = summarize(load_run(path))
-    table = Table(title=f"platoon simulate: {path}")
-    table.add_column("quantity")
-    table.add_column("value", justify="right")
-    for key, label, _ in SUMMARY:
-        table.add_row(label, fmt(key, summary[key]))
-    console.print(table)
-
-
 # ------------------------------------------------------------------------------------------------------- sweeps
 _SPLIT = re.compile(r",(?![^\[\]{}]*[\]}])")
 
@@ -165,17 +157,17 @@ def _point_name(point: Sequence[str]) -> str:
     return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", ",".join(parts))
 
 
-def _run_point(config: Path | None, preset: str | None, overrides: list[str], out: str) -> str:
-    """One point of a sweep, in a worker process (no progress bar, warnings to the point's own log)."""
+def _run_point(config: Path | None, preset: str | None, overrides: list[str], out: str) -> list[str]:
+    """One point of a sweep, in a worker process (no progress bar); returns its warnings for the parent to print."""
     cfg = load_sim_config(config, preset=preset, overrides=overrides)
     lines: list[str] = []
-    run = SimRun.create(cfg, Path(out), log=lambda level, message: lines.append(f"{level}: {message}"))
+    run = SimRun.create(cfg, Path(out), log=lambda level, message: lines.append(message) if level == "warning"
+                        else None)
     run.run()
-    (Path(out) / "simulate.log").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return out
+    return lines
 
 
-def sweep(req: Request, console: Console) -> Path:
+def sweep(req: Request, console: Console) -> Outcome:
     axes = parse_sweep(req.sweep)
     points = grid(axes)
     base = req.all_overrides()
@@ -190,47 +182,13 @@ def sweep(req: Request, console: Console) -> Path:
                   disable=not console.is_terminal) as progress:
         task = progress.add_task("points", total=len(points))
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(_run_point, req.config, req.preset, [*base, *p], str(d))
-                       for p, d in zip(points, dirs, strict=True)]
+            futures = {pool.submit(_run_point, req.config, req.preset, [*base, *p], str(d)): d
+                       for p, d in zip(points, dirs, strict=True)}
             for future in as_completed(futures):
-                future.result()
+                for message in future.result():
+                    console.print(f"[yellow]warning: {futures[future].name}: {message}[/yellow]", highlight=False)
                 progress.advance(task)
-    rows = [summarize(load_run(d)) for d in dirs]
-    table = Table(title=f"platoon simulate --sweep: {out}")
-    table.add_column("point")
-    for key in SWEEP_COLUMNS:
-        table.add_column(next(label for k, label, _ in SUMMARY if k == key), justify="right")
-    first = rows[0]
-    for point, row in zip(points, rows, strict=True):
-        cells = []
-        for key in SWEEP_COLUMNS:
-            cell = fmt(key, row[key])
-            ratio = _ratio(row[key], first[key])
-            if row is not first and ratio is not None:
-                cell += f" ({ratio:.2f}x)"
-            cells.append(cell)
-        table.add_row(" ".join(point), *cells)
-    console.print(table)
-    (out / "sweep.md").write_text(_sweep_markdown(points, rows), encoding="utf-8")
-    return out
+    return Outcome(out, tuple(tuple(p) for p in points), tuple(dirs))
 
 
-def _ratio(value: float, first: float) -> float | None:
-    if value != value or first != first or first == 0:
-        return None
-    return value / first
-
-
-def _sweep_markdown(points: list[list[str]], rows: list[dict]) -> str:
-    labels = [next(label for k, label, _ in SUMMARY if k == key) for key in SWEEP_COLUMNS]
-    lines = ["| point | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
-    for point, row in zip(points, rows, strict=True):
-        cells = []
-        for key in SWEEP_COLUMNS:
-            ratio = _ratio(row[key], rows[0][key])
-            cells.append(fmt(key, row[key]) + (f" ({ratio:.2f}x)" if row is not rows[0] and ratio is not None else ""))
-        lines.append(f"| {' '.join(point)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-__all__ = ["Request", "UsageError", "grid", "next_run_dir", "parse_sweep", "simulate", "sweep"]
+__all__ = ["Outcome", "Request", "UsageError", "grid", "next_run_dir", "parse_sweep", "simulate", "sweep"]
