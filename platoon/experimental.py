@@ -1,4 +1,4 @@
-"""platoon's experimental public API: task samplers of your own, and (below) group admission and rollout leases.
+"""platoon's experimental public API: task samplers and group admission rules of your own, and rollout leases.
 
 Everything here may change between minor releases; the names are the contract a plug-in is written against.
 
@@ -11,7 +11,17 @@ An adaptive one reads the per-task statistics through ``ctx.stats`` (a `TaskStat
 checks a sampler against the contract.
 """
 
-from platoon.config.registry import task_sampler
+from platoon.config.registry import group_admission, task_sampler
+from platoon.live.lease import RolloutLease, rollout_lease
+from platoon.policy.admission import (
+    Admission,
+    AdmissionCheckContext,
+    AdmissionRule,
+    AdmissionSetup,
+    AdmitAll,
+    GroupAdmission,
+    Informative,
+)
 from platoon.policy.samplers.base import (
     Draw,
     EntryInfo,
@@ -42,11 +52,18 @@ __all__ = [
     "TaskStatsView",
     "decision_key",
     "task_sampler",
+    # -- group admission: a rule derives from AdmissionRule, registers with @group_admission(name, options=...) or
+    #    is named as module:Class; admit(group, stats) answers an Admission (or a bool)
+    "Admission",
+    "AdmissionCheckContext",
+    "AdmissionRule",
+    "AdmissionSetup",
+    "AdmitAll",
+    "GroupAdmission",
+    "Informative",
+    "group_admission",
+    # -- rollout leases: `async with rollout_lease().rollout(i):` runs rollout i of a draw on a permit of its own
+    "RolloutLease",
+    "rollout_lease",
 ]
 
-# -- group admission ------------------------------------------------------------------------------------------------
-# (reserved: the admission API — group_admission, the rule base class and its verdict type — is added here, and its
-#  names appended to __all__)
-
-# -- rollout leases -------------------------------------------------------------------------------------------------
-# (reserved: rollout_lease() and RolloutLease are added here, and their names appended to __all__)

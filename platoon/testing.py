@@ -10,4 +10,8 @@ from platoon._checks.samplers import check_task_sampler
 __all__ = ["check_task_sampler"]
 
 # -- group admission ------------------------------------------------------------------------------------------------
-# (reserved: check_group_admission is added here, and appended to __all__)
+# ``check_group_admission(rule, *, options=None, levels=("run", "entry"), budget_ms=2.0)``: a group admission rule
+# against its contract (protocol, options, answers, pure, fast).
+from platoon._checks.admission import check_group_admission  # noqa: E402
+
+__all__ += ["check_group_admission"]

@@ -219,4 +219,5 @@ def _reissue(d: Dispatcher, old_key: tuple[int, int], row_index: int, position: 
                  sampler, "reissue", None)
     d.outstanding[key] = draw
     d.recorder.reissue(old_key, key, version=d.version, sampler=sampler, reason="reissue")
+    d.samplers.note_reissue(sampler)
     d.backlogs.setdefault(row.label, deque()).append((d._next_ticket(), draw))

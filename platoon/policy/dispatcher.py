@@ -550,7 +550,8 @@ class Dispatcher:
 
         self.recorder.flush()
         bound = self.samplers.adaptive_decision(entry, eligible=eligible, view=self.recorder.view(self.version),
-                                                step=self.step, version=self.version, max_group_size=size)
+                                                step=self.step, version=self.version, max_group_size=size,
+                                                fallback_slot=pending.token is not None and pending.token.fallback)
         if bound is None:
             return None
         if pending.token is not None:

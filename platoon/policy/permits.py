@@ -16,8 +16,8 @@ any instant restores into an equal twin.
 
 from __future__ import annotations
 
-from collections import deque
 import operator
+from collections import deque
 from dataclasses import dataclass
 
 Key = tuple[int, int]
