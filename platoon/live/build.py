@@ -196,8 +196,10 @@ def default_service(model: Any, cfg: RunConfig) -> Any:
 
 def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None = None,
                workflow_cls: type = GroupRolloutWorkflow,
-               service_factory: Callable[[Any, RunConfig], Any] | None = None) -> LiveRun:
-    """Everything one start of a live run drives (``start``: this start's number)."""
+               service_factory: Callable[[Any, RunConfig], Any] | None = None,
+               eval_episodes: int = EVAL_EPISODES) -> LiveRun:
+    """Everything one start of a live run drives (``start``: this start's number; ``eval_episodes`` per
+    ``eval/pass@1``)."""
     from platoon.live.trainer import GRPOTrainer
 
     envs = dict(envs) if envs is not None else build_environments(cfg)
@@ -215,4 +217,4 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
     limit = cfg.train.max_starting_rollouts
     start_limit = (StartLimit(limit, timer_s=start_timer_s(cfg.train.workflow_config.worker_startup_budget_seconds))
                    if limit is not None else None)
-    return LiveRun(cfg, envs, policy, model, trainer, service, workflow, start_limit)
+    return LiveRun(cfg, envs, policy, model, trainer, service, workflow, start_limit, eval_episodes)

@@ -1,0 +1,154 @@
+"""``platoon train --resume``: a run that died goes on from its last full checkpoint, loses no step, and its event
+log holds every group once (semantics 6.4): in process (a run that raises mid-training, a corrupt newest checkpoint)
+and for real (``SIGKILL`` of a ``platoon train`` subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from live_harness import FakeService
+
+from platoon.live import command
+from platoon.live.runtime import LiveRuntime
+from platoon.runs import read_checkpoint_rows, read_jsonl
+
+SMALL = ["environments.0.group_size=4", "environments.0.env_options={ranges: [4, 8]}", "train.batch_size=4",
+         "train.checkpoint_every=2", "train.eval_every=3", "model.d_model=16", "model.n_layers=1"]
+
+
+def fake_service(model, cfg):
+    return FakeService(vocab=model.vocab_size)
+
+
+def check_event_log(events: list[dict], *, steps: int, batch_size: int) -> None:
+    """Every draw key gets exactly one fate, except a key that a later draw ``reissues`` (it gets none, and its
+    reissue carries its position on); every position of the run's order ends exactly once."""
+    drawn: dict[tuple[int, int], dict] = {}
+    reissued: set[tuple[int, int]] = set()
+    fates: dict[tuple[int, int], list[str]] = {}
+    for e in events:
+        key = (e.get("start"), e.get("seq"))
+        if e["event"] == "draw":
+            assert key not in drawn, f"draw {key} twice"
+            drawn[key] = e
+            if "reissues" in e:
+                old = tuple(e["reissues"])
+                assert old in drawn and old not in reissued, f"{key} reissues {old}, which is not an open draw"
+                assert drawn[old]["position"] == e["position"] and drawn[old]["task_id"] == e["task_id"]
+                assert old not in fates, f"{old} was reissued after its fate {fates[old]}"
+                reissued.add(old)
+        elif e["event"] == "fate":
+            assert key in drawn, f"fate of {key}, never drawn"
+            fates.setdefault(key, []).append(e["fate"])
+    for key in drawn:
+        if key in reissued:
+            assert key not in fates, f"reissued {key} has a fate {fates[key]}"
+        else:
+            assert len(fates.get(key, [])) == 1, f"{key} has fates {fates.get(key)}"
+    final = [drawn[k]["position"] for k in drawn if k not in reissued]
+    assert sorted(final) == list(range(steps * batch_size)), "a position was trained twice or never"
+
+
+def test_a_run_that_dies_mid_training_resumes_without_losing_a_step(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    original = LiveRuntime._write_row
+
+    def dying(self, step, now, metrics):  # the process dies right after step 4's metrics (its checkpoint: 000004)
+        original(self, step, now, metrics)
+        if step == 4 and self.resumed_from is None:
+            raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(LiveRuntime, "_write_row", dying)
+    with pytest.raises(KeyboardInterrupt):
+        command.train(None, [*SMALL, "train.steps=7"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2, 3, 4]
+    assert [r["step"] for r in read_checkpoint_rows(run)] == [0, 2, 4]
+
+    command.train(resume=run, progress=False, service_factory=fake_service, eval_episodes=64)
+    metrics = read_jsonl(run / "metrics.jsonl")
+    # checkpoint 000004 (4 steps done) follows step 3's row: step 4's row, written after it, is cut, step 4 trains
+    # again and is logged once; the last row is the final policy's evaluation
+    assert [r["step"] for r in metrics] == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert "eval/pass@1" in metrics[-1] and "eval/pass@1" in metrics[0] and "eval/pass@1" in metrics[3]
+    events = read_jsonl(run / "tasks" / "events.jsonl")
+    starts = [e for e in events if e["event"] == "start"]
+    assert [(e["start"], e["batch"], e["checkpoint"]) for e in starts] == [(1, 0, None), (2, 4, "000004")]
+    check_event_log(events, steps=7, batch_size=4)
+    rows = read_checkpoint_rows(run)
+    assert [(r["step"], r["start"]) for r in rows] == [(0, 1), (2, 1), (4, 1), (4, 2), (6, 2), (7, 2)]
+
+
+def test_a_corrupt_newest_checkpoint_is_passed_over_with_a_note(tmp_path, capsys):
+    run = tmp_path / "run"
+    command.train(None, [*SMALL, "train.steps=4"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
+    newest = run / "checkpoints" / "000004" / "trainer.pt"
+    newest.write_bytes(b"not the trainer")
+    path = command.train(resume=run, steps=6, progress=False, service_factory=fake_service, eval_episodes=64)
+    assert path == run
+    assert "passed over checkpoint 000004" in capsys.readouterr().out
+    metrics = read_jsonl(run / "metrics.jsonl")
+    assert [r["step"] for r in metrics] == [0, 1, 2, 3, 4, 5, 6]  # from 000002: steps 2 and 3 again, once each
+    check_event_log(read_jsonl(run / "tasks" / "events.jsonl"), steps=6, batch_size=4)
+    lock = json.loads((run / "lock.json").read_text())
+    assert lock["config"]["train"]["steps"] == 6
+
+
+def test_resume_refuses_fewer_steps_than_its_checkpoint_did(tmp_path):
+    run = tmp_path / "run"
+    command.train(None, [*SMALL, "train.steps=2"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
+    with pytest.raises(command.TrainError, match="has already done 2 steps"):
+        command.train(resume=run, steps=1, progress=False, service_factory=fake_service, eval_episodes=64)
+
+
+def test_a_resumed_trainer_goes_on_from_its_weights(tmp_path):
+    run = tmp_path / "run"
+    command.train(None, [*SMALL, "train.steps=2"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
+    live, _, name = command.resume_run(run, service_factory=fake_service, eval_episodes=64)
+    saved = command.LiveRunDir(run).resume_point()
+    from platoon.live.trainer import loads_state
+
+    state = loads_state(saved.trainer_state)
+    assert name == "000002" and live.trainer.steps == state["steps"] == 2
+    for key, tensor in live.model.state_dict().items():
+        assert tensor.equal(state["model"][key])
+    assert live.service.version == 2 and live.dispatcher.step == 2 and live.dispatcher.start_number == 2
+
+
+# -- the real thing ----------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_sigkill_mid_training_then_resume(tmp_path):
+    pytest.importorskip("platoon.live.service")  # the built-in model service, which platoon train runs on
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    args = [sys.executable, "-m", "platoon", "train", "--out", str(run), "--steps", "12",
+            "--set", "train.batch_size=16", "--set", "train.checkpoint_every=3", "--set", "train.eval_every=4"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and len(read_jsonl(metrics)) >= 5:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = [r["step"] for r in read_jsonl(metrics)]
+    assert 5 <= len(done) < 12 and proc.returncode == -signal.SIGKILL
+
+    resumed = subprocess.run([sys.executable, "-m", "platoon", "train", "--resume", str(run)],
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    steps = [r["step"] for r in read_jsonl(metrics)]
+    assert steps == list(range(13)), steps  # every step once, and the final evaluation
+    events = read_jsonl(run / "tasks" / "events.jsonl")
+    check_event_log(events, steps=12, batch_size=16)
+    starts = [e for e in events if e["event"] == "start"]
+    assert [e["start"] for e in starts] == [1, 2] and starts[1]["checkpoint"] is not None
+    assert Path(run / "checkpoints" / "000012" / "trainer.pt").exists()
