@@ -39,6 +39,7 @@ from pydantic import BaseModel, ValidationError
 from platoon.config import registry
 from platoon.config.components import CORE_GROUP_ADMISSIONS, InformativeOptions
 from platoon.config.errors import ConfigError, ExtensionError
+from platoon.config.resolve import AdmissionCheckContext  # the one a rule's check sees, at load and at run
 
 if TYPE_CHECKING:
     from platoon.policy.samplers.base import EntryInfo, TaskStatsView
@@ -102,24 +103,6 @@ class AdmissionSetup:
     entries: Mapping[str, EntryInfo]
     batch_size: int
     label_column: str | None = None
-
-
-@dataclass(frozen=True)
-class AdmissionCheckContext:
-    """What a rule's load-time ``check(options, ctx)`` sees.
-
-    ``entries``: by label, the dicts a sampler's check sees (``weight``, ``seed``, ``group_size``,
-    ``success_threshold``, ``task_sampler``, ``task_sampler_options``); ``workflow_gives_verdicts``: whether the
-    training workflow gives each group a verdict (see ``platoon.policy.workflow_flags.gives_verdicts``).
-    """
-
-    level: str
-    entry: str | None
-    entries: Mapping[str, Mapping[str, Any]]
-    batch_size: int
-    label_column: str | None
-    max_groups_per_step: float
-    workflow_gives_verdicts: bool
 
 
 @runtime_checkable
