@@ -165,18 +165,6 @@ class LiveRun:
 
         return dumps_state(self.trainer.state_dict())
 
-    def load_trainer_state(self, data: bytes, version: int) -> None:
-        """Restore the trainer from ``trainer.pt`` and publish its weights to the model service as ``version``."""
-        from platoon.live.trainer import loads_state
-
-        self.trainer.load_state_dict(loads_state(data))
-        self.publish(version)
-
-    def publish(self, version: int) -> None:
-        result = self.service.publish(self.trainer.policy_state_dict(), version)
-        if hasattr(result, "__await__"):
-            raise TypeError("load_trainer_state needs a model service whose publish is synchronous")
-
 
 def build_model(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
     """The policy ``cfg.model`` names, sized for the environments' vocabularies and contexts, seeded by the run."""
@@ -187,19 +175,22 @@ def build_model(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
     return build_causal_policy(cfg.model, vocab_size=vocab, max_len=context, seed=cfg.train.seed)
 
 
-def default_service(model: Any, cfg: RunConfig) -> Any:
-    """The built-in model service over ``model``: dynamic batching of concurrent rollouts' requests."""
+def default_service(model: Any, cfg: RunConfig, version: int = 0) -> Any:
+    """The built-in model service over ``model`` (policy ``version``): dynamic batching of concurrent rollouts'
+    requests in a worker thread."""
     from platoon.live.service import BatchingModelService
 
-    return BatchingModelService(model, max_batch=cfg.model.max_batch)
+    return BatchingModelService(model, max_batch=cfg.model.max_batch, seed=cfg.train.seed, version=version)
 
 
 def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None = None,
                workflow_cls: type = GroupRolloutWorkflow,
-               service_factory: Callable[[Any, RunConfig], Any] | None = None,
-               eval_episodes: int = EVAL_EPISODES) -> LiveRun:
-    """Everything one start of a live run drives (``start``: this start's number; ``eval_episodes`` per
-    ``eval/pass@1``)."""
+               service_factory: Callable[..., Any] | None = None, eval_episodes: int = EVAL_EPISODES,
+               trainer_state: bytes | None = None, version: int = 0) -> LiveRun:
+    """Everything one start of a live run drives. ``start``: this start's number; ``trainer_state``: the bytes of a
+    checkpoint's ``trainer.pt`` to go on from, whose weights the model service serves as policy ``version``;
+    ``service_factory(model, cfg, version)``: the model service (default: the built-in batching one);
+    ``eval_episodes``: per ``eval/pass@1``."""
     from platoon.live.trainer import GRPOTrainer
 
     envs = dict(envs) if envs is not None else build_environments(cfg)
@@ -208,8 +199,11 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
                           clock=time.perf_counter)
     model = build_model(cfg, envs)
     trainer = GRPOTrainer.from_config(model, cfg.train, cfg.model)
-    sampler_model = copy.deepcopy(model)
-    service = (service_factory or default_service)(sampler_model, cfg)
+    if trainer_state is not None:
+        from platoon.live.trainer import loads_state
+
+        trainer.load_state_dict(loads_state(trainer_state))
+    service = (service_factory or default_service)(copy.deepcopy(model), cfg, version)
     straggler = cfg.train.straggler
     workflow = workflow_cls(envs, service, seed=cfg.train.seed, temperature=cfg.model.temperature,
                             max_new_tokens=cfg.model.max_new_tokens, straggler_timeout_s=straggler.timeout_s,

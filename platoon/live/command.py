@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from platoon.config.errors import ConfigError
+from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.loader import load_config
 from platoon.config.models import RunConfig
 from platoon.config.resolve import resolve_components
@@ -145,7 +145,13 @@ def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
     if point.trainer_state is None:
         raise TrainError(f"cannot resume {path}: checkpoint {point.name} holds no trainer state (trainer.pt)")
     run_dir.cut_logs(point.row)
-    live = build_live(cfg, start=point.start, **build)
+    try:
+        live = build_live(cfg, start=point.start, trainer_state=point.trainer_state, version=point.step, **build)
+    except (ConfigError, ExtensionError):
+        raise
+    except (RuntimeError, ValueError, KeyError) as exc:  # torch.load's or load_state_dict's refusal
+        raise TrainError(f"cannot resume {path}: checkpoint {point.name}'s trainer state does not load: "
+                         f"{exc}") from None
     d = live.dispatcher
     if point.snapshot is not None:
         try:
@@ -166,7 +172,6 @@ def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
         d.next_position = position if isinstance(position, int) else point.step * cfg.train.batch_size
         for warning in d.samplers.restore(None, d.next_position):
             log("warning", warning)
-    live.load_trainer_state(point.trainer_state, version=point.step)
     return live, run_dir, point.name
 
 

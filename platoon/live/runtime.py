@@ -175,6 +175,9 @@ class LiveRuntime:
         self._drain()
         if self.run_dir is not None:
             self.run_dir.close()
+        close = getattr(self.service, "aclose", None)
+        if close is not None:
+            await close()
 
     def busy_share(self) -> float:
         """Rollouts at work over ``max_concurrent_rollouts``, time-weighted over the whole start so far."""

@@ -14,6 +14,8 @@ A second check compares the live runtime with ``tests/policy/dispatch_harness.py
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from live_harness import AsyncTrainer, Outcome, ScriptedWorkflow, SleepyService, dispatch_harness, run_virtual
 
@@ -168,3 +170,39 @@ def test_live_and_the_scripted_harness_make_the_same_decisions(release, max_stal
     run_virtual(runtime.run())
     assert by_kind(live_decisions) == by_kind(harness_decisions)
     assert len(by_kind(live_decisions)[2]) == 8
+
+
+def test_rollout_and_group_at_max_staleness_0_train_the_same_datums_in_the_same_order():
+    """A live run (the tiny model, the batching model service, the GRPO trainer): at max_staleness 0 with the
+    default budget (batch_size x group_size permits) the permits never bind, so both settings draw, sample and train
+    alike. Tokens, masks, advantages and versions are equal; log-probabilities may differ in their last bits when
+    the service's batches are composed differently (floating-point sums), so they are compared to 1e-5."""
+    from platoon.live.build import build_live
+
+    trained = {}
+    for release in ("rollout", "group"):
+        cfg = load_config(None, ["train.steps=3", "train.batch_size=4", "train.max_staleness=0",
+                                 f"train.permit_release={release}", "environments.0.group_size=4",
+                                 "environments.0.env_options={ranges: [4, 8, 16]}"])
+        assert cfg.train.max_concurrent_rollouts is None  # the default budget
+        live = build_live(cfg)
+        steps = []
+        train_step = live.trainer.train_step
+
+        def record(datums, *, version, _steps=steps, _train=train_step):
+            _steps.append((version, [dict(d) for d in datums]))
+            return _train(datums, version=version)
+
+        live.trainer.train_step = record
+        runtime = LiveRuntime(live.dispatcher, live.workflow, live.trainer, live.service)
+        asyncio.run(runtime.run())
+        trained[release] = steps
+    rollout, group = trained["rollout"], trained["group"]
+    assert [v for v, _ in rollout] == [v for v, _ in group] == [0, 1, 2]
+    for (_, a), (_, b) in zip(rollout, group, strict=True):
+        assert len(a) == len(b) == 16
+        for x, y in zip(a, b, strict=True):
+            assert {k: x[k] for k in ("tokens", "mask", "advantage", "version")} == \
+                   {k: y[k] for k in ("tokens", "mask", "advantage", "version")}
+            assert x["logprobs"] == pytest.approx(y["logprobs"], rel=1e-5, abs=1e-6)
+    assert any(d["advantage"] != 0.0 for _, step in rollout for d in step)  # something trained

@@ -23,8 +23,10 @@ SMALL = ["environments.0.group_size=4", "environments.0.env_options={ranges: [4,
          "train.checkpoint_every=2", "train.eval_every=3", "model.d_model=16", "model.n_layers=1"]
 
 
-def fake_service(model, cfg):
-    return FakeService(vocab=model.vocab_size)
+def fake_service(model, cfg, version):
+    service = FakeService(vocab=model.vocab_size)
+    service.version = version
+    return service
 
 
 def check_event_log(events: list[dict], *, steps: int, batch_size: int) -> None:
@@ -124,7 +126,6 @@ def test_a_resumed_trainer_goes_on_from_its_weights(tmp_path):
 # -- the real thing ----------------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_sigkill_mid_training_then_resume(tmp_path):
-    pytest.importorskip("platoon.live.service")  # the built-in model service, which platoon train runs on
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     args = [sys.executable, "-m", "platoon", "train", "--out", str(run), "--steps", "12",
