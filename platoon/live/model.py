@@ -1,0 +1,418 @@
+"""Policies of the live backend: the shared sampling and scoring code, and the built-in tiny causal transformer.
+
+A policy (``Policy``) does two things for the rest of the backend:
+
+- ``sample(prompts, max_new_tokens=, temperature=, seeds=)``: batched, KV-cached generation that returns each
+  row's new tokens with their log-probabilities under the sampling distribution (``log_softmax(logits / T)``);
+- ``policy_logprobs(sequences, masks)``: the log-probability of each token of right-padded sequences given the
+  tokens before it, differentiable, for the trainer.
+
+Rules it keeps:
+- **Sampling is a function of each row's seed, not of its batch.** Row i's t-th token is
+  ``argmax(logits / T + Gumbel(seed_i, t))``, with Gumbel noise from a counter-based hash (splitmix64) of
+  ``(seed_i, t, token)``; so a request gives the same tokens whether it is batched with 0 or 255 others, and a
+  runtime that derives seeds from the run's seed and the rollout's key samples reproducibly whatever the arrival
+  order (floating-point sums over a different batch can still move a log-probability in its last bits);
+- ``temperature == 0`` samples greedily and reports log-probabilities at temperature 1;
+- prompts are left-padded for sampling (positions count real tokens only, pads are masked out as keys); sequences
+  for scoring are right-padded, where the causal mask alone keeps pads out;
+- the device is chosen once: ``auto`` is CUDA when ``torch.cuda.is_available()``, else the CPU.
+
+``TinyPolicy`` is the built-in model (2 layers, d=64: about 100k parameters for number_search's vocabulary);
+``platoon.live.hf.HFPolicy`` is the same interface over a Hugging Face causal LM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "CausalPolicy",
+    "Generation",
+    "Policy",
+    "TinyConfig",
+    "TinyPolicy",
+    "TinyTransformer",
+    "build_policy",
+    "derive_seed",
+    "gumbel_noise",
+    "pad_right",
+    "resolve_device",
+]
+
+
+class Generation(NamedTuple):
+    """One row's sampled tokens and their log-probabilities under the sampling distribution."""
+
+    tokens: tuple[int, ...]
+    logprobs: tuple[float, ...]
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What the model service and the trainer need of a model."""
+
+    module: nn.Module
+    device: torch.device
+    vocab_size: int
+    max_len: int | None
+
+    def sample(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int],
+               temperature: float | Sequence[float], seeds: Sequence[int],
+               stop_tokens: Sequence[Collection[int]] | None = None) -> list[Generation]:
+        ...
+
+    def check_prompts(self, prompts: Sequence[Sequence[int]], limits: Sequence[int]) -> None:
+        """Raise ``ValueError`` for a request ``sample`` cannot serve."""
+        ...
+
+    def policy_logprobs(self, sequences: Any, masks: Any, *, temperature: float = 1.0,
+                        with_entropy: bool = False) -> Any:
+        ...
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        ...
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        ...
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``auto``: CUDA when available, else the CPU; otherwise the device named."""
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 63-bit seed from any printable parts (sha256 of their repr): the run's seed, a group key, a member, a turn."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+# splitmix64 constants as signed 64-bit integers (torch has no uint64 arithmetic).
+_GOLDEN = 0x9E3779B97F4A7C15 - 2**64
+_MIX1 = 0xBF58476D1CE4E5B9 - 2**64
+_MIX2 = 0x94D049BB133111EB - 2**64
+
+
+def _shr(z: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's ``>>`` is arithmetic)."""
+    return (z >> k) & ((1 << (64 - k)) - 1)
+
+
+def _splitmix(z: torch.Tensor) -> torch.Tensor:
+    z = z + _GOLDEN
+    z = (z ^ _shr(z, 30)) * _MIX1
+    z = (z ^ _shr(z, 27)) * _MIX2
+    return z ^ _shr(z, 31)
+
+
+def gumbel_noise(seeds: torch.Tensor, step: int, vocab_size: int) -> torch.Tensor:
+    """Gumbel(0, 1) noise of shape ``[len(seeds), vocab_size]``, a pure function of ``(seed, step, token)``."""
+    row = _splitmix(seeds.to(torch.int64) ^ _splitmix(torch.full_like(seeds, step, dtype=torch.int64)))
+    tokens = torch.arange(vocab_size, device=seeds.device, dtype=torch.int64)
+    bits = _splitmix(row[:, None] + tokens[None, :] * _GOLDEN)
+    u = (_shr(bits, 11).to(torch.float64) + 0.5) * 2.0**-53
+    return -torch.log(-torch.log(u)).to(torch.float32)
+
+
+def pad_right(rows: Sequence[Sequence[float]], *, value: float = 0, dtype: torch.dtype = torch.long,
+              device: torch.device | None = None) -> torch.Tensor:
+    """Rows of different lengths as one right-padded tensor."""
+    width = max((len(r) for r in rows), default=0)
+    out = torch.full((len(rows), width), value, dtype=dtype)
+    for i, r in enumerate(rows):
+        if len(r):
+            out[i, : len(r)] = torch.as_tensor(list(r), dtype=dtype)
+    return out if device is None else out.to(device)
+
+
+class CausalPolicy:
+    """Sampling and scoring over two hooks a model provides:
+
+    - ``_step(tokens, positions, attn_mask, cache) -> (logits, cache)``: tokens ``[B, T]`` at ``positions``, with a
+      boolean ``attn_mask`` ``[B, 1, T, K]`` (True: may attend) over the cached keys followed by these, cache None
+      at the first call;
+    - ``_logits(tokens) -> logits``: right-padded full sequences ``[B, T]`` -> ``[B, T, V]``, causal.
+    """
+
+    module: nn.Module
+    device: torch.device
+    vocab_size: int
+    max_len: int | None = None
+
+    def _step(self, tokens: torch.Tensor, positions: torch.Tensor, attn_mask: torch.Tensor,
+              cache: Any) -> tuple[torch.Tensor, Any]:
+        raise NotImplementedError
+
+    def _logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    # --- sampling ----------------------------------------------------------------------------------------------
+
+    def sample(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int],
+               temperature: float | Sequence[float], seeds: Sequence[int],
+               stop_tokens: Sequence[Collection[int]] | None = None) -> list[Generation]:
+        """Generate for every prompt at once (per-row limits, temperatures, seeds and stop tokens).
+
+        A row stops after ``max_new_tokens`` tokens or after one of its ``stop_tokens`` (which is kept). Raises
+        ``ValueError`` on an empty prompt, a token outside the vocabulary, or a prompt plus limit past ``max_len``.
+        """
+        b = len(prompts)
+        if b == 0:
+            return []
+        limits = [max_new_tokens] * b if isinstance(max_new_tokens, int) else [int(m) for m in max_new_tokens]
+        temps = [float(temperature)] * b if isinstance(temperature, int | float) else [float(t) for t in temperature]
+        if not len(limits) == len(temps) == len(seeds) == b:
+            raise ValueError("sample: prompts, max_new_tokens, temperature and seeds must have one entry per row")
+        self.check_prompts(prompts, limits)
+        device = self.device
+        width = max(len(p) for p in prompts)
+        # One tensor from nested lists: a row-by-row copy costs more than the forward pass at batch 256.
+        tokens = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long, device=device)
+        valid = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts], device=device)
+        positions = (valid.long().cumsum(1) - 1).clamp(min=0)
+        causal = torch.ones((width, width), dtype=torch.bool, device=device).tril()
+        mask = causal[None] & valid[:, None, :]
+        # A pad query attends to itself only: its output is never read, and an all-masked row would give NaN.
+        mask |= torch.eye(width, dtype=torch.bool, device=device)[None]
+        limit_t = torch.tensor(limits, device=device)
+        temp_t = torch.tensor(temps, device=device)
+        greedy = temp_t <= 0
+        seed_t = torch.tensor([int(s) & (2**63 - 1) for s in seeds], dtype=torch.int64, device=device)
+        stop = None
+        if stop_tokens is not None and any(len(s) for s in stop_tokens):
+            stop = torch.zeros((b, self.vocab_size), dtype=torch.bool)
+            for i, row in enumerate(stop_tokens):
+                for t in row:
+                    stop[i, int(t)] = True
+            stop = stop.to(device)
+        alive = limit_t > 0
+        lengths = torch.zeros(b, dtype=torch.long, device=device)
+        chosen, chosen_lp = [], []
+        rows = torch.arange(b, device=device)
+        with torch.inference_mode():
+            was_training = self.module.training
+            self.module.eval()
+            try:
+                logits, cache = self._step(tokens, positions, mask[:, None], None)
+                last = logits[:, -1].float()
+                next_pos = positions[:, -1] + 1
+                key_valid = valid
+                for t in range(max(limits)):
+                    scaled = torch.where(greedy[:, None], last, last / temp_t.clamp(min=1e-6)[:, None])
+                    logp = torch.log_softmax(scaled, dim=-1)
+                    noisy = torch.where(greedy[:, None], last, scaled + gumbel_noise(seed_t, t, last.shape[-1]))
+                    choice = noisy.argmax(-1)
+                    chosen.append(choice)
+                    chosen_lp.append(logp[rows, choice])
+                    lengths += alive.long()
+                    alive = alive & (limit_t > t + 1)
+                    if stop is not None:
+                        alive = alive & ~stop[rows, choice]
+                    if t + 1 == max(limits) or not bool(alive.any()):
+                        break
+                    key_valid = torch.cat([key_valid, torch.ones((b, 1), dtype=torch.bool, device=device)], 1)
+                    logits, cache = self._step(choice[:, None], next_pos[:, None], key_valid[:, None, None, :], cache)
+                    last = logits[:, -1].float()
+                    next_pos = next_pos + 1
+            finally:
+                self.module.train(was_training)
+        if not chosen:
+            return [Generation((), ()) for _ in range(b)]
+        toks = torch.stack(chosen, 1).tolist()
+        lps = torch.stack(chosen_lp, 1).tolist()
+        lens = lengths.tolist()
+        return [Generation(tuple(toks[i][: lens[i]]), tuple(lps[i][: lens[i]])) for i in range(b)]
+
+    def check_prompts(self, prompts: Sequence[Sequence[int]], limits: Sequence[int]) -> None:
+        """Raise ``ValueError`` for an empty prompt, a token outside the vocabulary, or a length past max_len."""
+        for p, m in zip(prompts, limits, strict=True):
+            if not len(p):
+                raise ValueError("sample: a prompt must hold at least one token")
+            if m < 0:
+                raise ValueError(f"sample: max_new_tokens must be at least 0, got {m}")
+            if min(p) < 0 or max(p) >= self.vocab_size:
+                raise ValueError(f"sample: prompt tokens must lie in 0..{self.vocab_size - 1}")
+            if self.max_len is not None and len(p) + m > self.max_len:
+                raise ValueError(
+                    f"sample: a prompt of {len(p)} tokens plus {m} new ones exceeds the model's {self.max_len}")
+
+    # --- scoring -----------------------------------------------------------------------------------------------
+
+    def policy_logprobs(self, sequences: Any, masks: Any, *, temperature: float = 1.0,
+                        with_entropy: bool = False) -> Any:
+        """Per-token log-probabilities ``[B, T]`` of right-padded ``sequences`` (tensor or lists of ids).
+
+        ``out[i, t] = log softmax(logits(seq[i, :t]) / T)[seq[i, t]]`` where ``masks[i, t]`` is set, else 0
+        (position 0, which nothing predicts, must be unmasked). With ``with_entropy`` also the entropy of that
+        distribution at the same positions (0 where unmasked): ``(logprobs, entropy)``. Differentiable.
+        """
+        seq = sequences if isinstance(sequences, torch.Tensor) else pad_right(sequences)
+        mask = masks if isinstance(masks, torch.Tensor) else pad_right(masks, dtype=torch.float32)
+        seq, mask = seq.to(self.device), mask.to(self.device, torch.float32)
+        if seq.shape != mask.shape:
+            raise ValueError(f"policy_logprobs: sequences {tuple(seq.shape)} and masks {tuple(mask.shape)} differ")
+        if seq.shape[1] and bool(mask[:, 0].any()):
+            raise ValueError("policy_logprobs: position 0 has no prediction; its mask must be 0")
+        if self.max_len is not None and seq.shape[1] > self.max_len:
+            raise ValueError(f"policy_logprobs: sequences of {seq.shape[1]} tokens exceed the model's {self.max_len}")
+        logits = self._logits(seq)[:, :-1].float()
+        if temperature != 1.0:
+            logits = logits / temperature
+        logp = torch.log_softmax(logits, dim=-1)
+        token_lp = logp.gather(-1, seq[:, 1:, None]).squeeze(-1)
+        zero = torch.zeros((seq.shape[0], 1), device=self.device)
+        out = torch.cat([zero, token_lp], 1) * mask
+        if not with_entropy:
+            return out
+        entropy = -(logp.exp() * logp).sum(-1)
+        return out, torch.cat([zero, entropy], 1) * mask
+
+    # --- weights -----------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The module's weights, detached copies on the CPU (safe to publish while training goes on)."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.module.state_dict().items()}
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        self.module.load_state_dict(dict(state))
+
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.module.parameters())
+
+
+# --- the built-in tiny transformer ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TinyConfig:
+    vocab_size: int
+    max_len: int = 64
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    mlp_ratio: int = 4
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model} must be a multiple of n_heads {self.n_heads}")
+        if self.vocab_size < 2 or self.max_len < 2:
+            raise ValueError("vocab_size and max_len must be at least 2")
+
+
+class _Block(nn.Module):
+    def __init__(self, cfg: TinyConfig) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.n_heads = cfg.n_heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, cfg.mlp_ratio * d)
+        self.fc2 = nn.Linear(cfg.mlp_ratio * d, d)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
+                cache: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, tuple]:
+        b, t, d = x.shape
+        h = self.n_heads
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, h, d // h).permute(2, 0, 3, 1, 4)
+        if cache is not None:
+            k = torch.cat([cache[0], k], 2)
+            v = torch.cat([cache[1], v], 2)
+        if attn_mask is None:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        x = x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        return x, (k, v)
+
+
+class TinyTransformer(nn.Module):
+    """Pre-LayerNorm causal transformer with learned positions; the read-out starts at zero (a uniform policy)."""
+
+    def __init__(self, cfg: TinyConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos = nn.Embedding(cfg.max_len, cfg.d_model)
+        self.blocks = nn.ModuleList(_Block(cfg) for _ in range(cfg.n_layers))
+        self.ln = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
+                attn_mask: torch.Tensor | None = None, cache: list | None = None) -> tuple[torch.Tensor, list]:
+        if positions is None:
+            positions = torch.arange(tokens.shape[1], device=tokens.device)[None]
+        x = self.tok(tokens) + self.pos(positions)
+        new_cache = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block(x, attn_mask, None if cache is None else cache[i])
+            new_cache.append(kv)
+        return self.head(self.ln(x)), new_cache
+
+
+class TinyPolicy(CausalPolicy):
+    """The built-in policy: a ``TinyTransformer`` initialised from ``seed``, on ``device``."""
+
+    def __init__(self, config: TinyConfig, *, device: str | torch.device = "auto", seed: int = 0) -> None:
+        self.config = config
+        self.vocab_size = config.vocab_size
+        self.max_len = config.max_len
+        self.device = resolve_device(device)
+        module = TinyTransformer(config)
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in module.named_parameters():
+                if name.startswith("head."):
+                    p.zero_()
+                elif p.dim() >= 2:
+                    p.normal_(0.0, 0.02, generator=gen)
+                elif name.endswith("bias"):
+                    p.zero_()
+        self.module = module.to(self.device)
+
+    def _step(self, tokens, positions, attn_mask, cache):
+        return self.module(tokens, positions, attn_mask, cache)
+
+    def _logits(self, tokens):
+        return self.module(tokens)[0]
+
+    def save(self, path: str | Path) -> None:
+        torch.save({"config": asdict(self.config), "state": self.state_dict()}, Path(path))
+
+    @classmethod
+    def load(cls, path: str | Path, *, device: str | torch.device = "auto") -> TinyPolicy:
+        data = torch.load(Path(path), map_location="cpu", weights_only=True)
+        policy = cls(TinyConfig(**data["config"]), device=device)
+        policy.load_state_dict(data["state"])
+        return policy
+
+
+def build_policy(model_config: Any, *, vocab_size: int, max_len: int, seed: int = 0) -> CausalPolicy:
+    """The policy a ``ModelConfig`` names: ``tiny`` sized for the environment, or ``hf`` from ``path``."""
+    if model_config.kind == "hf":
+        from platoon.live.hf import HFPolicy
+
+        if not model_config.path:
+            raise ValueError("model.kind hf needs model.path, a local directory holding the checkpoint")
+        return HFPolicy.from_pretrained(model_config.path, device=model_config.device)
+    # Positions to spare beyond the environment's longest context cost nothing and let an action run long.
+    length = max(max_len + int(model_config.max_new_tokens), 2)
+    cfg = TinyConfig(vocab_size=vocab_size, max_len=1 << math.ceil(math.log2(length)),
+                     d_model=model_config.d_model, n_layers=model_config.n_layers, n_heads=model_config.n_heads)
+    return TinyPolicy(cfg, device=model_config.device, seed=seed)

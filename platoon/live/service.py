@@ -1,0 +1,265 @@
+"""The model service: rollouts ask it for tokens; the built-in one batches their requests into one forward pass.
+
+``ModelService`` is the narrow protocol a rollout sees: ``await sample(prompt, max_new_tokens=, temperature=)``
+returns a ``Sample`` (tokens, their sampling log-probabilities, and the policy version that produced them), and
+``await publish(state_dict, version)`` puts new weights live. ``BatchingModelService`` serves a ``Policy`` in
+process; ``FakeModelService`` answers from a script, for tests.
+
+Rules ``BatchingModelService`` keeps:
+- **dynamic batching**: requests queue as they come; whenever the model is free, one batch takes what is queued,
+  oldest first, up to ``max_batch`` sequences (after an optional collection window of ``window_s`` seconds, 0 by
+  default: "whatever is queued when the model is free"). Requests with different limits, temperatures and seeds
+  share a batch;
+- the model runs in **one worker thread** (a single-thread executor), never on the event loop; batches and weight
+  loads run there one at a time, in the order they were submitted, so ``publish`` takes effect **between
+  batches**: a batch runs wholly on the old weights or wholly on the new ones, and every ``Sample`` records the
+  version of the weights its batch ran on;
+- a request's tokens depend on its ``seed`` only, not on what it was batched with (see ``platoon.live.model``); a
+  request without a seed gets ``derive_seed(service seed, arrival number)``;
+- a request is checked when it is made (``ValueError``), so that one bad request never fails a batch; a model error
+  fails the requests of its batch only; a cancelled request is dropped, before or after its batch;
+- ``aclose`` fails the requests still queued with ``RuntimeError`` and waits for the running batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from platoon.live.model import derive_seed
+
+__all__ = ["BatchingModelService", "FakeModelService", "ModelService", "Sample"]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one request got: the sampled tokens, their log-probabilities, the policy version that sampled them."""
+
+    tokens: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    version: int
+
+
+@runtime_checkable
+class ModelService(Protocol):
+    """What a rollout and a runtime need of a model service."""
+
+    @property
+    def version(self) -> int:
+        """The policy version of the weights that the next batch will run on."""
+        ...
+
+    async def sample(self, prompt_tokens: Sequence[int], *, max_new_tokens: int, temperature: float,
+                     seed: int | None = None, stop_tokens: Collection[int] = ()) -> Sample:
+        ...
+
+    async def publish(self, state_dict: Mapping[str, Any], version: int) -> None:
+        """Make ``state_dict`` the live weights, as policy ``version``; returns once they are live."""
+        ...
+
+    async def aclose(self) -> None:
+        ...
+
+
+@dataclass
+class _Request:
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+    temperature: float
+    seed: int
+    stop_tokens: tuple[int, ...]
+    future: asyncio.Future = field(repr=False)
+
+
+class BatchingModelService:
+    """Serves a ``Policy`` to many concurrent rollouts with dynamic batching (see the module's doc)."""
+
+    def __init__(self, policy: Any, *, max_batch: int = 256, window_s: float = 0.0, seed: int = 0,
+                 version: int = 0) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        if window_s < 0:
+            raise ValueError(f"window_s must be at least 0, got {window_s}")
+        self.policy = policy
+        self.max_batch = int(max_batch)
+        self.window_s = float(window_s)
+        self.seed = seed
+        self._version = int(version)
+        self._queue: deque[_Request] = deque()
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="platoon-model")
+        self._arrivals = 0
+        self._closed = False
+        self.batches = 0
+        self.requests = 0
+        self.tokens = 0
+        self.largest_batch = 0
+        self.busy_s = 0.0
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def stats(self) -> dict[str, float]:
+        """Counters since the start: batches, requests, generated tokens, the mean and largest batch, and the
+        seconds the worker spent in the model."""
+        return {"batches": float(self.batches), "requests": float(self.requests), "tokens": float(self.tokens),
+                "mean_batch": self.requests / self.batches if self.batches else 0.0,
+                "largest_batch": float(self.largest_batch), "busy_s": self.busy_s}
+
+    async def sample(self, prompt_tokens: Sequence[int], *, max_new_tokens: int, temperature: float,
+                     seed: int | None = None, stop_tokens: Collection[int] = ()) -> Sample:
+        """Queue one request and wait for its batch. Raises ``ValueError`` for a request the model cannot serve
+        and ``RuntimeError`` once the service is closed."""
+        if self._closed:
+            raise RuntimeError("sample: the model service is closed")
+        prompt = tuple(int(t) for t in prompt_tokens)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise ValueError(f"sample: max_new_tokens must be an int, got {max_new_tokens!r}")
+        if not temperature >= 0:
+            raise ValueError(f"sample: temperature must be at least 0, got {temperature!r}")
+        self.policy.check_prompts([prompt], [max_new_tokens])
+        if seed is None:
+            seed = derive_seed(self.seed, "request", self._arrivals)
+        self._arrivals += 1
+        loop = asyncio.get_running_loop()
+        self._start(loop)
+        future = loop.create_future()
+        self._queue.append(_Request(prompt, max_new_tokens, float(temperature), int(seed),
+                                    tuple(int(t) for t in stop_tokens), future))
+        self._wake.set()
+        return await future
+
+    async def publish(self, state_dict: Mapping[str, Any], version: int) -> None:
+        """Load the weights in the worker, after the batches already submitted and before any later one."""
+        if self._closed:
+            raise RuntimeError("publish: the model service is closed")
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._load, dict(state_dict), int(version))
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        while self._queue:
+            request = self._queue.popleft()
+            if not request.future.done():
+                request.future.set_exception(RuntimeError("the model service closed before this request ran"))
+        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
+
+    # --- the batcher (event loop) and the worker (its thread) ------------------------------------------------
+
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._task is None or self._task.done():
+            self._wake = asyncio.Event()
+            self._task = loop.create_task(self._batcher(), name="platoon-model-batcher")
+
+    async def _batcher(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+            if self.window_s > 0:
+                await asyncio.sleep(self.window_s)
+            batch: list[_Request] = []
+            while self._queue and len(batch) < self.max_batch:
+                request = self._queue.popleft()
+                if not request.future.done():
+                    batch.append(request)
+            if not batch:
+                continue
+            try:
+                generations, version = await loop.run_in_executor(self._executor, self._generate, batch)
+            except asyncio.CancelledError:
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(RuntimeError("the model service closed during this batch"))
+                raise
+            except Exception as exc:  # noqa: BLE001 - the batch's requests get the model's error
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                continue
+            for request, gen in zip(batch, generations, strict=True):
+                if not request.future.done():
+                    request.future.set_result(Sample(gen.tokens, gen.logprobs, version))
+
+    def _generate(self, batch: list[_Request]) -> tuple[list[Any], int]:
+        started = time.perf_counter()
+        version = self._version
+        generations = self.policy.sample(
+            [r.prompt for r in batch],
+            max_new_tokens=[r.max_new_tokens for r in batch],
+            temperature=[r.temperature for r in batch],
+            seeds=[r.seed for r in batch],
+            stop_tokens=[r.stop_tokens for r in batch],
+        )
+        self.busy_s += time.perf_counter() - started
+        self.batches += 1
+        self.requests += len(batch)
+        self.largest_batch = max(self.largest_batch, len(batch))
+        self.tokens += sum(len(g.tokens) for g in generations)
+        return generations, version
+
+    def _load(self, state_dict: dict[str, Any], version: int) -> None:
+        self.policy.load_state_dict(state_dict)
+        self._version = version
+
+
+class FakeModelService:
+    """A scripted service for tests: ``script(prompt, seed)`` gives the tokens of each request, or ``script`` is a
+    sequence of token lists handed out in call order. Each token's log-probability is ``logprob``; ``delay_s``
+    makes each request take that long (``asyncio.sleep``). ``calls`` records every request; ``published`` every
+    version published."""
+
+    def __init__(self, script: Callable[[tuple[int, ...], int | None], Sequence[int]] | Sequence[Sequence[int]],
+                 *, logprob: float = -1.0, version: int = 0, delay_s: float = 0.0) -> None:
+        self._script = script
+        self._scripted = None if callable(script) else deque(tuple(s) for s in script)
+        self.logprob = float(logprob)
+        self._version = int(version)
+        self.delay_s = float(delay_s)
+        self.calls: list[dict[str, Any]] = []
+        self.published: list[int] = []
+        self.closed = False
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    async def sample(self, prompt_tokens: Sequence[int], *, max_new_tokens: int, temperature: float,
+                     seed: int | None = None, stop_tokens: Collection[int] = ()) -> Sample:
+        if self.closed:
+            raise RuntimeError("sample: the model service is closed")
+        prompt = tuple(prompt_tokens)
+        self.calls.append({"prompt": prompt, "max_new_tokens": max_new_tokens, "temperature": temperature,
+                           "seed": seed})
+        version = self._version
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        if self._scripted is not None:
+            if not self._scripted:
+                raise RuntimeError("FakeModelService: the script has no more outputs")
+            tokens = self._scripted.popleft()
+        else:
+            tokens = tuple(self._script(prompt, seed))
+        tokens = tuple(tokens)[:max_new_tokens]
+        return Sample(tokens, (self.logprob,) * len(tokens), version)
+
+    async def publish(self, state_dict: Mapping[str, Any], version: int) -> None:
+        self._version = int(version)
+        self.published.append(int(version))
+
+    async def aclose(self) -> None:
+        self.closed = True
