@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import selectors
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+import dispatch_harness  # noqa: F401  (tests/policy's scripted runtime, for comparisons; tests/conftest.py puts it on the path)
 
 from platoon.live.datums import Trajectory, Turn
 from platoon.live.lease import background_teardown, first_model_call
 from platoon.live.workflow import GroupRolloutWorkflow, GroupRow, Rollout
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "policy"))
-import dispatch_harness  # noqa: E402, F401  (tests/policy's scripted runtime, for comparisons)
 
 
 class _VirtualSelector(selectors.BaseSelector):
