@@ -71,6 +71,7 @@ class SimRun:
         policy = build_policy(cfg, tasks.pool, start=1)
         rd = RunDir.create(path)
         rd.write_lock(cfg.model_dump(mode="json"), [r.to_json() for r in records], {"runtime": "sim"})
+        rd.write_pool([(row.task_id, row.entry, row.label) for row in tasks.pool.rows])  # for platoon tasks show
         run = cls(cfg, rd.path, SimRuntime(cfg, tasks, policy), log=log)
         run._checkpoint(0)  # the launch checkpoint, before anything runs: a run killed before its first step
         run.rt.begin()      # resumes from here (and begins there, as this one does now)
