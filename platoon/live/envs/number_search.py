@@ -20,6 +20,9 @@ Rewards (``reward``): ``partial`` (default) gives 1 for a find and otherwise par
 ``binary`` gives 1 or 0. Success is always "found". Partial credit keeps a gradient on the hard tasks that a
 binary reward leaves all-fail (a prototype's held-out pass@1 stalled at 0.39-0.47 with binary reward on ranges up
 to 64, and reached 0.70-0.77 with partial credit).
+
+``show_range: true`` makes each answer also name the range still consistent with the answers (``> lo hi``): an
+easier, Markov game, off by default.
 """
 
 from __future__ import annotations

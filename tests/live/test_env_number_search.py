@@ -1,0 +1,265 @@
+"""number_search: the task grid, the splits, the answers, the rewards, and resolving environments by name."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+import types
+
+import pytest
+
+from platoon.config import registry
+from platoon.config.errors import ExtensionError
+from platoon.live.envs import (
+    Environment,
+    Episode,
+    NumberSearch,
+    Outcome,
+    Step,
+    Task,
+    astep,
+    resolve_environment,
+)
+from platoon.live.envs.number_search import (
+    FIRST_NUMBER,
+    FOUND,
+    HIGHER,
+    INVALID,
+    LOWER,
+    guarantee,
+    optimal_success,
+)
+
+
+def play(env: NumberSearch, task: Task, guesses: list[int]) -> tuple[list[Step], Outcome]:
+    ep = env.episode(task)
+    ep.reset()
+    steps = []
+    for g in guesses:
+        steps.append(ep.step([env.number_token(g)]))
+        if steps[-1].done:
+            break
+    return steps, ep.outcome()
+
+
+def binary_search(env: NumberSearch, task: Task) -> Outcome:
+    ep = env.episode(task)
+    ep.reset()
+    lo, hi = 1, task.columns["range"]
+    while True:
+        mid = (lo + hi) // 2
+        step = ep.step([env.number_token(mid)])
+        if step.done:
+            return ep.outcome()
+        if step.observation[0] == HIGHER:
+            lo = mid + 1
+        else:
+            hi = mid - 1
+
+
+def test_it_satisfies_the_protocols():
+    env = NumberSearch()
+    assert isinstance(env, Environment)
+    assert isinstance(env.episode(env.task(env.task_ids("train")[0])), Episode)
+
+
+def test_the_grid_spans_ranges_and_guess_offsets():
+    env = NumberSearch(ranges=(4, 8), guess_offsets=(-1, 0, 1))
+    ids = env.task_ids("train") + env.task_ids("heldout")
+    assert len(ids) == len(set(ids)) == 3 * (4 + 8)
+    cells = {(env.task(t).columns["range"], env.task(t).columns["guesses"]) for t in ids}
+    assert cells == {(4, 2), (4, 3), (4, 4), (8, 3), (8, 4), (8, 5)}
+    task = env.task("n8-g3-t5")
+    assert task.columns == {"range": 8, "guesses": 3, "target": 5, "offset": -1, "optimal": 7 / 8}
+    assert (task.max_turns, task.max_action_tokens) == (3, 1)
+    assert env.max_context_tokens == 4 + 2 * 5
+    assert env.vocab[FIRST_NUMBER] == "1" and env.vocab[-1] == "8" and len(env.vocab) == FIRST_NUMBER + 8
+
+
+def test_guarantee_is_the_binary_search_bound():
+    for n in range(2, 70):
+        g = guarantee(n)
+        assert 2**g - 1 >= n > 2 ** (g - 1) - 1
+        assert optimal_success(n, g) == 1.0 and optimal_success(n, g - 1) < 1.0
+
+
+def test_splits_are_stratified_by_range_and_guesses_and_fixed_by_the_seed():
+    env = NumberSearch(heldout_fraction=0.25)
+    held = [env.task(t) for t in env.task_ids("heldout")]
+    by_cell: dict[tuple[int, int], int] = {}
+    for t in held:
+        assert t.split == "heldout"
+        key = (t.columns["range"], t.columns["guesses"])
+        by_cell[key] = by_cell.get(key, 0) + 1
+    for (n, _), count in by_cell.items():
+        assert count == max(1, round(0.25 * n))
+    assert set(env.task_ids("train")).isdisjoint(env.task_ids("heldout"))
+    assert NumberSearch().task_ids("heldout") == env.task_ids("heldout")
+    assert NumberSearch(split_seed=1).task_ids("heldout") != env.task_ids("heldout")
+    # Held-out tasks are triples: a held-out target of one (N, g) is a training target of another.
+    targets_train = {(env.task(t).columns["range"], env.task(t).columns["target"]) for t in env.task_ids("train")}
+    assert any((t.columns["range"], t.columns["target"]) in targets_train for t in held)
+
+
+def test_unknown_split_and_task_are_key_errors_naming_what_exists():
+    env = NumberSearch()
+    with pytest.raises(KeyError, match="train, heldout"):
+        env.task_ids("test")
+    with pytest.raises(KeyError, match="n<range>-g<guesses>-t<target>"):
+        env.task("n3-g1-t9")
+
+
+def test_answers_and_a_find():
+    env = NumberSearch(ranges=(16,))
+    task = env.task("n16-g5-t11")
+    steps, outcome = play(env, task, [8, 12, 17 - 6, 3])
+    assert [s.observation for s in steps[:2]] == [(HIGHER,), (LOWER,)]
+    assert steps[2].done and steps[2].observation == () and steps[2].info["answer"] == env.vocab[FOUND]
+    assert len(steps) == 3
+    assert outcome == Outcome(1.0, True, {"guesses": 3, "range_left": 1})
+
+
+def test_an_invalid_guess_is_spent_and_answered_with_a_question_mark():
+    env = NumberSearch(ranges=(8,))
+    ep = env.episode(env.task("n8-g4-t3"))
+    ep.reset()
+    assert ep.step([2]).observation == (INVALID,)          # a special token, not a number
+    assert ep.step([env.number_token(8) + 0]).observation == (LOWER,)
+    assert ep.step([]).observation == (INVALID,)           # an empty action
+    last = ep.step([env.number_token(1)])
+    assert last.done and not ep.outcome().success
+
+
+def test_partial_credit_for_narrowing_and_binary_reward():
+    env = NumberSearch(ranges=(16,), partial_weight=0.5)
+    task = env.task("n16-g4-t11")
+    # 8 (higher) -> 9..16, 12 (lower) -> 9..11, 10 (higher) -> 11..11, 16 (lower): narrowed to one number.
+    _, outcome = play(env, task, [8, 12, 10, 16])
+    assert not outcome.success and outcome.reward == pytest.approx(0.5)
+    _, outcome = play(env, task, [1, 1, 1, 1])
+    assert outcome.reward == pytest.approx(0.5 * (1 - math.log(15) / math.log(16)))
+    _, outcome = play(env, task, [16, 16, 16, 16])
+    assert outcome.reward == pytest.approx(0.5 * (1 - math.log(15) / math.log(16)))
+    binary = NumberSearch(ranges=(16,), reward="binary")
+    _, outcome = play(binary, binary.task("n16-g4-t11"), [8, 12, 10, 16])
+    assert outcome == Outcome(0.0, False, {"guesses": 4, "range_left": 1})
+
+
+def test_binary_search_wins_every_task_it_can_and_rewards_stay_in_range():
+    env = NumberSearch()
+    for split in ("train", "heldout"):
+        wins = {}
+        for tid in env.task_ids(split):
+            task = env.task(tid)
+            outcome = binary_search(env, task)
+            assert 0.0 <= outcome.reward <= 1.0
+            assert outcome.success == (outcome.reward == 1.0)
+            if task.columns["offset"] >= 0:
+                assert outcome.success, tid
+            wins.setdefault(task.columns["offset"], []).append(outcome.success)
+        # With one guess short binary search loses some targets: those tasks stay mixed for any policy.
+        assert 0 < sum(wins[-1]) < len(wins[-1])
+
+
+def test_the_episode_refuses_calls_out_of_order():
+    env = NumberSearch()
+    ep = env.episode(env.task("n4-g2-t1"))
+    with pytest.raises(RuntimeError, match="reset first"):
+        ep.step([env.number_token(1)])
+    assert ep.reset()[1:3] == (env.number_token(4), env.number_token(2))
+    with pytest.raises(RuntimeError, match="already started"):
+        ep.reset()
+    with pytest.raises(RuntimeError, match="not ended"):
+        ep.outcome()
+    assert ep.step([env.number_token(1)]).done
+    with pytest.raises(RuntimeError, match="over"):
+        ep.step([env.number_token(1)])
+
+
+def test_show_range_adds_the_consistent_range_to_each_answer():
+    env = NumberSearch(ranges=(16,), show_range=True)
+    ep = env.episode(env.task("n16-g5-t11"))
+    ep.reset()
+    assert ep.step([env.number_token(8)]).observation == (HIGHER, env.number_token(9), env.number_token(16))
+    assert env.max_context_tokens == 4 + 4 * 7  # guesses up to L(16) + 2 = 7
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"ranges": (1, 4)}, "at least 2"),
+    ({"guess_offsets": ()}, "must not be empty"),
+    ({"heldout_fraction": 1.0}, "strictly between"),
+    ({"reward": "dense"}, "'partial' or 'binary'"),
+    ({"partial_weight": 1.0}, r"\[0, 1\)"),
+])
+def test_bad_options_are_value_errors(options, match):
+    with pytest.raises(ValueError, match=match):
+        NumberSearch(**options)
+
+
+def test_resolve_by_name_by_reference_and_unknown():
+    env = resolve_environment("number_search", {"ranges": [4, 8]})
+    assert isinstance(env, NumberSearch) and env.max_range == 8
+    assert registry.lookup("environment", "number_search") is NumberSearch
+    env = resolve_environment("platoon.live.envs.number_search:NumberSearch", {})
+    assert isinstance(env, NumberSearch)
+    with pytest.raises(ExtensionError, match="did you mean 'number_search'"):
+        resolve_environment("number_serch")
+    with pytest.raises(TypeError):
+        resolve_environment("number_search", {"no_such_option": 1})
+
+
+class _AsyncCoin:
+    """A one-task environment whose steps are awaitables (an environment that does I/O)."""
+
+    vocab = ("<pad>", "heads", "tails")
+    max_context_tokens = 4
+
+    def task_ids(self, split):
+        return ["coin"]
+
+    def task(self, task_id):
+        return Task("coin", "train", max_turns=1)
+
+    def episode(self, task):
+        return _AsyncCoinEpisode()
+
+
+class _AsyncCoinEpisode:
+    def reset(self):
+        return (0,)
+
+    async def _answer(self, action):
+        await asyncio.sleep(0)
+        self.won = list(action) == [1]
+        return Step((), float(self.won), True)
+
+    def step(self, action):
+        return self._answer(action)
+
+    def outcome(self):
+        return Outcome(float(self.won), self.won)
+
+
+def test_a_package_registers_an_environment_with_awaitable_steps(monkeypatch):
+    module = types.ModuleType("coin_env_pkg")
+
+    def register():
+        registry.environment("coin")(_AsyncCoin)
+
+    module.register = register
+    monkeypatch.setitem(sys.modules, "coin_env_pkg", module)
+    register()
+    try:
+        env = resolve_environment("coin", {}, package="coin_env_pkg")
+        ep = env.episode(env.task("coin"))
+        ep.reset()
+        step = asyncio.run(astep(ep, [1]))
+        assert step.done and ep.outcome() == Outcome(1.0, True)
+    finally:
+        registry.unregister("environment", "coin")
+
+
+def test_outcome_reward_outside_unit_interval_is_refused():
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        Outcome(1.5, True)
