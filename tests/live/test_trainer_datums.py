@@ -1,0 +1,120 @@
+"""Datums: group-normalised advantages, verdicts, multi-turn merging, member results, JSON round trips."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from platoon.live.datums import (
+    Trajectory,
+    Turn,
+    check_datum,
+    group_advantages,
+    group_datums,
+    group_output,
+    group_verdict,
+    member_fields,
+    trajectory_datums,
+)
+from platoon.policy.outputs import GroupOutput
+from platoon.policy.stats import MemberResult
+
+
+def traj(reward: float, success: bool = False, versions=(0,), task_id: str = "t") -> Trajectory:
+    """A multi-turn rollout whose context grows by the action and a one-token answer per turn."""
+    context = (1, 2)
+    turns = []
+    for i, v in enumerate(versions):
+        turns.append(Turn(context, (10 + i,), (-0.5 - i,), v))
+        context = context + (10 + i, 3)
+    return Trajectory(task_id, tuple(turns), reward, success)
+
+
+def test_advantages_are_group_normalised():
+    adv = group_advantages([1.0, 0.0, 0.0, 1.0])
+    assert adv == pytest.approx([1.0, -1.0, -1.0, 1.0], abs=1e-5)
+    adv = group_advantages([0.2, 0.5, 1.0])
+    mean, std = sum([0.2, 0.5, 1.0]) / 3, math.sqrt(sum((r - 1.7 / 3) ** 2 for r in [0.2, 0.5, 1.0]) / 3)
+    assert adv == pytest.approx([(r - mean) / (std + 1e-6) for r in [0.2, 0.5, 1.0]])
+    assert group_advantages([0.3, 0.3, 0.3 + 1e-12]) == [0.0, 0.0, 0.0]
+    assert group_advantages([]) == []
+
+
+@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=16))
+def test_advantages_sum_to_zero_and_keep_the_order_of_rewards(rewards):
+    adv = group_advantages(rewards)
+    assert abs(sum(adv)) < 1e-6 * len(rewards)
+    for (r1, a1), (r2, a2) in zip(zip(rewards, adv, strict=True), zip(rewards[1:], adv[1:], strict=True),
+                                  strict=False):
+        if r1 < r2:
+            assert a1 <= a2
+
+
+def test_verdicts():
+    assert group_verdict([traj(1.0, True), traj(0.2)]) == "trained"
+    assert group_verdict([traj(0.2), traj(0.2)]) == "uniform"
+    assert group_verdict([]) == "uniform"
+    # Partial credit: all failed, but rewards differ, so the group trains.
+    assert group_verdict([traj(0.1), traj(0.4)]) == "trained"
+
+
+def test_a_multi_turn_rollout_is_one_datum_with_its_actions_masked():
+    t = traj(1.0, True, versions=(2, 2, 3))
+    (d,) = trajectory_datums(t, 0.7)
+    assert d["tokens"] == [1, 2, 10, 3, 11, 3, 12]
+    assert d["mask"] == [0, 0, 1, 0, 1, 0, 1]
+    assert d["logprobs"] == [0.0, 0.0, -0.5, 0.0, -1.5, 0.0, -2.5]
+    assert (d["advantage"], d["version"]) == (0.7, 2)
+    check_datum(d)
+    assert json.loads(json.dumps(d)) == d
+
+
+def test_a_turn_whose_prompt_does_not_extend_the_context_starts_a_new_datum():
+    t = Trajectory("t", (Turn((1, 2), (5,), (-1.0,), 0), Turn((1, 9), (6, 7), (-2.0, -3.0), 1)), 0.5, False)
+    a, b = trajectory_datums(t, -1.0)
+    assert (a["tokens"], a["mask"], a["version"]) == ([1, 2, 5], [0, 0, 1], 0)
+    assert (b["tokens"], b["mask"], b["logprobs"], b["version"]) == ([1, 9, 6, 7], [0, 0, 1, 1], [0.0, 0.0, -2.0, -3.0], 1)
+
+
+def test_group_datums_and_output():
+    group = [traj(1.0, True, versions=(4,)), traj(0.25, versions=(4, 5)), traj(0.25, versions=(5, 5))]
+    datums = group_datums(group)
+    assert [d["version"] for d in datums] == [4, 4, 5]
+    assert sum(d["advantage"] for d in datums) == pytest.approx(0.0, abs=1e-6)
+    out = group_output(group)
+    assert isinstance(out, GroupOutput) and out.verdict == "trained" and len(out) == 3
+    assert [m.passes(0.5) for m in out.members] == [True, False, False]
+    assert out.members[1] == MemberResult(reward=0.25, scored=0.0, valid=True, outcome="scored", steps=2,
+                                          output_tokens=2, versions={"main": (4, 5)}, flag=True)
+    assert GroupOutput.from_json(json.loads(json.dumps(out.to_json()))).datums == out.datums
+
+
+def test_member_fields_of_a_rollout_without_a_result():
+    fields = member_fields(None, outcome="cancelled", disposition="straggler_killed")
+    m = MemberResult(**fields)
+    assert not m.valid and m.reward is None and m.outcome == "cancelled" and not m.passes(0.0)
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"mask": [0, 1]}, "one entry each"),
+    ({"mask": [0, 2, 1]}, "only 0 and 1"),
+    ({"mask": [1, 0, 1]}, "must be 0"),
+    ({"advantage": float("nan")}, "finite"),
+])
+def test_check_datum(change, match):
+    good = {"tokens": [1, 2, 3], "mask": [0, 1, 1], "logprobs": [0.0, -1.0, -1.0], "advantage": 1.0, "version": 0}
+    check_datum(good)
+    with pytest.raises(ValueError, match=match):
+        check_datum(dict(good, **change))
+    with pytest.raises(ValueError, match="lacks version"):
+        check_datum({k: v for k, v in good.items() if k != "version"})
+
+
+def test_a_turn_checks_its_lengths():
+    with pytest.raises(ValueError, match="log-probabilities"):
+        Turn((1,), (2, 3), (-1.0,), 0)
+    assert traj(0.0, versions=()).versions is None
