@@ -88,3 +88,21 @@ def test_a_sweep_checks_every_point_first(tmp_path):
                                  "--sweep", "train.max_staleness=1,-3"])
     assert isinstance(result.exception, Exception) and "max_staleness" in str(result.exception)
     assert not (tmp_path / "s").exists()
+
+
+def test_the_hash_seed_changes_nothing(tmp_path):
+    """Two processes with different string hashing write the same logs (no set or dict-of-set order leaks in)."""
+    import os
+    import subprocess
+
+    outs = []
+    for seed in ("1", "2"):
+        out = tmp_path / seed
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-m", "platoon", "simulate", *SMALL, "--steps", "4",
+                               "--set", "train.task_sampler=pass_rate", "--set", "train.group_admission=informative",
+                               "--out", str(out)], env=env, capture_output=True, text=True, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        outs.append(out)
+    for name in ("metrics.jsonl", "tasks/events.jsonl"):
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes()
