@@ -16,7 +16,6 @@ Run: ``.venv/bin/python benchmarks/bench_simulator.py`` (``--quick`` for a short
 from __future__ import annotations
 
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -24,9 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import simpy
-
 from platoon.config.models import RunConfig
+from platoon.sim.baseline import bare_rate
 from platoon.sim.run import SimRun
 
 QUICK = "--quick" in sys.argv
@@ -37,24 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def bare_simpy(rollouts: int, seed: int) -> float:
-    """Rollouts per wall second of the bare model."""
-    rng = random.Random(seed)
-    env = simpy.Environment()
-    permits = simpy.Resource(env, capacity=PERMITS)
-
-    def rollout(env):
-        with permits.request() as req:
-            yield req
-            yield env.timeout(rng.expovariate(1.0 / MEAN_S))
-
-    def group(env):
-        yield env.all_of([env.process(rollout(env)) for _ in range(GROUP)])
-
-    t0 = time.perf_counter()
-    for _ in range(rollouts // GROUP):
-        env.process(group(env))
-    env.run()
-    return rollouts / (time.perf_counter() - t0)
+    """Rollouts per wall second of the bare model (``platoon.sim.baseline``: simpy is imported only there)."""
+    return bare_rate(rollouts, permits=PERMITS, group=GROUP, mean_s=MEAN_S, seed=seed)
 
 
 def platoon_sim(rollouts: int, seed: int) -> float:
