@@ -27,6 +27,7 @@ from platoon.config.resolve import resolve_components
 from platoon.live.build import EMBEDDED_DEFAULT, EVAL_EPISODES, LiveRun, build_live, pool_rows
 from platoon.live.checkpoint import LiveRunDir
 from platoon.live.runtime import LiveRuntime
+from platoon.live.workflow import GroupRolloutWorkflow, workflow_gives_verdicts
 from platoon.policy import dispatch_state
 from platoon.runs import CheckpointError, CorruptFileError, RunDir
 
@@ -102,6 +103,8 @@ def step_line(row: dict) -> str:
 # ------------------------------------------------------------------------------------------------------- train
 def _runtime(live: LiveRun, run_dir: LiveRunDir, console: Console | None, checkpoint: str | None) -> LiveRuntime:
     train = live.cfg.train
+    if console is not None and hasattr(live.workflow, "warn"):
+        live.workflow.warn = lambda message: console.log("warning", message)
     return LiveRuntime(live.dispatcher, live.workflow, live.trainer, live.service, run_dir=run_dir,
                        eval_every=train.eval_every, checkpoint_every=train.checkpoint_every, evaluate=live.evaluate,
                        trainer_state=live.trainer_state, start_limit=live.start_limit,
@@ -111,7 +114,8 @@ def _runtime(live: LiveRun, run_dir: LiveRunDir, console: Console | None, checkp
 
 def start_run(cfg: RunConfig, out: Path, **build: Any) -> tuple[LiveRun, LiveRunDir]:
     """Build a new run of ``cfg`` and create its directory ``out`` (lock.json, tasks/pool.json)."""
-    records = resolve_components(cfg)
+    workflow_cls = build.get("workflow_cls", GroupRolloutWorkflow)
+    records = resolve_components(cfg, workflow_gives_verdicts=workflow_gives_verdicts(workflow_cls))
     live = build_live(cfg, start=1, **build)
     try:
         run_dir = LiveRunDir.create(out, config=cfg.model_dump(mode="json"), components=[r.to_json() for r in records],

@@ -62,3 +62,20 @@ def test_the_step_line_names_what_the_issue_asks_for():
     assert line.split() == ["step", "3", "reward", "0.410", "pass", "0.250", "informative", "0.800", "staleness",
                             "0.500", "permits", "busy", "0.900", "eval/pass@1", "0.330"]
     assert step_line({"step": 7, "eval/pass@1": 0.5}).split() == ["step", "7", "eval/pass@1", "0.500"]
+
+
+def test_eval_of_a_run_measures_its_last_checkpoint(tmp_path):
+    from live_harness import FakeService
+
+    from platoon.live.command import train
+
+    def service(model, cfg, version):
+        return FakeService(vocab=model.vocab_size)
+
+    run = tmp_path / "run"
+    train(None, ["train.steps=2", "train.batch_size=2", "environments.0.group_size=2", "train.eval_every=null",
+                 "environments.0.env_options={ranges: [4, 8]}"], out=run, progress=False, service_factory=service)
+    result = runner.invoke(app, ["eval", str(run), "--n", "50"])
+    assert result.exit_code == 0, result.output
+    assert f"of {run} at step 2 (checkpoint 000002)" in result.output
+    assert re.search(r"held-out pass@1 \d\.\d+ \(95% CI", result.output)
