@@ -729,6 +729,24 @@ class TaskStore:
         """Indices into ``task_ids`` of the tasks with ``no_evidence_streak >= NO_EVIDENCE_LIMIT`` (sparse)."""
         return self._local(self._no_evidence, task_ids)[0]
 
+    def seen_positions(self) -> np.ndarray:
+        """Store positions of the tasks with a reported group (one with members), in pool order. Sparse: its cost
+        grows with the tasks that settled a group, not with the pool."""
+        seen = sorted(i for i, rec in self._records.items() if rec.totals.reported_groups > 0)
+        return np.array(seen, dtype=np.int64)
+
+    def label_mask(self, label: str) -> np.ndarray:
+        """A boolean array over the pool: which tasks carry ``label`` (cached; labels never change)."""
+        masks = self.__dict__.setdefault("_label_masks", {})
+        if label not in masks:
+            masks[label] = np.array(self._task_label, dtype=object) == label
+        return masks[label]
+
+    def group_sizes(self, positions: np.ndarray) -> np.ndarray:
+        """The group size of the task at each store position (its entry's; the run's without one)."""
+        sizes = np.array([self.group_size_run, *(self.entries[n].group_size for n in self._entry_names)])
+        return sizes[self._entry_code[positions]] if len(positions) else np.zeros(0, dtype=np.int64)
+
     def count_arrays(self, task_ids: Sequence[str]) -> TaskCountArrays:
         """`TaskCounts` of ``task_ids`` at once (read-only arrays; ids outside the pool read as zeros)."""
         sel, unknown = self._positions(task_ids)

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from platoon.policy.stats import BANDS, FATES, NO_EVIDENCE_LIMIT, TaskStore, band, informative_at, pass_at
+import numpy as np
+
+from platoon.policy.stats import BANDS, FATES, TaskStore, informative_at, pass_at
 
 TASK_COLUMNS = (
     "task_id", "entry", "label", "groups", "reported_groups", "attempts", "passes", "informative_groups",
@@ -83,27 +85,44 @@ def show_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def task_metrics(store: TaskStore, version: int) -> dict[str, float]:
-    """``train/tasks/*`` at ``version``: over all tasks, then per label (``train/tasks/environment/<label>/``)."""
-    metrics = _metrics(store, store.ids, version, "train/tasks/")
+    """``train/tasks/*`` at ``version``: over all tasks, then per label (``train/tasks/environment/<label>/``).
+
+    "Seen" tasks have a reported group; ``pass_at_1``/``pass_at_G`` are means over them (left out when none is
+    seen), ``coverage`` is seen / all, ``bands/<band>`` counts seen tasks by posterior mean, ``no_evidence`` counts
+    tasks whose last 3 groups had no valid member. Vectorised over the seen tasks: a step's metrics cost grows
+    with the tasks that settled a group, not with the pool.
+    """
+    seen = store.seen_positions()
+    a, b = store.posterior_arrays(store.ids, version, subset=seen)
+    p1 = a / (a + b)
+    sizes = store.group_sizes(seen)
+    pg = np.zeros(len(seen))
+    for k in np.unique(sizes):
+        pg[sizes == k] = pass_at(a[sizes == k], b[sizes == k], int(k))
+    bands = band_indices(p1)
+    no_evidence = store.without_evidence(store.ids)
+    metrics = _metrics("train/tasks/", len(store.ids), p1, pg, bands, len(no_evidence))
     for label in store.labels():
-        ids = [t for t in store.ids if store.task_label(t) == label]
-        metrics.update(_metrics(store, ids, version, f"train/tasks/environment/{label.replace('/', '--')}/"))
+        in_label = store.label_mask(label)
+        mask = in_label[seen] if len(seen) else np.zeros(0, dtype=bool)
+        prefix = f"train/tasks/environment/{label.replace('/', '--')}/"
+        metrics.update(_metrics(prefix, int(in_label.sum()), p1[mask], pg[mask], bands[mask],
+                                int(in_label[no_evidence].sum()) if len(no_evidence) else 0))
     return metrics
 
 
-def _metrics(store: TaskStore, ids: Sequence[str], version: int, prefix: str) -> dict[str, float]:
-    seen = [t for t in ids if store.task_stats(t).reported_groups > 0]
-    out = {f"{prefix}coverage": len(seen) / len(ids) if ids else 0.0}
-    bands = dict.fromkeys(BANDS, 0)
-    p1, pg = [], []
-    for t in seen:
-        a, b = store.posterior(t, version)
-        p1.append(a / (a + b))
-        pg.append(float(pass_at(a, b, store.group_size(store.task_entry(t)))))
-        bands[band(p1[-1])] += 1
-    if seen:
-        out[f"{prefix}pass_at_1"] = sum(p1) / len(p1)
-        out[f"{prefix}pass_at_G"] = sum(pg) / len(pg)
-    out.update({f"{prefix}bands/{name}": float(n) for name, n in bands.items()})
-    out[f"{prefix}no_evidence"] = float(sum(store.counts(t).no_evidence_streak >= NO_EVIDENCE_LIMIT for t in ids))
+def band_indices(rates: np.ndarray) -> np.ndarray:
+    """``band`` of each rate as an index into ``BANDS`` (zero <= .05 < low <= .2 < mid < .8 <= high < .95 <= solved)."""
+    return (rates > 0.05).astype(int) + (rates > 0.2) + (rates >= 0.8) + (rates >= 0.95)
+
+
+def _metrics(prefix: str, tasks: int, p1: np.ndarray, pg: np.ndarray, bands: np.ndarray,
+             no_evidence: int) -> dict[str, float]:
+    out = {f"{prefix}coverage": len(p1) / tasks if tasks else 0.0}
+    if len(p1):
+        out[f"{prefix}pass_at_1"] = float(p1.mean())
+        out[f"{prefix}pass_at_G"] = float(pg.mean())
+    counts = np.bincount(bands, minlength=len(BANDS)) if len(bands) else np.zeros(len(BANDS), dtype=int)
+    out.update({f"{prefix}bands/{name}": float(n) for name, n in zip(BANDS, counts, strict=True)})
+    out[f"{prefix}no_evidence"] = float(no_evidence)
     return out

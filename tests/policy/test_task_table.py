@@ -3,7 +3,14 @@
 from dispatch_harness import Script, build
 
 from platoon.policy.stats import FATES
-from platoon.policy.task_table import TASK_COLUMNS, show_table, sort_rows, store_from_snapshot, task_metrics, task_rows
+from platoon.policy.task_table import (
+    TASK_COLUMNS,
+    show_table,
+    sort_rows,
+    store_from_snapshot,
+    task_metrics,
+    task_rows,
+)
 
 
 def finished_run():
@@ -50,3 +57,27 @@ def test_task_metrics_cover_all_tasks_and_each_label():
     assert 0 < m["train/tasks/coverage"] <= 1
     assert sum(m[f"train/tasks/bands/{b}"] for b in ("zero", "low", "mid", "high", "solved")) > 0
     assert "train/tasks/environment/env/pass_at_1" in m
+
+
+def test_band_indices_agree_with_band_on_every_boundary():
+    import numpy as np
+
+    from platoon.policy.stats import BANDS, band
+    from platoon.policy.task_table import band_indices
+
+    rates = np.array([0.0, 0.05, 0.0500001, 0.2, 0.2000001, 0.5, 0.7999999, 0.8, 0.9499999, 0.95, 1.0])
+    assert [BANDS[i] for i in band_indices(rates)] == [band(float(r)) for r in rates]
+
+
+def test_vectorised_metrics_equal_a_per_task_count():
+    from platoon.policy.stats import BANDS, NO_EVIDENCE_LIMIT, band
+
+    s = finished_run()
+    store, v = s.d.recorder.store, s.d.version
+    seen = [t for t in store.ids if store.task_stats(t).reported_groups > 0]
+    p1 = [store.posterior(t, v)[0] / sum(store.posterior(t, v)) for t in seen]
+    m = task_metrics(store, v)
+    assert abs(m["train/tasks/pass_at_1"] - sum(p1) / len(p1)) < 1e-12
+    assert [m[f"train/tasks/bands/{b}"] for b in BANDS] == [float(sum(band(p) == b for p in p1)) for b in BANDS]
+    assert m["train/tasks/no_evidence"] == sum(store.counts(t).no_evidence_streak >= NO_EVIDENCE_LIMIT
+                                               for t in store.ids)
