@@ -170,6 +170,7 @@ class Dispatcher:
         self._infos: list[str] = []
         self._skipped_slots = 0
         self._labels = list(dict.fromkeys(row.label for row in pool.rows))
+        self._entry_labels: dict[str, list[str | None]] = {}
 
     # ----------------------------------------------------------------------------------------------- events
     def start(self, *, now: float) -> list[Any]:
@@ -424,8 +425,8 @@ class Dispatcher:
         return any(self._has_room(label) for label in self._labels)
 
     def _threshold(self, entry: str | None) -> float:
-        rows = self.pool.by_entry(entry) if entry is not None else ()
-        return rows[0].success_threshold if rows else 1.0
+        info = self.pool.entries.get(entry) if entry is not None else None
+        return info.success_threshold if info is not None else 1.0
 
     # -- the choose loop
     def _dispatch(self, now: float) -> list[Any]:
@@ -587,13 +588,18 @@ class Dispatcher:
             self.active_labels[label] = self.active_labels.get(label, 0) + 1
 
     def _entry_can_start(self, entry: str) -> bool:
-        return any(self._has_room(row.label) for row in self.pool.by_entry(entry))
+        if not self.config.label_limits:
+            return True
+        labels = self._entry_labels.get(entry)
+        if labels is None:
+            labels = self._entry_labels[entry] = list(dict.fromkeys(r.label for r in self.pool.by_entry(entry)))
+        return any(self._has_room(label) for label in labels)
 
     def _entry_group_size(self, entry: str) -> int:
-        return max(row.group_size for row in self.pool.by_entry(entry))
+        return self.pool.entries[entry].group_size
 
     def _largest_group(self) -> int:
-        return max(row.group_size for row in self.pool.rows)
+        return max(e.group_size for e in self.pool.entries.values())
 
     def _next_ticket(self) -> int:
         self.ticket += 1

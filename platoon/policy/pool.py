@@ -72,6 +72,7 @@ class TaskPool:
         for row in self.rows:
             by_entry.setdefault(row.entry, []).append(row.index)
         self._by_entry = {name: tuple(ix) for name, ix in by_entry.items()}
+        self._entry_rows: dict[str, tuple[TaskRow, ...]] = {}
         if entries is None:
             entries = {}
             for k, (name, ix) in enumerate(self._by_entry.items()):
@@ -144,7 +145,10 @@ class TaskPool:
 
     def by_entry(self, entry: str) -> tuple[TaskRow, ...]:
         """The rows of entry ``entry`` in listing order (empty for an entry without tasks)."""
-        return tuple(self.rows[i] for i in self._by_entry.get(entry, ()))
+        rows = self._entry_rows.get(entry)
+        if rows is None:
+            rows = self._entry_rows[entry] = tuple(self.rows[i] for i in self._by_entry.get(entry, ()))
+        return rows
 
     def entry_indices(self, entry: str) -> tuple[int, ...]:
         """The pool indices of entry ``entry``'s rows."""
