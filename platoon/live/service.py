@@ -160,7 +160,8 @@ class BatchingModelService:
     # --- the batcher (event loop) and the worker (its thread) ------------------------------------------------
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._task is None or self._task.done():
+        # A batcher of an earlier event loop (a service reused across asyncio.run calls) never runs again.
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
             self._wake = asyncio.Event()
             self._task = loop.create_task(self._batcher(), name="platoon-model-batcher")
 

@@ -269,3 +269,13 @@ def test_the_fake_service_follows_its_script():
     assert fake.published == [3] and fake.version == 3
     assert fake.calls == [{"prompt": (1, 2, 3), "max_new_tokens": 1, "temperature": 1.0, "seed": 10}]
     assert [g.tokens for g in got] == [(4, 5), (6,)] and got[0].logprobs == (-1.0, -1.0)
+
+
+def test_a_service_serves_one_event_loop_after_another():
+    service = BatchingModelService(tiny())
+
+    async def one(seed):
+        return await service.sample(PROMPT, max_new_tokens=2, temperature=1.0, seed=seed)
+
+    first, second = asyncio.run(one(1)), asyncio.run(one(1))
+    assert first == second and service.stats()["batches"] == 2
