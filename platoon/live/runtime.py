@@ -32,7 +32,7 @@ import contextvars
 import inspect
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from platoon.live.checkpoint import LiveRunDir, checkpoint_payload
@@ -515,8 +515,3 @@ class LiveRuntime:
         self._drain()
         row["logs"] = self.run_dir.log_lengths()
         await asyncio.to_thread(self.run_dir.save, done, files, row)
-
-
-def run_sync(coro: Awaitable[Any]) -> Any:
-    """Run ``coro`` on a fresh event loop (the CLI's entry)."""
-    return asyncio.run(coro)  # type: ignore[arg-type]
