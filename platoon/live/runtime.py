@@ -149,7 +149,7 @@ class LiveRuntime:
         self._settled = asyncio.Event()
         self._window = _Window()
         try:
-            decisions = self.d.start(now=0.0)
+            decisions = self.d.start(now=0.0, checkpoint=self.resumed_from)
             self._drain()
             if self.run_dir is not None:
                 await self._checkpoint(self.d.step)  # the launch save: a start that dies later resumes from here
@@ -205,10 +205,6 @@ class LiveRuntime:
 
     def _drain(self) -> None:
         events = self.d.take_events()
-        if self.resumed_from is not None:
-            for event in events:
-                if event.get("event") == "start" and event.get("checkpoint") is None:
-                    event["checkpoint"] = event["loaded"] = self.resumed_from
         if self.run_dir is not None:
             self.run_dir.write_events(events)
         else:

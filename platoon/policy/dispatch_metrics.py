@@ -133,3 +133,44 @@ def batch_kind_metrics(items: Sequence[SettledGroup], threshold: Callable[[str |
         for p in keys:
             metrics[f"{p}{kind}_groups"] += 1.0
     return metrics
+
+
+def censoring_metrics(items: Sequence[SettledGroup], threshold: Callable[[str | None], float]) -> dict[str, float]:
+    """What a straggler policy censors, over the groups a step dequeued that have members (stale and rejected
+    included), run-wide (``train/batch/censoring/``) and per entry: ``censored_share`` (members cut as stragglers
+    over all members), ``mixed_groups``, and over mixed groups ``slowest_pass_rate`` (did each group's slowest
+    valid member pass?) against ``others_pass_rate`` (the other valid members' passes over their count). A gap
+    between the two says that cutting stragglers biases what trains."""
+    acc: dict[str, list[float]] = {}
+    for g in items:
+        members = g.record.members
+        if not members:
+            continue
+        t = threshold(g.entry)
+        prefixes = ["train/batch/censoring/"]
+        if g.entry:
+            prefixes.append(f"train/batch/environment/{g.entry.replace('/', '--')}/censoring/")
+        cut = sum(m.disposition == "straggler_killed" for m in members)
+        valid = [m for m in members if m.valid and m.scored is not None]
+        passed = [m.passes(t) for m in valid]
+        timed = [m for m in valid if m.seconds is not None]
+        mixed = 0 < sum(passed) < len(passed) and timed
+        for p in prefixes:
+            a = acc.setdefault(p, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0])  # cut, members, mixed, slowest, others p, others n
+            a[0] += cut
+            a[1] += len(members)
+            if mixed:
+                slowest = max(timed, key=lambda m: m.seconds)
+                others = [m for m in valid if m is not slowest]
+                a[2] += 1
+                a[3] += slowest.passes(t)
+                a[4] += sum(m.passes(t) for m in others)
+                a[5] += len(others)
+    out: dict[str, float] = {}
+    for p, (cut, n, mixed, slowest, others_p, others_n) in acc.items():
+        out[f"{p}censored_share"] = cut / n if n else 0.0
+        out[f"{p}mixed_groups"] = mixed
+        if mixed:
+            out[f"{p}slowest_pass_rate"] = slowest / mixed
+            out[f"{p}others_pass_rate"] = others_p / others_n if others_n else 0.0
+    return out

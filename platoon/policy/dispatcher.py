@@ -30,7 +30,7 @@ from enum import Enum
 from typing import Any
 
 from platoon.policy.admission import AdmissionSet, carries_datums, step_cap
-from platoon.policy.dispatch_metrics import DispatchGauges, StaleWatch, batch_kind_metrics
+from platoon.policy.dispatch_metrics import DispatchGauges, StaleWatch, batch_kind_metrics, censoring_metrics
 from platoon.policy.outputs import GroupOutput, Key, SettledGroup, TrainStep, draw_order
 from platoon.policy.permits import DrawLease, GrantPermit, PermitPool
 from platoon.policy.pool import TaskPool, TaskRow
@@ -74,6 +74,7 @@ class DispatchConfig:
     max_groups_per_step: float = 3.0
     label_limits: Mapping[str, int] = field(default_factory=dict)
     teardown_wait_s: float = TEARDOWN_WAIT_S
+    straggler_policy: bool = False  # a straggler timeout applies: log what it censors (train/batch/censoring/*)
 
     def __post_init__(self) -> None:
         if self.permit_release not in ("rollout", "group"):
@@ -173,15 +174,16 @@ class Dispatcher:
         self._entry_labels: dict[str, list[str | None]] = {}
 
     # ----------------------------------------------------------------------------------------------- events
-    def start(self, *, now: float) -> list[Any]:
-        """The run begins (or resumes): announce the permit mode, then draw and start what fits."""
+    def start(self, *, now: float, checkpoint: str | None = None, state_lost: str | None = None) -> list[Any]:
+        """The run begins (or resumes from ``checkpoint``): announce the permit mode, then draw and start what fits.
+        ``state_lost`` names a problem that kept the checkpoint's dispatch state from being read."""
         self._tick(now)
         if self.active_lease:
             how = "start as permits free" if self.rolling else (
                 "start together (its workflow sets no runs_rollouts_on_lease)")
             self._infos.append(ROLLOUT_NOTICE.format(how=how))
         self._events.append({"event": "start", "start": self.start_number, "batch": self.step,
-                             "checkpoint": None, "state_lost": None, "loaded": None})
+                             "checkpoint": checkpoint, "state_lost": state_lost, "loaded": checkpoint})
         return self._dispatch(now)
 
     def on_block_entered(self, key: Key, index: int, *, now: float) -> list[Any]:
@@ -344,6 +346,8 @@ class Dispatcher:
         self._tick(now)
         metrics = self.gauges.read(now=now, groups_in_flight=len(self.running))
         metrics.update(batch_kind_metrics(self.step_items, self._threshold))
+        if self.config.straggler_policy:
+            metrics.update(censoring_metrics(self.step_items, self._threshold))
         metrics["train/sampler/skipped_slots"] = float(self._skipped_slots)
         self._skipped_slots = 0
         for entry, queue in self.tokens.items():
@@ -703,7 +707,8 @@ def dispatch_config(cfg: Any) -> DispatchConfig:
         permit_release=train.permit_release, max_staleness=train.max_staleness,
         entry_staleness={e.name: e.max_staleness for e in cfg.environments if e.max_staleness is not None},
         max_groups_per_step=train.refill.max_groups_per_step,
-        label_limits=dict(train.rollout_group_limits))
+        label_limits=dict(train.rollout_group_limits),
+        straggler_policy=train.straggler.timeout_s is not None)
 
 
 __all__ = ["Dispatcher", "DispatchConfig", "StartGroup", "GrantPermit", "TrainStep", "StepPhase",

@@ -150,3 +150,33 @@ def test_step_closes_at_the_cap_training_what_it_admitted():
             script.carry_out(d.on_group_finished(key, output_of(draw.task_id, [False, False], 0), now=1.0), 1.0)
     step = d.take_step(now=1.0)
     assert step is not None and step.groups == () and len(step.markers) == 3
+
+
+def test_censoring_metrics_compare_the_slowest_valid_member_with_the_others():
+    from platoon.policy.dispatch_metrics import censoring_metrics
+    from platoon.policy.outputs import SettledGroup
+    from platoon.policy.stats import GroupRecord, MemberResult
+
+    def member(passed, seconds, disposition="completed"):
+        valid = disposition == "completed"
+        return MemberResult(reward=float(passed), scored=float(passed) if valid else None, valid=valid,
+                            outcome="scored" if valid else "cancelled", disposition=disposition, seconds=seconds)
+
+    mixed = (member(True, 1.0), member(False, 2.0), member(True, 9.0), member(False, None, "straggler_killed"))
+    uniform = (member(True, 1.0), member(True, 2.0))
+    items = [SettledGroup((1, i), "t", "env", i, None, GroupRecord(1, i, "t", "env", members=ms, verdict="trained"))
+             for i, ms in enumerate((mixed, uniform))]
+    m = censoring_metrics(items, lambda entry: 1.0)
+    assert m["train/batch/censoring/censored_share"] == 1 / 6
+    assert m["train/batch/censoring/mixed_groups"] == 1
+    assert m["train/batch/censoring/slowest_pass_rate"] == 1.0  # the 9 s member passed
+    assert m["train/batch/censoring/others_pass_rate"] == 0.5
+    assert m["train/batch/environment/env/censoring/mixed_groups"] == 1
+
+
+def test_the_start_event_names_the_checkpoint_a_resume_loaded():
+    d = build()
+    d.start(now=0.0, checkpoint="000010")
+    (event,) = [e for e in d.take_events() if e["event"] == "start"]
+    assert event == {"event": "start", "start": 1, "batch": 0, "checkpoint": "000010", "state_lost": None,
+                     "loaded": "000010"}
