@@ -80,7 +80,7 @@ class LossConfig(_Config):
     clip_high_threshold: float = Field(
         0.28, ge=0, description="Upper clip of the importance ratio: 1 + this."
     )
-    kl_coef: float = Field(0.0, ge=0, description="Weight of a KL penalty to the sampling policy (0: none).")
+    kl_coef: float = Field(0.0, ge=0, description="Weight of a KL penalty to the initial policy (0: none).")
     entropy_coef: float = Field(0.0, ge=0, description="Weight of an entropy bonus (0: none).")
 
     @property

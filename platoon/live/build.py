@@ -171,8 +171,14 @@ class LiveRun:
 
 def build_model(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
     """The policy ``cfg.model`` names, sized for the environments' vocabularies and contexts, seeded by the run."""
+    import torch
+
     from platoon.live.model import build_policy as build_causal_policy
 
+    if cfg.model.device == "cpu" or not torch.cuda.is_available():
+        # The model service, the trainer and evaluation each run torch in a thread of their own; with a pool of
+        # spinning workers each, small batches ran ~17x slower in CPU time on two cores. One thread each.
+        torch.set_num_threads(1)
     vocab = max(len(env.vocab) for env in envs.values())
     context = max(int(env.max_context_tokens) for env in envs.values())
     return build_causal_policy(cfg.model, vocab_size=vocab, max_len=context, seed=cfg.train.seed)
