@@ -68,8 +68,7 @@ def simulate(
     jobs: Annotated[int | None, typer.Option("--jobs", min=1, help="Processes of a sweep (default: CPUs).")] = None,
 ) -> None:
     """Run the dispatch policy in the SimPy simulator and print a summary table."""
-    from rich.console import Console
-
+    from platoon.console import make_console
     from platoon.report import summary_table, sweep_markdown, sweep_table
     from platoon.runs.atomic import CorruptFileError
     from platoon.runs.checkpoints import CheckpointError
@@ -81,7 +80,7 @@ def simulate(
     request = Request(config=config, preset=preset, permit_release=permit_release,
                       overrides=tuple(overrides or ()), steps=steps, seed=seed, out=out, resume=resume,
                       sweep=tuple(sweep or ()), jobs=jobs)
-    console = Console()
+    console = make_console()
     try:
         outcome = run_simulate(request, console)
     except UsageError as exc:

@@ -253,7 +253,7 @@ def sweep_table(title: str, points: Sequence[Sequence[str]], runs: Sequence[Path
 
     rows = [summarize(load_run(p)) for p in runs]
     table = Table(title=title)
-    table.add_column("point")
+    table.add_column("point", no_wrap=True, min_width=max((len(" ".join(p)) for p in points), default=5))
     for key in SWEEP_COLUMNS:
         table.add_column(_label(key), justify="right")
     for i, point in enumerate(points):

@@ -26,6 +26,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "platoon"
 RANK = {
     "__init__": 0,  # the root package: __version__ and the docstring, importable from anywhere
     "config": 0,
+    "console": 0,  # the rich Console factory (rich only)
     "policy": 1,
     "runs": 2,
     "sim": 3,

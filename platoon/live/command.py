@@ -59,10 +59,11 @@ class Console:
     """A rich progress bar over the run's steps and a line per step; warnings and infos above the bar."""
 
     def __init__(self, total: int, done: int = 0, *, enabled: bool = True) -> None:
-        from rich.console import Console as RichConsole
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.console = RichConsole(stderr=False, highlight=False)
+        from platoon.console import make_console
+
+        self.console = make_console(highlight=False)
         self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                  console=self.console, disable=not enabled, transient=False)
         self.task = self.progress.add_task("train", total=total, completed=done)

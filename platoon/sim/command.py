@@ -23,6 +23,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from platoon.console import make_console
 from platoon.sim.run import SimRun
 from platoon.sim.setup import load_sim_config
 
@@ -68,7 +69,7 @@ class Outcome:
 
 def simulate(req: Request, console: Console | None = None) -> Outcome:
     """Carry out ``req``. Raises UsageError, ConfigError, FileExistsError, ResumeError, CheckpointError."""
-    console = console or Console()
+    console = console or make_console()
     if req.permit_release not in (None, "rollout", "group"):
         raise UsageError(f"--permit-release must be rollout or group, got {req.permit_release!r}")
     if req.resume is not None:
