@@ -28,7 +28,7 @@ from platoon.config.models import RunConfig
 from platoon.live.envs.base import resolve_environment
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
 from platoon.policy.assemble import Policy, build_policy
-from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool
+from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
 from platoon.policy.start_limit import StartLimit, start_timer_s
 
 EVAL_EPISODES = 1024
@@ -94,7 +94,7 @@ def build_pool(cfg: RunConfig, envs: Mapping[str, Any]) -> TaskPool:
         data = [dict(env.task(t).columns) for t in ids]
         labels = None
         if label_by is not None:
-            labels = [_label(row.get(label_by)) for row in data]
+            labels = [label_value(row.get(label_by)) for row in data]
         specs.append(EntrySpec(e.name, ids, e.group_size, None if e.weight == "tasks" else e.weight, e.seed,
                                e.success_threshold, labels, data))
     if problems:
@@ -130,14 +130,6 @@ def evaluate_policy(model: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int 
     low, high = wilson_interval(passed, total)
     return {"eval/pass@1": passed / total if total else 0.0, "eval/pass@1_ci_low": low, "eval/pass@1_ci_high": high,
             "eval/episodes": float(total), **per_entry}
-
-
-def _label(value: Any) -> str | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 @dataclass

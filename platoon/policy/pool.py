@@ -23,6 +23,16 @@ DEFAULT_LABEL_COLUMN = "_platoon_environment"
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
+def label_value(value: Any) -> str | None:
+    """A row's label from its ``train.label_by`` column: booleans read ``true``/``false``, numbers as strings, and
+    an empty or missing value is None (no label)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 @dataclass(frozen=True)
 class TaskRow:
     """One training task of the pool: its place, id, entry, label, the entry's group size and success threshold,

@@ -28,7 +28,7 @@ from platoon.config.loader import _absolute_files, load_config
 from platoon.config.models import RunConfig, describe_errors
 from platoon.config.resolve import merge_sim
 from platoon.config.sim import SimConfig
-from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool
+from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
 from platoon.sim.learning import EntryTasks, Learner
 from platoon.sim.workload import Workload
 
@@ -150,7 +150,7 @@ def build_tasks(cfg: RunConfig) -> SimTasks:
     for e, tasks in zip(cfg.environments, entries, strict=True):
         labels = None
         if label_by is not None:
-            labels = [_label(row.get(label_by)) for row in tasks.data]
+            labels = [label_value(row.get(label_by)) for row in tasks.data]
         specs.append(EntrySpec(e.name, tasks.task_ids, e.group_size, None if e.weight == "tasks" else e.weight,
                                e.seed, e.success_threshold, labels, tasks.data))
     pool = TaskPool.from_entries(specs, label_column=label_by or DEFAULT_LABEL_COLUMN)
@@ -166,14 +166,6 @@ def build_tasks(cfg: RunConfig) -> SimTasks:
                       gain=[s.learning.gain for s in sims], transfer=[s.learning.transfer for s in sims],
                       initial_ability=[s.learning.initial_ability for s in sims])
     return SimTasks(entries, sims, workloads, pool, learner, row_entry)
-
-
-def _label(value: Any) -> str | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 __all__ = ["DEFAULT_PRESET", "SimTasks", "build_tasks", "entry_sims", "load_sim_config",
