@@ -26,7 +26,7 @@ def build(*, tasks: int = 12, group_size: int = 4, batch_size: int = 4, steps: i
           permit_release: str = "rollout", max_staleness: int | None = 1, sampler: str = "auto",
           sampler_options: dict | None = None, admission: str = "all", admission_options: dict | None = None,
           rolling: bool = True, seed: int = 0, entries: list[EntrySpec] | None = None,
-          max_groups_per_step: float = 3.0, entry_staleness: dict | None = None) -> Dispatcher:
+          max_groups_per_step: float = 3.0, entry_staleness: dict | None = None, start: int = 1) -> Dispatcher:
     entries = entries or [EntrySpec("env", [f"t{i}" for i in range(tasks)], group_size)]
     pool = TaskPool.from_entries(entries)
     largest = max(e.group_size for e in entries)
@@ -37,11 +37,11 @@ def build(*, tasks: int = 12, group_size: int = 4, batch_size: int = 4, steps: i
                             entry_staleness=entry_staleness or {})
     samplers = SamplerSet(pool, run_sampler=sampler, run_options=sampler_options or {}, entry_samplers={},
                           batch_size=batch_size, seed=seed)
-    recorder = StatsRecorder.for_pool(pool)
+    recorder = StatsRecorder.for_pool(pool, start=start)
     recorder.add_listener(samplers.observe)
     rules = AdmissionSet(run_rule=admission, run_options=admission_options or {}, entry_rules={},
                          entries=pool.entries, batch_size=batch_size)
-    return Dispatcher(config, pool, samplers, recorder, rules, rolling=rolling)
+    return Dispatcher(config, pool, samplers, recorder, rules, rolling=rolling, start=start)
 
 
 def outcome(seed: int, key: tuple[int, int], index: int, task_id: str) -> tuple[float, bool]:
