@@ -167,6 +167,12 @@ def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
             run_dir.rd.append_lock_list("tasks_state_lost", {"start": point.start, "checkpoint": point.name,
                                                              "problem": str(exc), "loaded": None})
     if point.dispatch is not None:
+        changes = dispatch_state.sampling_changes(d, point.dispatch)
+        if changes:
+            log("warning", f"the sampling changed since checkpoint {point.name}, so the draws that follow are not "
+                           f"the ones the run would have made: {'; '.join(changes)}")
+            run_dir.rd.append_lock_list("sampling_changed", {"start": point.start, "checkpoint": point.name,
+                                                             "changes": changes})
         for warning in dispatch_state.resume(d, point.dispatch, step=point.step):
             log("warning", warning)
     else:

@@ -24,6 +24,7 @@ from typing import Any
 
 from platoon.policy.dispatch_metrics import DispatchGauges, StaleWatch
 from platoon.policy.dispatcher import Dispatcher, StepPhase, _Draw, _Pending
+from platoon.policy.fingerprint import fingerprint_changes, sampling_fingerprint
 from platoon.policy.outputs import SettledGroup
 from platoon.policy.permits import DrawLease
 from platoon.policy.samplers.runtime import Token
@@ -56,6 +57,7 @@ def state_dict(d: Dispatcher) -> dict[str, Any]:
         "format": STATE_FORMAT,
         "start": d.start_number,
         "sampler": d.samplers.run_name,
+        "fingerprint": sampling_fingerprint(d),
         "next_position": d.next_position,
         "outstanding": [[*dr.key, dr.task_id, dr.position] for dr in d.outstanding.values()],
         "drawn": [[*dr.key, dr.row, dr.sampler] for dr in d.outstanding.values()],
@@ -201,6 +203,11 @@ def resume(d: Dispatcher, state: Mapping[str, Any], *, step: int, kept_outputs: 
                                   "entry": entry, "why": "no_slots" if d.pool.by_entry(entry) else "entry_left"})
             warnings.append(f"dropped {len(positions)} slot(s) of environment {entry} at resume")
     return warnings
+
+
+def sampling_changes(d: Dispatcher, state: Mapping[str, Any]) -> list[str]:
+    """What changed, in what decides draws, between the run that wrote ``state`` and ``d`` (one line each)."""
+    return fingerprint_changes(state.get("fingerprint"), sampling_fingerprint(d))
 
 
 def _find_row(d: Dispatcher, task_id: str, saved_index: int | None) -> int | None:
