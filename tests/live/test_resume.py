@@ -153,3 +153,18 @@ def test_sigkill_mid_training_then_resume(tmp_path):
     starts = [e for e in events if e["event"] == "start"]
     assert [e["start"] for e in starts] == [1, 2] and starts[1]["checkpoint"] is not None
     assert Path(run / "checkpoints" / "000012" / "trainer.pt").exists()
+
+
+def test_a_resume_whose_sampling_changed_says_so_and_records_it(tmp_path):
+    run = tmp_path / "run"
+    command.train(None, [*SMALL, "train.steps=2"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
+    lock_path = run / "lock.json"
+    lock = json.loads(lock_path.read_text())
+    lock["config"]["train"]["task_sampler"] = "pass_rate"  # as if the user resumed under another sampler
+    lock_path.write_text(json.dumps(lock))
+    said = []
+    command.resume_run(run, log=lambda level, message: said.append((level, message)), service_factory=fake_service,
+                       eval_episodes=64)
+    assert any(level == "warning" and "the sampling changed since checkpoint 000002" in m for level, m in said)
+    (changed,) = json.loads(lock_path.read_text())["sampling_changed"]
+    assert changed["checkpoint"] == "000002" and "train.task_sampler: auto -> pass_rate" in changed["changes"]
