@@ -15,7 +15,8 @@ Rules it keeps:
 `MemberResult`, `GroupRecord` (one rollout, one settled group) and the decay of evidence over policy versions live
 in ``platoon.policy.records``; this module re-exports them. The hot per-task fields (evidence, groups, outstanding,
 drawn, streaks) live in numpy arrays indexed by the task's place in the pool, so that a sampler can score many
-tasks at once (`posterior_arrays`, `count_arrays`) without a Python loop per task. Everything else of a task is built lazily on its first settle, draw or fate.
+tasks at once (`posterior_arrays`, `count_arrays`) without a Python loop per task. Everything else of a task is
+built lazily on its first settle, draw or fate.
 """
 
 from __future__ import annotations
