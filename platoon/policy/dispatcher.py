@@ -19,6 +19,10 @@ asks ``take_step(now=)`` for a ``TrainStep``. Rules it keeps (semantics sections
 
 State transitions of the step cycle: ASSEMBLING --take_step--> TRAINING --commit_step--> COMMITTED --publish-->
 ASSEMBLING (or FINISHED after the last step). A call in the wrong phase raises, naming the call and the phase.
+
+(Past 600 lines: drawing, settling and step assembly all move the same horizon counters — ``pipeline``, ``admitted``,
+``markers_now`` — and each rule reads clearest beside the others. Its state and metrics live in ``dispatch_state``
+and ``dispatch_metrics``.)
 """
 
 from __future__ import annotations
@@ -272,12 +276,12 @@ class Dispatcher:
         """Dequeue settled groups toward the current step; the ``TrainStep`` once its batch is complete.
         Follow it with ``poll(now=)``: a dequeue may let another group start."""
         self._tick(now)
-        self._expect("take_step", StepPhase.ASSEMBLING)
+        self._expect("take_step")
         while self.queue and not self._step_complete():
             self._dequeue(self.queue.popleft())
         if not self._step_complete():
             return None
-        self.phase = StepPhase.TRAINING
+        self.phase = _TRANSITIONS["take_step", self.phase]
         by_kind: dict[str, list[SettledGroup]] = {"admitted": [], "stale": [], "failed": [], "marker": []}
         for item in self.step_items:
             by_kind[item.kind].append(item)
@@ -287,8 +291,8 @@ class Dispatcher:
     def commit_step(self, *, now: float) -> None:
         """The update is done: give the dequeued groups their fates and feed the statistics (in draw order)."""
         self._tick(now)
-        self._expect("commit_step", StepPhase.TRAINING)
-        self.phase = StepPhase.COMMITTED
+        self._expect("commit_step")
+        self.phase = _TRANSITIONS["commit_step", self.phase]
         consumed, stale = 0, 0
         for item in sorted(self.step_items, key=lambda g: g.key):
             if item.kind == "marker":
@@ -312,7 +316,7 @@ class Dispatcher:
     def publish(self, *, now: float) -> list[Any]:
         """New weights are live: the version moves on and the next step begins (or the run is done)."""
         self._tick(now)
-        self._expect("publish", StepPhase.COMMITTED)
+        self._expect("publish")
         self.version += 1
         self.step += 1
         self.admitted = 0
@@ -322,7 +326,7 @@ class Dispatcher:
         if self.step >= self.config.steps:
             self.phase = StepPhase.FINISHED
             return []
-        self.phase = StepPhase.ASSEMBLING
+        self.phase = _TRANSITIONS["publish", self.phase]
         return self._dispatch(now)
 
     # ------------------------------------------------------------------------------------------- outboxes
@@ -373,9 +377,11 @@ class Dispatcher:
             raise ValueError(f"time went backwards: now={now} after {self.now}")
         self.now = now
 
-    def _expect(self, call: str, phase: StepPhase) -> None:
-        if self.phase is not phase:
-            raise RuntimeError(f"{call}: the dispatcher is {self.phase.value}, not {phase.value}")
+    def _expect(self, call: str) -> None:
+        """Refuse ``call`` unless the transition table has it leave the current phase."""
+        if (call, self.phase) not in _TRANSITIONS:
+            needs = " or ".join(p.value for c, p in _TRANSITIONS if c == call)
+            raise RuntimeError(f"{call}: the dispatcher is {self.phase.value}, not {needs}")
 
     def _lease(self, key: Key, call: str) -> DrawLease:
         if key not in self.running:
