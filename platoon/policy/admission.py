@@ -40,6 +40,7 @@ from platoon.config import registry
 from platoon.config.components import CORE_GROUP_ADMISSIONS, InformativeOptions
 from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.resolve import AdmissionCheckContext  # the one a rule's check sees, at load and at run
+from platoon.policy.records import VERDICTS
 
 if TYPE_CHECKING:
     from platoon.policy.samplers.base import EntryInfo, TaskStatsView
@@ -49,14 +50,7 @@ MAX_REASON_LENGTH = 64
 """An admission's reason is a non-empty string of at most this many characters."""
 MAX_REASON_KEYS = 16
 """Distinct reasons per rule that get their own metric key; the rest count under ``other``."""
-REJECTED_VERDICTS = (
-    "reward_key_mismatch",
-    "no_results",
-    "below_min",
-    "no_completed_root",
-    "no_datums",
-    "failed",
-)
+REJECTED_VERDICTS = tuple(v for v in VERDICTS if v not in ("trained", "uniform", "unknown"))
 """Verdicts ``informative`` rejects with the verdict as the reason (``uniform`` is judged by its kind)."""
 KINDS = ("admitted", "rejected", "stale", "failed")
 """What ``AdmissionSet.note`` counts."""

@@ -14,13 +14,7 @@ from platoon.live.evaluate import EvalResult, evaluate, wilson_interval
 from platoon.live.model import TinyConfig, TinyPolicy
 from platoon.live.service import BatchingModelService, FakeModelService
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -14,14 +14,7 @@ from platoon.live.service import BatchingModelService, FakeModelService, ModelSe
 PROMPT = [1, 5, 2]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    # torch ops from the service's worker thread and from the test's thread each start an OpenMP team; on two
-    # shared cores their spinning threads slow every small op by an order of magnitude.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def tiny(seed: int = 0) -> TinyPolicy:

@@ -11,13 +11,7 @@ from platoon.config.models import LossConfig, ModelConfig, TrainConfig
 from platoon.live.model import TinyConfig, TinyPolicy
 from platoon.live.trainer import GRPOTrainer, Trainer, dumps_state, loads_state
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def policy(seed: int = 0) -> TinyPolicy:
