@@ -1,7 +1,8 @@
-"""Build the policy layer of one start of a run from its config: pool -> samplers, statistics, admission, dispatcher.
+"""Build the policy layer of one start of a run from its config: pool -> samplers, statistics, admission,
+dispatcher, and the driver that holds them with the start limit and the member watch.
 
 Both runtimes call ``build_policy``; only the pool differs (the simulator's tasks are synthetic, the live backend's
-come from its environments), so the dispatcher they drive is the same object built the same way.
+come from its environments), so the driver they drive is the same object built the same way.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ from platoon.config.models import RunConfig
 from platoon.config.resolve import effective_group_size
 from platoon.policy.admission import AdmissionSet
 from platoon.policy.dispatcher import Dispatcher, dispatch_config
+from platoon.policy.driver import Driver
+from platoon.policy.members import MemberWatch
 from platoon.policy.pool import TaskPool
 from platoon.policy.recorder import StatsRecorder
 from platoon.policy.samplers.runtime import SamplerSet
+from platoon.policy.start_limit import StartLimit, start_timer_s
 
 
 @dataclass
@@ -27,13 +31,14 @@ class Policy:
     recorder: StatsRecorder
     admission: AdmissionSet
     dispatcher: Dispatcher
+    driver: Driver
 
 
 def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1, rolling: bool = True,
-                 clock: Callable[[], float] | None = None) -> Policy:
-    """The dispatcher and what it drives, built from ``cfg`` over ``pool``. ``rolling``: the training workflow runs
-    its rollouts on the lease; ``clock`` times sampler decisions (None: no timing, as the simulator wants, so its
-    metrics do not depend on how fast the host decides)."""
+                 clock: Callable[[], float] | None = None, runtime: str = "sim") -> Policy:
+    """The driver and what it drives, built from ``cfg`` over ``pool``. ``rolling``: the training workflow runs
+    its rollouts on the lease; ``clock`` times sampler decisions (``train/sampler/decision_ms``; None: untimed);
+    ``runtime`` (``sim`` or ``live``) is recorded in checkpoint rows."""
     train = cfg.train
     samplers = SamplerSet(
         pool, run_sampler=train.task_sampler, run_options=train.task_sampler_options,
@@ -47,4 +52,10 @@ def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1, rolling: boo
         entries=pool.entries, batch_size=train.batch_size, label_column=train.label_by)
     dispatcher = Dispatcher(dispatch_config(cfg), pool, samplers, recorder, admission, rolling=rolling,
                             start=start)
-    return Policy(pool, samplers, recorder, admission, dispatcher)
+    limit = train.max_starting_rollouts
+    start_limit = (StartLimit(limit, timer_s=start_timer_s(train.workflow_config.worker_startup_budget_seconds))
+                   if limit is not None else None)
+    members = MemberWatch(timeout_s=train.straggler.timeout_s, quorum=train.straggler.quorum)
+    driver = Driver(dispatcher, start_limit=start_limit, members=members, checkpoint_every=train.checkpoint_every,
+                    eval_every=train.eval_every, runtime=runtime)
+    return Policy(pool, samplers, recorder, admission, dispatcher, driver)

@@ -20,14 +20,17 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from platoon.policy.dispatch_metrics import DispatchGauges, StaleWatch
-from platoon.policy.dispatcher import Dispatcher, StepPhase, _Draw, _Pending
+from platoon.policy.dispatch_records import BoundDraw, PendingKind, PendingStart, StepPhase
 from platoon.policy.fingerprint import fingerprint_changes, sampling_fingerprint
 from platoon.policy.outputs import SettledGroup
 from platoon.policy.permits import DrawLease
 from platoon.policy.samplers.runtime import Token
+
+if TYPE_CHECKING:  # the dispatcher imports this module for its state_dict; only the type goes the other way
+    from platoon.policy.dispatcher import Dispatcher
 
 STATE_FORMAT = 2
 STATE_FORMATS = (1, 2)
@@ -74,7 +77,7 @@ def _exact(d: Dispatcher) -> dict[str, Any]:
     pending = None
     if d.pending is not None:
         p = d.pending
-        pending = {"kind": p.kind, "lease": p.lease.state_dict(),
+        pending = {"kind": p.kind.value, "lease": p.lease.state_dict(),
                    "draw": None if p.draw is None else list(p.draw.key),
                    "token": None if p.token is None else [p.token.position, p.token.entry, p.token.fallback]}
     return {
@@ -95,7 +98,7 @@ def _exact(d: Dispatcher) -> dict[str, Any]:
         "gauges": d.gauges.state_dict(),
         "stale_watch": d.stale_watch.state_dict(),
         "said": sorted(d.said),
-        "skipped_slots": d._skipped_slots,
+        "skipped_slots": d.skipped_slots,
     }
 
 
@@ -121,14 +124,14 @@ def restore_exact(d: Dispatcher, state: Mapping[str, Any]) -> None:
     d.start_number = state["start"]
     d.next_position = state["next_position"]
     d.samplers.restore(state["samplers"], state["next_position"])
-    draws = {tuple(dj[0]): _Draw.from_json(dj) for dj in x["draws"]}
+    draws = {tuple(dj[0]): BoundDraw.from_json(dj) for dj in x["draws"]}
     d.outstanding = draws
     leases: dict[tuple[int, int], DrawLease] = {}
     d.running = {}
     for key, dj, lease_state in x["running"]:
         lease = DrawLease.from_state(lease_state)
         leases[lease.key] = lease
-        d.running[tuple(key)] = (draws.get(tuple(key)) or _Draw.from_json(dj), lease)
+        d.running[tuple(key)] = (draws.get(tuple(key)) or BoundDraw.from_json(dj), lease)
     d.queue = deque(SettledGroup.from_json(g) for g in x["queue"])
     d.step_items = [SettledGroup.from_json(g) for g in x["step_items"]]
     d.backlogs = {_label(lb): deque((t, draws[tuple(k)]) for t, k in q) for lb, q in x["backlogs"].items()}
@@ -140,13 +143,13 @@ def restore_exact(d: Dispatcher, state: Mapping[str, Any]) -> None:
         lease = DrawLease.from_state(p["lease"])
         leases[lease.key] = lease
         token = None if p["token"] is None else Token(*p["token"])
-        d.pending = _Pending(p["kind"], lease, draws[tuple(p["draw"])] if p["draw"] is not None else None, token)
+        d.pending = PendingStart(PendingKind(p["kind"]), lease, draws[tuple(p["draw"])] if p["draw"] is not None else None, token)
     d.permits.load_queue(x["permits"], leases)
     d.teardowns = {tuple(k): {int(i): float(t) for i, t in w} for k, w in x["teardowns"]}
     d.gauges = DispatchGauges.from_state(x["gauges"])
     d.stale_watch = StaleWatch.from_state(x["stale_watch"])
     d.said = set(x["said"])
-    d._skipped_slots = x["skipped_slots"]
+    d.skipped_slots = x["skipped_slots"]
 
 
 def resume(d: Dispatcher, state: Mapping[str, Any], *, step: int, kept_outputs: bool = True) -> list[str]:
@@ -176,7 +179,7 @@ def resume(d: Dispatcher, state: Mapping[str, Any], *, step: int, kept_outputs: 
         (backlog if key in waiting else reissue).append((key, task_id, position))
     for item in kept_items if kept_outputs else []:
         if d.pool.first_index(item.task_id) is not None:
-            d.outstanding[item.key] = _Draw(item.key, d.pool.first_index(item.task_id), item.task_id, item.entry,
+            d.outstanding[item.key] = BoundDraw(item.key, d.pool.first_index(item.task_id), item.task_id, item.entry,
                                             d.pool.rows[d.pool.first_index(item.task_id)].label, item.position,
                                             item.record.group_size, (item.record.drawn_at or {}).get("main", 0),
                                             item.record.sampler, item.record.reason, item.record.score)
@@ -196,10 +199,10 @@ def resume(d: Dispatcher, state: Mapping[str, Any], *, step: int, kept_outputs: 
         if d.pool.by_entry(entry) and d.samplers.entry_adaptive(entry):
             queue = d.tokens.setdefault(entry, deque())
             for pos in positions:
-                queue.append((d._next_ticket(), Token(pos, entry, pos in fallback)))
+                queue.append((d.next_ticket(), Token(pos, entry, pos in fallback)))
         else:
             for pos in positions:
-                d._events.append({"event": "slot_skipped", "start": d.start_number, "position": pos,
+                d.emit({"event": "slot_skipped", "start": d.start_number, "position": pos,
                                   "entry": entry, "why": "no_slots" if d.pool.by_entry(entry) else "entry_left"})
             warnings.append(f"dropped {len(positions)} slot(s) of environment {entry} at resume")
     return warnings
@@ -222,9 +225,9 @@ def _reissue(d: Dispatcher, old_key: tuple[int, int], row_index: int, position: 
     row = d.pool.rows[row_index]
     key = (d.start_number, d.next_seq)
     d.next_seq += 1
-    draw = _Draw(key, row.index, row.task_id, row.entry, row.label, position, row.group_size, d.version,
+    draw = BoundDraw(key, row.index, row.task_id, row.entry, row.label, position, row.group_size, d.version,
                  sampler, "reissue", None)
     d.outstanding[key] = draw
     d.recorder.reissue(old_key, key, version=d.version, sampler=sampler, reason="reissue")
     d.samplers.note_reissue(sampler)
-    d.backlogs.setdefault(row.label, deque()).append((d._next_ticket(), draw))
+    d.backlogs.setdefault(row.label, deque()).append((d.next_ticket(), draw))

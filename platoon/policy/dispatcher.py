@@ -30,11 +30,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
+from platoon.policy import dispatch_state
 from platoon.policy.admission import AdmissionSet, carries_datums, step_cap
 from platoon.policy.dispatch_metrics import DispatchGauges, StaleWatch, batch_kind_metrics, censoring_metrics
+from platoon.policy.dispatch_records import BoundDraw, PendingKind, PendingStart, StepPhase
 from platoon.policy.outputs import GroupOutput, Key, SettledGroup, TrainStep, draw_order
 from platoon.policy.permits import DrawLease, GrantPermit, PermitPool
 from platoon.policy.pool import TaskPool, TaskRow
@@ -49,13 +50,6 @@ BACKLOG_BATCHES = 4
 ROLLOUT_NOTICE = (
     "Each rollout returns its permit as it ends (train.permit_release: rollout); a group's rollouts {how}"
 )
-
-
-class StepPhase(Enum):
-    ASSEMBLING = "assembling"
-    TRAINING = "training"
-    COMMITTED = "committed"
-    FINISHED = "finished"
 
 
 _TRANSITIONS = {
@@ -97,42 +91,6 @@ class StartGroup:
     version: int
 
 
-@dataclass
-class _Draw:
-    """A bound draw: outstanding until a committed step takes it, or it is rejected or skipped."""
-
-    key: Key
-    row: int
-    task_id: str
-    entry: str | None
-    label: str | None
-    position: int
-    group_size: int
-    version: int
-    sampler: str
-    reason: str
-    score: float | None
-    started_at: float | None = None
-
-    def to_json(self) -> list:
-        return [list(self.key), self.row, self.task_id, self.entry, self.label, self.position, self.group_size,
-                self.version, self.sampler, self.reason, self.score, self.started_at]
-
-    @classmethod
-    def from_json(cls, d: list) -> _Draw:
-        return cls(tuple(d[0]), *d[1:])
-
-
-@dataclass
-class _Pending:
-    """The one start waiting for its permits: a bound draw, an adaptive entry's token, or a run-level ASK."""
-
-    kind: str  # draw | token | ask
-    lease: DrawLease
-    draw: _Draw | None = None
-    token: Token | None = None
-
-
 class Dispatcher:
     """See the module docstring. ``rolling``: the training workflow runs its rollouts on the lease."""
 
@@ -158,14 +116,14 @@ class Dispatcher:
         self.step_admitted = 0
         self.ticket = 0
         self.now = 0.0
-        self.outstanding: dict[Key, _Draw] = {}
-        self.running: dict[Key, tuple[_Draw, DrawLease]] = {}
+        self.outstanding: dict[Key, BoundDraw] = {}
+        self.running: dict[Key, tuple[BoundDraw, DrawLease]] = {}
         self.queue: deque[SettledGroup] = deque()
         self.step_items: list[SettledGroup] = []
-        self.backlogs: dict[str, deque[tuple[int, _Draw]]] = {}
+        self.backlogs: dict[str, deque[tuple[int, BoundDraw]]] = {}
         self.tokens: dict[str, deque[tuple[int, Token]]] = {}
         self.active_labels: dict[str, int] = {}
-        self.pending: _Pending | None = None
+        self.pending: PendingStart | None = None
         self.teardowns: dict[Key, dict[int, float]] = {}
         self.gauges = DispatchGauges(configured=self._configured_in_flight())
         self.stale_watch = StaleWatch()
@@ -173,7 +131,7 @@ class Dispatcher:
         self._events: list[dict] = []
         self._warnings: list[str] = []
         self._infos: list[str] = []
-        self._skipped_slots = 0
+        self.skipped_slots = 0
         self._labels = list(dict.fromkeys(row.label for row in pool.rows))
         self._entry_labels: dict[str, list[str | None]] = {}
 
@@ -329,6 +287,23 @@ class Dispatcher:
         self.phase = _TRANSITIONS["publish", self.phase]
         return self._dispatch(now)
 
+    # ---------------------------------------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """The JSON-safe format-2 dispatch state, with the ``exact`` section (docs/run-directory.md)."""
+        return dispatch_state.state_dict(self)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Make this freshly built dispatcher equal to the one that wrote ``state`` (an exact restore)."""
+        dispatch_state.restore_exact(self, state)
+
+    def is_outstanding(self, key: Key) -> bool:
+        """True while draw ``key`` waits for its fate (False once rejected, skipped or given its step's fate)."""
+        return key in self.outstanding
+
+    def emit(self, event: dict) -> None:
+        """Add ``event`` to the outbox of ``tasks/events.jsonl`` (``take_events``)."""
+        self._events.append(event)
+
     # ------------------------------------------------------------------------------------------- outboxes
     def take_events(self) -> list[dict]:
         """Events for ``tasks/events.jsonl`` since the last call (the statistics' and the dispatcher's own)."""
@@ -349,11 +324,11 @@ class Dispatcher:
         """The metrics of the step just committed (call between ``commit_step`` and ``publish``)."""
         self._tick(now)
         metrics = self.gauges.read(now=now, groups_in_flight=len(self.running))
-        metrics.update(batch_kind_metrics(self.step_items, self._threshold))
+        metrics.update(batch_kind_metrics(self.step_items, self.threshold))
         if self.config.straggler_policy:
-            metrics.update(censoring_metrics(self.step_items, self._threshold))
-        metrics["train/sampler/skipped_slots"] = float(self._skipped_slots)
-        self._skipped_slots = 0
+            metrics.update(censoring_metrics(self.step_items, self.threshold))
+        metrics["train/sampler/skipped_slots"] = float(self.skipped_slots)
+        self.skipped_slots = 0
         for entry, queue in self.tokens.items():
             waiting = len(queue) + (self.pending is not None and self.pending.token is not None
                                     and self.pending.token.entry == entry)
@@ -434,7 +409,8 @@ class Dispatcher:
             return True
         return any(self._has_room(label) for label in self._labels)
 
-    def _threshold(self, entry: str | None) -> float:
+    def threshold(self, entry: str | None) -> float:
+        """The success threshold of ``entry`` (1.0 for an unknown one)."""
         info = self.pool.entries.get(entry) if entry is not None else None
         return info.success_threshold if info is not None else 1.0
 
@@ -466,7 +442,7 @@ class Dispatcher:
                 self.gauges.blocked.set("labels", now=now)
                 return decisions
             if self.samplers.run_adaptive:
-                self._reserve(_Pending("ask", self._new_lease(self._largest_group())), now, decisions)
+                self._reserve(PendingStart(PendingKind.ASK, self._new_lease(self._largest_group())), now, decisions)
                 continue
             self._draw_static(now, decisions)
 
@@ -489,7 +465,7 @@ class Dispatcher:
             self._start_draw(draw, now, decisions)
         else:
             _, token = self.tokens[name].popleft()
-            self._reserve(_Pending("token", self._new_lease(self._entry_group_size(token.entry)), token=token),
+            self._reserve(PendingStart(PendingKind.TOKEN, self._new_lease(self._entry_group_size(token.entry)), token=token),
                           now, decisions)
         return True
 
@@ -500,10 +476,10 @@ class Dispatcher:
         if isinstance(answer, Token):
             queue = self.tokens.setdefault(answer.entry, deque())
             if not queue and self._entry_can_start(answer.entry):
-                self._reserve(_Pending("token", self._new_lease(self._entry_group_size(answer.entry)),
+                self._reserve(PendingStart(PendingKind.TOKEN, self._new_lease(self._entry_group_size(answer.entry)),
                                        token=answer), now, decisions)
             elif len(queue) < BACKLOG_BATCHES * self.config.batch_size:
-                queue.append((self._next_ticket(), answer))
+                queue.append((self.next_ticket(), answer))
             else:
                 self._skip_slot(position, answer.entry, "backlog")
             return
@@ -513,17 +489,17 @@ class Dispatcher:
             return
         backlog = self.backlogs.setdefault(draw.label, deque())
         if len(backlog) < BACKLOG_BATCHES * self.config.batch_size:
-            backlog.append((self._next_ticket(), draw))
+            backlog.append((self.next_ticket(), draw))
         else:
             self.outstanding.pop(draw.key)
             self.recorder.fate(*draw.key, "skipped", task_id=draw.task_id)
             self._warn_once(f"skip:{draw.label}", f"label {draw.label}'s backlog is full: skipping drawn rows")
 
-    def _start_draw(self, draw: _Draw, now: float, decisions: list[Any]) -> None:
+    def _start_draw(self, draw: BoundDraw, now: float, decisions: list[Any]) -> None:
         self._take_label(draw.label)
-        self._reserve(_Pending("draw", self._new_lease(draw.group_size, draw), draw=draw), now, decisions)
+        self._reserve(PendingStart(PendingKind.DRAW, self._new_lease(draw.group_size, draw), draw=draw), now, decisions)
 
-    def _reserve(self, pending: _Pending, now: float, decisions: list[Any]) -> None:
+    def _reserve(self, pending: PendingStart, now: float, decisions: list[Any]) -> None:
         self.pipeline += 1
         self.pending = pending
         decisions += self._granted(self.permits.reserve(pending.lease, now=now), now)
@@ -539,7 +515,7 @@ class Dispatcher:
                 self.permits.release(pending.lease, now=now)
                 self.pipeline -= 1
                 if pending.token is not None:
-                    self.tokens[pending.token.entry].appendleft((self._next_ticket(), pending.token))
+                    self.tokens[pending.token.entry].appendleft((self.next_ticket(), pending.token))
                 self.pending = None
                 return None
         self.pending = None
@@ -548,7 +524,7 @@ class Dispatcher:
         self.gauges.group_started(now=now)
         return StartGroup(draw.key, draw.task_id, draw.entry, draw.row, draw.group_size, draw.version)
 
-    def _adaptive(self, pending: _Pending, now: float) -> _Draw | None:
+    def _adaptive(self, pending: PendingStart, now: float) -> BoundDraw | None:
         entry = pending.token.entry if pending.token is not None else None
         size = pending.lease.size
         room = {}
@@ -577,18 +553,18 @@ class Dispatcher:
         self._take_label(draw.label)
         return draw
 
-    def _bind(self, bound: Bound, position: int) -> _Draw:
+    def _bind(self, bound: Bound, position: int) -> BoundDraw:
         row: TaskRow = bound.row
         key = (self.start_number, self.next_seq)
         self.next_seq += 1
-        draw = _Draw(key, row.index, row.task_id, row.entry, row.label, position, row.group_size, self.version,
+        draw = BoundDraw(key, row.index, row.task_id, row.entry, row.label, position, row.group_size, self.version,
                      bound.sampler, bound.reason, bound.score)
         self.outstanding[key] = draw
         self.recorder.draw(*key, row.task_id, position, version=self.version, sampler=bound.sampler,
                            reason=bound.reason, score=bound.score)
         return draw
 
-    def _new_lease(self, size: int, draw: _Draw | None = None) -> DrawLease:
+    def _new_lease(self, size: int, draw: BoundDraw | None = None) -> DrawLease:
         key = draw.key if draw is not None else (self.start_number, self.next_seq)
         return DrawLease(key, size, rolling=self.rolling, active=self.active_lease,
                          task_id=draw.task_id if draw is not None else "")
@@ -611,12 +587,12 @@ class Dispatcher:
     def _largest_group(self) -> int:
         return max(e.group_size for e in self.pool.entries.values())
 
-    def _next_ticket(self) -> int:
+    def next_ticket(self) -> int:
         self.ticket += 1
         return self.ticket
 
     def _skip_slot(self, position: int, entry: str, why: str) -> None:
-        self._skipped_slots += 1
+        self.skipped_slots += 1
         self._events.append({"event": "slot_skipped", "start": self.start_number, "position": position,
                              "entry": entry, "why": why})
         self._warn_once(f"slot:{entry}", f"environment {entry}'s token queue is full: skipping its slots")
@@ -627,7 +603,7 @@ class Dispatcher:
             self._warnings.append(message)
 
     # -- settling and dequeuing
-    def _record(self, draw: _Draw, output: GroupOutput | None) -> GroupRecord:
+    def _record(self, draw: BoundDraw, output: GroupOutput | None) -> GroupRecord:
         return GroupRecord(
             start=draw.key[0], seq=draw.key[1], task_id=draw.task_id, entry=draw.entry,
             labels={} if draw.label is None else {self.pool.label_column: draw.label},
@@ -637,7 +613,7 @@ class Dispatcher:
             verdict="failed" if output is None else (output.verdict if isinstance(output.verdict, str)
                                                      else "unknown"))
 
-    def _admit(self, item: SettledGroup, draw: _Draw) -> SettledGroup | None:
+    def _admit(self, item: SettledGroup, draw: BoundDraw) -> SettledGroup | None:
         assert self.admission is not None
         view = TaskStatsView(self.recorder.peek_store(), self.version, live=not self.recorder.stopped)
         verdict, rule = self.admission.decide(item.record if item.output is not None else None, view,

@@ -304,6 +304,36 @@ class StartLimit:
         sc.waits = []
         return out
 
+    # -- state ---------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """The JSON-safe state (keys are written as lists, so a key must be a tuple of JSON-safe values)."""
+        return {
+            "free": self._free,
+            "keys": [[list(k), e.state.value, e.scope, e.asked_at] for k, e in self._keys.items()],
+            "queue": [list(k) for k in self._queue],
+            "deadlines": [[list(k), t] for k, t in self._deadlines.items()],
+            "scopes": {name: [sc.asked, sc.starting, sc.waiting, sc.window_start, sc.last_t, sc.starting_area,
+                              sc.waiting_area, dict(sc.releases), [[list(k), w] for k, w in sc.waits]]
+                       for name, sc in self._scopes.items()},
+            "now": self._now, "released_total": self._released_total, "released_whole": self._released_whole,
+            "warned_timer": self._warned_timer, "warned_whole": self._warned_whole,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Make this limit equal to the one whose ``state_dict`` is ``state`` (keys come back as tuples)."""
+        self._free = state["free"]
+        self._keys = {tuple(k): _Key(SlotState(st), scope, asked) for k, st, scope, asked in state["keys"]}
+        self._queue = deque(tuple(k) for k in state["queue"])
+        self._deadlines = OrderedDict((tuple(k), t) for k, t in state["deadlines"])
+        self._scopes = {}
+        for name, (asked, starting, waiting, ws, last, sa, wa, releases, waits) in state["scopes"].items():
+            self._scopes[name] = _Scope(asked, starting, waiting, ws, last, sa, wa, dict(releases),
+                                        [(tuple(k), w) for k, w in waits])
+        self._now = state["now"]
+        self._released_total, self._released_whole = state["released_total"], state["released_whole"]
+        self._warned_timer, self._warned_whole = state["warned_timer"], state["warned_whole"]
+
     # -- internals -------------------------------------------------------------------------------------------
 
     def _tick(self, now: float, event: str) -> None:

@@ -142,6 +142,13 @@ def _replace_dir(src: Path, dst: Path) -> None:
     shutil.rmtree(old)
 
 
+def _with_sha256(value: object, hashes: Mapping[str, str]) -> object:
+    """A row record that names one of the checkpoint's files (``{"file": ...}``) gets that file's sha256."""
+    if isinstance(value, Mapping) and value.get("file") in hashes and "sha256" not in value:
+        return {**value, "sha256": hashes[value["file"]]}
+    return value
+
+
 def save_checkpoint(
     run_dir: RunDir | PathLike, step: int, files: Mapping[str, object], row: Mapping[str, object]
 ) -> dict:
@@ -149,7 +156,8 @@ def save_checkpoint(
 
     ``files`` maps a relative name (``tasks/dispatch-000010.json``, ``trainer.pt``) to a JSON-safe object (names
     ending in ``.json``) or bytes (any name; under ``.json`` they must parse as JSON). ``row`` adds keys to the row
-    (``policy_version``, ``next_position``, ...) and may not reuse :data:`ROW_BASE_KEYS`. Every file, and the row,
+    (``policy_version``, ``next_position``, ...) and may not reuse :data:`ROW_BASE_KEYS`; a record in it that names
+    one of ``files`` (``{"file": name, ...}``) gets that file's ``sha256``. Every file, and the row,
     is checked before anything is written: a bad name or value raises ValueError/TypeError and leaves the run
     directory as it was. A step saved again gets a fresh directory and a new row (see the module's guarantees).
     """
@@ -159,13 +167,14 @@ def save_checkpoint(
     if clash:
         raise ValueError(f"checkpoint row keys clash with its own: {', '.join(clash)}")
     payloads = {str(_file_name(n)): _encode(n, value) for n, value in files.items()}
+    hashes = {n: sha256_bytes(data) for n, data in payloads.items()}
     out = {
         "step": step,
         "name": name,
         "path": f"checkpoints/{name}",
-        "files": {n: sha256_bytes(data) for n, data in payloads.items()},
+        "files": hashes,
         "time": time.time(),
-        **row,
+        **{k: _with_sha256(v, hashes) for k, v in row.items()},
     }
     jsonl_line(out)  # refuse a row that is not JSON-safe before any file is written
 

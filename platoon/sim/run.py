@@ -3,10 +3,10 @@
 The directory is the live backend's (``platoon.runs``): ``lock.json``, ``metrics.jsonl`` (a row per step),
 ``tasks/events.jsonl``, ``checkpoints.jsonl`` and ``checkpoints/<step>/`` with ``tasks/dispatch-<step>.json`` (the
 dispatcher's format-2 state with its exact section), ``tasks/state-<step>.json`` (the statistics' snapshot) and
-``sim-<step>.json`` (the runtime's timers, groups in flight, trainer, learner). A step's row holds the dispatcher's
-metrics, the ``sim/...`` ones (``platoon.sim.metrics``) and ``eval/pass@1`` at steps 0, ``eval_every``, ... (the
-policy the step trained on); a run that learns ends with a row ``{"step": steps, "eval/pass@1": ...}`` for the
-final policy.
+``sim-<step>.json`` (the runtime's timers, groups in flight, trainer, learner) and ``driver-<step>.json`` (start
+slots, members, the step window). A step's row is the driver's (docs/metrics.md), with the ``sim/...`` metrics only
+the simulator knows and ``eval/pass@1`` at steps 0, ``eval_every``, ... (the policy the step trained on); a run that
+learns ends with a row ``{"step": steps, "eval/pass@1": ...}`` for the final policy.
 
 Checkpoints are taken at launch (``000000``) and right after a step's metrics (every ``train.checkpoint_every``
 steps and after the last), named by the steps done. Each records the lengths of ``metrics.jsonl`` and ``tasks/events.jsonl`` then; ``resume``
@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from platoon.config.models import RunConfig
 from platoon.config.resolve import resolve_components
-from platoon.policy import dispatch_state
 from platoon.policy.assemble import build_policy
-from platoon.policy.outputs import TrainStep
+from platoon.policy.driver import StepReport
 from platoon.runs import RunDir, checkpoint_name, load_latest_checkpoint, metrics_row, save_checkpoint
-from platoon.sim.metrics import staleness_metrics
 from platoon.sim.runtime import SimRuntime
 from platoon.sim.setup import build_tasks
 
@@ -51,15 +50,13 @@ class SimRun:
     def __init__(self, cfg: RunConfig, path: Path, runtime: SimRuntime, *, log: Logger | None = None) -> None:
         self.cfg, self.path, self.rt = cfg, Path(path), runtime
         self.rd = RunDir(path)
-        self.d = runtime.d
+        self.driver = runtime.driver
         self.log = log or _default_log
         self.metrics = self.rd.metrics_writer()
         self.events = self.rd.events_writer()
         self.on_step: Callable[[int, float], None] | None = None
-        self.learns = any(runtime.learner.learn) and runtime.learner.pass_at_1() is not None
         runtime.write_step = self._write_step
         runtime.finish = self._finish
-        runtime.on_step = lambda step, now: self.on_step(step, now) if self.on_step else None
 
     # ------------------------------------------------------------------------------------------ starting
     @classmethod
@@ -68,7 +65,7 @@ class SimRun:
         cannot build; FileExistsError when ``path`` holds something."""
         records = resolve_components(cfg)
         tasks = build_tasks(cfg)
-        policy = build_policy(cfg, tasks.pool, start=1)
+        policy = build_policy(cfg, tasks.pool, start=1, clock=time.perf_counter)
         rd = RunDir.create(path)
         rd.write_lock(cfg.model_dump(mode="json"), [r.to_json() for r in records], {"runtime": "sim"})
         rd.write_pool([(row.task_id, row.entry, row.label) for row in tasks.pool.rows])  # for platoon tasks show
@@ -95,12 +92,15 @@ class SimRun:
         name = ckpt.name
         sim_state = ckpt.files.get(f"sim-{name}.json")
         dispatch = ckpt.files.get(f"tasks/dispatch-{name}.json")
-        if not isinstance(sim_state, dict) or not isinstance(dispatch, dict):
-            raise ResumeError(f"{ckpt.path}: not a simulator checkpoint (no sim-{name}.json or dispatch state)")
+        driver_state = ckpt.files.get(f"driver-{name}.json")
+        if not all(isinstance(x, dict) for x in (sim_state, dispatch, driver_state)):
+            raise ResumeError(f"{ckpt.path}: not a simulator checkpoint of this release (no sim-{name}.json, "
+                              f"driver-{name}.json or dispatch state)")
         _cut_logs(rd, ckpt.row.get("logs") or {})
         tasks = build_tasks(cfg)
-        policy = build_policy(cfg, tasks.pool, start=dispatch["start"])
-        dispatch_state.restore_exact(policy.dispatcher, dispatch)
+        policy = build_policy(cfg, tasks.pool, start=dispatch["start"], clock=time.perf_counter)
+        policy.dispatcher.load_state_dict(dispatch)
+        policy.driver.load_state_dict(driver_state)
         snapshot = ckpt.files.get(f"tasks/state-{name}.json")
         if isinstance(snapshot, dict):
             policy.recorder.load_snapshot(snapshot)
@@ -129,54 +129,31 @@ class SimRun:
 
     # --------------------------------------------------------------------------------------------- writing
     def _drain(self) -> None:
-        for event in self.d.take_events():
+        out = self.driver.take_outbox()
+        for event in out.events:
             self.events.write(event)
-        for message in self.d.take_infos():
+        for message in out.infos:
             self.log("info", message)
-        warnings = self.d.take_warnings() + self.d.recorder.take_warnings() + self.d.samplers.take_warnings()
-        if self.rt.start_limit is not None:
-            warnings += self.rt.start_limit.take_warnings()
-        for message in warnings:
+        for message in out.warnings:
             self.log("warning", message)
 
-    def _write_step(self, step: TrainStep, now: float) -> None:
-        rt, cfg = self.rt, self.cfg
-        row = self.d.step_metrics(now=now)
-        row.update(rt.window.read(now, permits=self.d.config.max_concurrent_rollouts))
-        if rt.start_limit is not None:
-            row.update(rt.start_limit.metrics(now=now, scope="train"))
-        row.update(staleness_metrics(step, bound=cfg.train.max_staleness))
-        row["sim/simulated_seconds"] = now
-        row["sim/gpu_hours"] = now / 3600.0 * cfg.sim.gpus
-        row["sim/train_pass_rate_mean"] = rt.learner.mean_pass_rate()
-        every = cfg.train.eval_every
-        if self.learns and every is not None and step.step % every == 0:
-            row["eval/pass@1"] = rt.learner.pass_at_1()
-        self.metrics.write(metrics_row(step.step, now, row))
+    def _write_step(self, report: StepReport, now: float) -> None:
+        self.metrics.write(metrics_row(report.step.step, now, report.metrics))
         self._drain()
-        done = step.step + 1
-        if done % cfg.train.checkpoint_every == 0 or done == cfg.train.steps:
-            self._checkpoint(done)
+        if report.checkpoint_due:
+            self._checkpoint(report.done)
+        if self.on_step is not None:
+            self.on_step(report.step.step, now)
 
     def _checkpoint(self, done: int) -> None:
         name = checkpoint_name(done)
-        files: dict[str, object] = {
-            f"tasks/dispatch-{name}.json": dispatch_state.state_dict(self.d),
-            f"sim-{name}.json": self.rt.state_dict(),
-        }
-        snapshot = self.d.recorder.snapshot()
-        if snapshot is not None:
-            files[f"tasks/state-{name}.json"] = snapshot
-        row: dict[str, object] = {
-            "batch": done, "policy_version": done, "runtime": "sim", "start": self.d.start_number,
-            "logs": {"metrics.jsonl": _size(self.rd.metrics_path), "tasks/events.jsonl": _size(self.rd.events_path)},
-        }
-        if self.d.admission is not None:
-            row["next_position"] = self.d.next_position
+        files, row = self.driver.checkpoint(name, done)
+        files[f"sim-{name}.json"] = self.rt.state_dict()
+        row["logs"] = {"metrics.jsonl": _size(self.rd.metrics_path), "tasks/events.jsonl": _size(self.rd.events_path)}
         save_checkpoint(self.rd, done, files, row)
 
     def _finish(self, now: float) -> None:
-        if self.learns and self.cfg.train.eval_every is not None:
+        if self.rt.learns and self.driver.eval_due(self.cfg.train.steps):
             self.metrics.write(metrics_row(self.cfg.train.steps, now, {"eval/pass@1": self.rt.learner.pass_at_1()}))
         self._drain()
 

@@ -109,7 +109,7 @@ class DurationDist:
 
 
 @dataclass(frozen=True)
-class Member:
+class MemberOutcome:
     """What one rollout will do, decided when it gets its permit (its task's pass rate ``p`` then).
 
     ``first_call_s``: start-up work before its first model call; ``run_s``: from the first call to its end (its
@@ -173,7 +173,7 @@ class GroupDraws:
     teardown_s: list[float]
     timeout_s: float | None = None
 
-    def member(self, index: int, pass_rate: float) -> Member:
+    def member(self, index: int, pass_rate: float) -> MemberOutcome:
         """Member ``index``'s rollout when its task's pass rate is ``pass_rate`` (one that reaches the time limit
         ends there, failing)."""
         passed = self.u_pass[index] < pass_rate
@@ -181,8 +181,8 @@ class GroupDraws:
         if self.timeout_s is not None and run_s >= self.timeout_s:
             passed, run_s = False, self.timeout_s
         error_at = self.error_frac[index] * run_s if self.error[index] else None
-        return Member(passed, not self.invalid[index], self.first_call_s[index], run_s, error_at,
+        return MemberOutcome(passed, not self.invalid[index], self.first_call_s[index], run_s, error_at,
                       self.teardown_s[index])
 
 
-__all__ = ["DurationDist", "GroupDraws", "Member", "SALT_ROLLOUT", "Workload", "read_durations", "seed_word"]
+__all__ = ["DurationDist", "GroupDraws", "MemberOutcome", "SALT_ROLLOUT", "Workload", "read_durations", "seed_word"]

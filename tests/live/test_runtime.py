@@ -58,12 +58,12 @@ def test_metrics_rows_carry_the_dispatcher_the_trainer_and_the_batch():
     row = rows[1]
     for key in ("train/dispatch/blocked_share/permits", "rollout_client/permits_held_mean",
                 "rollout_client/concurrency_achieved_fraction", "train/policy_version", "trainer/datums",
-                "live/permit_busy_share", "live/trainer_idle_share", "train/reward_mean", "train/pass_rate",
+                "rollout_client/permit_busy_share", "train/trainer_idle_share", "train/reward_mean", "train/pass_rate",
                 "train/informative_share", "train/staleness_mean"):
         assert key in row, key
     assert row["train/reward_mean"] == pytest.approx(0.5) and row["train/pass_rate"] == pytest.approx(0.5)
     assert row["train/informative_share"] == 1.0 and row["trainer/datums"] == 8.0
-    assert 0.0 < row["live/permit_busy_share"] <= 1.0
+    assert 0.0 < row["rollout_client/permit_busy_share"] <= 1.0
 
 
 def test_failed_groups_get_their_fate_and_the_run_goes_on():

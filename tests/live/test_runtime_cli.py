@@ -58,7 +58,7 @@ def test_eval_of_a_bad_config_exits_78(tmp_path):
 
 def test_the_step_line_names_what_the_issue_asks_for():
     line = step_line({"step": 3, "train/reward_mean": 0.41, "train/pass_rate": 0.25, "train/informative_share": 0.8,
-                      "train/staleness_mean": 0.5, "live/permit_busy_share": 0.9, "eval/pass@1": 0.33})
+                      "train/staleness_mean": 0.5, "rollout_client/permit_busy_share": 0.9, "eval/pass@1": 0.33})
     assert line.split() == ["step", "3", "reward", "0.410", "pass", "0.250", "informative", "0.800", "staleness",
                             "0.500", "permits", "busy", "0.900", "eval/pass@1", "0.330"]
     assert step_line({"step": 7, "eval/pass@1": 0.5}).split() == ["step", "7", "eval/pass@1", "0.500"]

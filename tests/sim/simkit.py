@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
 from platoon.config.loader import check_config
 from platoon.config.models import RunConfig
+from platoon.runs import read_jsonl
 from platoon.sim.run import SimRun
 
 BASE: dict[str, Any] = {
@@ -55,9 +57,22 @@ def resume(path: Path, steps: int | None = None) -> SimRun:
 LOGS = ("metrics.jsonl", "tasks/events.jsonl")
 
 
+def timed_out(row: dict) -> dict:
+    """A metrics row without the one figure of a simulated run that is not deterministic: the samplers' wall time
+    (``train/sampler/decision_ms``, its maximum and per-environment forms, docs/metrics.md)."""
+    return {k: v for k, v in row.items() if "decision_ms" not in k}
+
+
+def deterministic(path: Path) -> bytes:
+    """The bytes of a log (``metrics.jsonl`` without the samplers' wall time, see ``timed_out``)."""
+    if path.name != "metrics.jsonl":
+        return path.read_bytes()
+    return "\n".join(json.dumps(timed_out(row), sort_keys=True) for row in read_jsonl(path)).encode()
+
+
 def differing(a: Path, b: Path, names: tuple[str, ...] = LOGS) -> list[str]:
-    """The files among ``names`` whose bytes differ between run directories ``a`` and ``b``."""
-    return [n for n in names if (a / n).read_bytes() != (b / n).read_bytes()]
+    """The files among ``names`` that differ between run directories ``a`` and ``b`` (see ``deterministic``)."""
+    return [n for n in names if deterministic(a / n) != deterministic(b / n)]
 
 
 def checkpoint_files(path: Path) -> dict[str, bytes]:

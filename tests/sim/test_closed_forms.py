@@ -30,13 +30,13 @@ def busy_share(tmp_path, release: str, group_size: int, seed: int = 0) -> tuple[
         sim={"rollout": {"duration": {"dist": "exponential", "mean_s": 1.0}},
              "trainer": {"step_s": 0.0, "per_datum_s": 0.0, "publish_s": 0.0}, "learning": {"enabled": False}})
     r = run(cfg, tmp_path / f"{release}-{group_size}")
-    rows = [x for x in read_jsonl(r.path / "metrics.jsonl") if "sim/rollouts" in x]
+    rows = [x for x in read_jsonl(r.path / "metrics.jsonl") if "train/rollouts" in x]
     lo, hi = STEPS // 10, STEPS - STEPS // 10
     prev, area, span = rows[lo - 1]["time"], 0.0, 0.0
     for x in rows[lo:hi]:
         dt = x["time"] - prev
         prev = x["time"]
-        area += x["sim/permit_busy_share"] * dt
+        area += x["rollout_client/permit_busy_share"] * dt
         span += dt
     return area / span, rows
 
@@ -47,11 +47,11 @@ def test_group_release_busy_share_is_one_over_harmonic(tmp_path, group_size):
     share, rows = busy_share(tmp_path, "group", group_size)
     harmonic = sum(1.0 / k for k in range(1, group_size + 1))
     assert share == pytest.approx(1.0 / harmonic, rel=TOLERANCE)
-    assert sum(x["sim/rollouts"] for x in rows) == STEPS * 8 * group_size
+    assert sum(x["train/rollouts"] for x in rows) == STEPS * 8 * group_size
     middle = rows[STEPS // 10: STEPS - STEPS // 10]
     assert all(x["train/dispatch/blocked_share/permits"] > 0.99 for x in middle)  # the permits did bind
     for x in rows:  # the dispatcher's own gauge says the same (under group: rollouts over the whole budget)
-        assert x["rollout_client/concurrency_achieved_fraction"] == pytest.approx(x["sim/permit_busy_share"],
+        assert x["rollout_client/concurrency_achieved_fraction"] == pytest.approx(x["rollout_client/permit_busy_share"],
                                                                                abs=1e-9)
 
 
@@ -59,9 +59,9 @@ def test_group_release_busy_share_is_one_over_harmonic(tmp_path, group_size):
 def test_rollout_release_busy_share_approaches_one(tmp_path):
     share, rows = busy_share(tmp_path, "rollout", 8)
     assert share >= 0.99
-    whole = sum(x["sim/permit_busy_share"] * (x["time"] - (rows[i - 1]["time"] if i else 0.0))
+    whole = sum(x["rollout_client/permit_busy_share"] * (x["time"] - (rows[i - 1]["time"] if i else 0.0))
                 for i, x in enumerate(rows)) / rows[-1]["time"]
     assert whole > 0.95  # the first and the last step included
     for x in rows:
-        assert x["rollout_client/concurrency_achieved_fraction"] == pytest.approx(x["sim/permit_busy_share"],
+        assert x["rollout_client/concurrency_achieved_fraction"] == pytest.approx(x["rollout_client/permit_busy_share"],
                                                                                abs=1e-9)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from simkit import checkpoint_files, config, differing, resume, run
+from simkit import checkpoint_files, config, differing, resume, run, timed_out
 
 from platoon.runs import read_jsonl
 
@@ -38,8 +38,9 @@ def test_same_seed_same_run_directory(tmp_path):
     assert differing(a.path, b.path) == []
     assert checkpoint_files(a.path) == checkpoint_files(b.path)
     ra, rb = read_jsonl(a.path / "checkpoints.jsonl"), read_jsonl(b.path / "checkpoints.jsonl")
-    assert [{k: v for k, v in r.items() if k != "time"} for r in ra] == \
-           [{k: v for k, v in r.items() if k != "time"} for r in rb]
+    # wall-clock fields aside: the row's time, and the logs' byte lengths (decision_ms varies in its digits)
+    assert [{k: v for k, v in r.items() if k not in ("time", "logs")} for r in ra] == \
+           [{k: v for k, v in r.items() if k not in ("time", "logs")} for r in rb]
     other = run(config(**{**EVERYTHING, "train": {**EVERYTHING["train"], "seed": 1}}), tmp_path / "c")
     assert differing(a.path, other.path) == ["metrics.jsonl", "tasks/events.jsonl"]
 
@@ -49,7 +50,7 @@ def test_killed_anywhere_and_resumed_is_the_uninterrupted_run(tmp_path, case):
     cfg = config(**CASES[case])
     whole = run(cfg, tmp_path / "whole")
     end = whole.rt.now
-    step_times = [r["time"] for r in rows(whole.path) if "sim/rollouts" in r]
+    step_times = [r["time"] for r in rows(whole.path) if "train/rollouts" in r]
     kills = [0.0, end * 0.37, step_times[2], step_times[3] + 1e-9, end * 0.81, end]
     for n, kill in enumerate(kills):
         killed = run(cfg, tmp_path / f"k{n}", until=kill)
@@ -65,15 +66,15 @@ def test_resume_twice_and_with_more_steps(tmp_path):
     longer = run(config(**{**EVERYTHING, "train": {**EVERYTHING["train"], "steps": 11}}), tmp_path / "longer")
     part = run(cfg, tmp_path / "part", until=40.0)
     resume(part.path)  # to the end of its 8 steps (a final checkpoint at 8)
-    assert len([r for r in rows(part.path) if "sim/rollouts" in r]) == 8
+    assert len([r for r in rows(part.path) if "train/rollouts" in r]) == 8
     more = resume(part.path, steps=11)
     assert more.cfg.train.steps == 11
-    steps = [r["step"] for r in rows(part.path) if "sim/rollouts" in r]
+    steps = [r["step"] for r in rows(part.path) if "train/rollouts" in r]
     assert steps == list(range(11))
     with pytest.raises(ValueError, match="already done 11 steps"):
         resume(part.path, steps=5)
     # a run planned for 8 steps draws less ahead near its end than one planned for 11: only the first steps agree
-    same = [a == b for a, b in zip(rows(part.path), rows(longer.path), strict=False)]
+    same = [timed_out(a) == timed_out(b) for a, b in zip(rows(part.path), rows(longer.path), strict=False)]
     assert same[:5] == [True] * 5
 
 
@@ -83,10 +84,10 @@ def test_accounting_agrees_with_the_dispatcher(tmp_path, release):
     under group, with groups of 4 on 12 permits, the configured concurrency is the budget too)."""
     cfg = config(**{**EVERYTHING, "train": {**EVERYTHING["train"], "permit_release": release}})
     r = run(cfg, tmp_path / "r")
-    steps = [x for x in rows(r.path) if "sim/rollouts" in x]
+    steps = [x for x in rows(r.path) if "train/rollouts" in x]
     assert len(steps) == 8
     for x in steps:
-        assert x["sim/permit_busy_share"] == pytest.approx(x["rollout_client/concurrency_achieved_fraction"],
+        assert x["rollout_client/permit_busy_share"] == pytest.approx(x["rollout_client/concurrency_achieved_fraction"],
                                                            abs=1e-9)
         assert x["rollout_client/rollouts_in_flight_max"] <= 12
     assert steps[-1]["sim/simulated_seconds"] == steps[-1]["time"]
@@ -94,14 +95,14 @@ def test_accounting_agrees_with_the_dispatcher(tmp_path, release):
 
 def test_shares_and_waste(tmp_path):
     r = run(config(**EVERYTHING), tmp_path / "r")
-    steps = [x for x in rows(r.path) if "sim/rollouts" in x]
+    steps = [x for x in rows(r.path) if "train/rollouts" in x]
     for x in steps:
-        assert 0.0 <= x["sim/permit_busy_share"] <= 1.0 + 1e-12
-        assert 0.0 <= x["sim/trainer_idle_share"] <= 1.0 + 1e-12
-    wasted = {f: sum(x[f"sim/wasted_rollouts/{f}"] for x in steps) for f in ("rejected", "failed", "cancelled")}
+        assert 0.0 <= x["rollout_client/permit_busy_share"] <= 1.0 + 1e-12
+        assert 0.0 <= x["train/trainer_idle_share"] <= 1.0 + 1e-12
+    wasted = {f: sum(x[f"train/wasted_rollouts/{f}"] for x in steps) for f in ("rejected", "failed", "cancelled")}
     assert wasted["rejected"] > 0 and wasted["failed"] > 0 and wasted["cancelled"] > 0
-    assert sum(x["sim/rollouts"] for x in steps) > 0
-    d = r.d
+    assert sum(x["train/rollouts"] for x in steps) > 0
+    d = r.driver.dispatcher
     assert d.permits.free + sum(lease.holding for _, lease in d.running.values()) == d.permits.capacity
 
 
@@ -120,21 +121,21 @@ def test_events_name_every_draw_and_settle(tmp_path):
 
 def test_every_rollout_raising_fails_every_group(tmp_path):
     r = run(config(train={"steps": 3}, sim={"rollout": {"error_rate": 1.0}}), tmp_path / "r")
-    steps = [x for x in rows(r.path) if "sim/rollouts" in x]
+    steps = [x for x in rows(r.path) if "train/rollouts" in x]
     assert [x["train/batch/informative_groups"] for x in steps] == [0.0, 0.0, 0.0]
     events = read_jsonl(r.path / "tasks/events.jsonl")
     settles = [e for e in events if e["event"] == "settle"]
     assert {e["verdict"] for e in settles} == {"failed"}
     # each failed group: the rollout that raised ran for nothing, the others it cancelled (those that had started)
-    assert sum(x["sim/wasted_rollouts/failed"] for x in steps) == len(settles)
-    assert 0 < sum(x["sim/wasted_rollouts/cancelled"] for x in steps) <= 3 * len(settles)
+    assert sum(x["train/wasted_rollouts/failed"] for x in steps) == len(settles)
+    assert 0 < sum(x["train/wasted_rollouts/cancelled"] for x in steps) <= 3 * len(settles)
 
 
 def test_stragglers_are_cut_after_the_quorum(tmp_path):
     sim = {"rollout": {"duration": {"dist": "lognormal", "median_s": 10.0, "sigma": 1.5}}}
     free = run(config(train={"steps": 4}, sim=sim), tmp_path / "free")
     cut = run(config(train={"steps": 4, "straggler": {"timeout_s": 5.0, "quorum": 2}}, sim=sim), tmp_path / "cut")
-    cancelled = sum(x["sim/wasted_rollouts/cancelled"] for x in rows(cut.path) if "sim/rollouts" in x)
+    cancelled = sum(x["train/wasted_rollouts/cancelled"] for x in rows(cut.path) if "train/rollouts" in x)
     assert cancelled > 0
     assert cut.rt.now < free.rt.now
     settles = [e for e in read_jsonl(cut.path / "tasks/events.jsonl") if e["event"] == "settle"]
@@ -174,7 +175,7 @@ def test_a_task_file_population(tmp_path):
     (tmp_path / "tasks.csv").write_text("task_id,pass_rate\n" + "".join(f"t{i},0.5\n" for i in range(20)))
     r = run(config(train={"steps": 30, "batch_size": 8, "max_concurrent_rollouts": 64},
                    sim={"tasks": str(tmp_path / "tasks.csv")}), tmp_path / "r")
-    steps = [x for x in rows(r.path) if "sim/rollouts" in x]
+    steps = [x for x in rows(r.path) if "train/rollouts" in x]
     informative = sum(x["train/batch/informative_groups"] for x in steps)
     trained = informative + sum(x["train/batch/all_pass_groups"] + x["train/batch/all_fail_groups"]
                                 for x in steps)

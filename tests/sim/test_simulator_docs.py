@@ -34,7 +34,7 @@ def test_every_command_runs(tmp_path, monkeypatch):
         assert result.exit_code == 0, f"{command}\n{result.output}"
     assert (tmp_path / "runs/compare/summary.md").exists()
     assert len([p for p in (tmp_path / "runs/sweep").iterdir() if p.is_dir()]) == 4
-    steps = [r["step"] for r in read_jsonl(tmp_path / "runs/tc/metrics.jsonl") if "sim/rollouts" in r]
+    steps = [r["step"] for r in read_jsonl(tmp_path / "runs/tc/metrics.jsonl") if "train/rollouts" in r]
     assert steps == list(range(14))  # the resume went on to its new total
     drawn = {e["task_id"] for e in read_jsonl(tmp_path / "runs/known-pass-rate/tasks/events.jsonl")
              if e["event"] == "draw"}

@@ -1,0 +1,245 @@
+"""A group's members as the failure and straggler rules see them: who to cancel, in what order, and when.
+
+What this module owns (docs/dispatch.md, "Members, failures and stragglers"): the rules that decide, for every
+group in flight, which of its rollouts a runtime must cancel. It is sans-I/O like the rest of the policy layer: it
+is told what happened, with ``now=``, and answers ``CancelRollout`` decisions; its timers are read through
+``next_deadline()`` and fired by ``on_deadline(now=)`` (the driver merges them with the dispatcher's and the start
+limit's).
+
+Rules it keeps:
+
+- **A member's life**: waiting for its permit, granted (holds its permit, may wait for a start slot), running (its
+  rollout began: ``on_started`` with its start delay, the seconds it waited for its permit and slot), ended (its
+  rollout ran to its end or raised; its block may still wait for teardowns), exited (its block is done), or
+  cancelled. Events out of that order raise ``MemberError`` naming the member and its state, except that events
+  about a member already cancelled are ignored: the cancellation may not have reached it yet.
+- **Failure.** When a member raises, every other member whose block is not done is cancelled once (reason
+  ``cancelled``): those still waiting for their permit first, then the rest in index order, so that no permit a
+  cancelled rollout gives back is handed to a member about to be cancelled. Cancelling a member that has ended ends
+  its wait for teardowns, and it keeps its outcome. The group fails once they have unwound.
+- **Stragglers** (``timeout_s`` set). The quorum is ``min(quorum or max(size - 1, 1), size)`` members ended. At the
+  time the quorum is reached, ``quorum_t``, each running member ``i`` gets the deadline
+  ``quorum_t + timeout_s + (delay_i - least delay among the members that started)``; a member that starts later
+  gets its own then. With every member started at once (all delays 0.0) that is one deadline for all,
+  ``timeout_s`` after the quorum. A running member past its deadline is cut (reason ``straggler_killed``) alone;
+  the first cut of a group warns once.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from enum import Enum
+
+Key = tuple[int, int]
+
+CANCELLED = "cancelled"
+STRAGGLER_KILLED = "straggler_killed"
+
+
+class MemberError(RuntimeError):
+    """An event a member cannot take in its state."""
+
+
+class MemberState(Enum):
+    WAITING = "waiting"
+    GRANTED = "granted"
+    RUNNING = "running"
+    ENDED = "ended"
+    EXITED = "exited"
+    CANCELLED = "cancelled"
+
+
+_LIVE = (MemberState.WAITING, MemberState.GRANTED, MemberState.RUNNING)
+_OPEN = (*_LIVE, MemberState.ENDED)
+
+
+@dataclass(frozen=True)
+class CancelRollout:
+    """Decision: cancel member ``index`` of group ``key``; ``reason`` is its disposition (``cancelled`` when its
+    group failed, ``straggler_killed`` when it ran past its straggler deadline)."""
+
+    key: Key
+    index: int
+    reason: str
+
+
+@dataclass
+class _Group:
+    size: int
+    states: list[MemberState]
+    delays: dict[int, float] = field(default_factory=dict)
+    deadlines: dict[int, float] = field(default_factory=dict)
+    ended: int = 0
+    quorum_t: float | None = None
+    warned: bool = False
+
+    def to_json(self) -> list:
+        return [self.size, [s.value for s in self.states], [[i, d] for i, d in sorted(self.delays.items())],
+                [[i, t] for i, t in sorted(self.deadlines.items())], self.ended, self.quorum_t, self.warned]
+
+    @classmethod
+    def from_json(cls, d: list) -> _Group:
+        size, states, delays, deadlines, ended, quorum_t, warned = d
+        return cls(size, [MemberState(s) for s in states], {int(i): x for i, x in delays},
+                   {int(i): t for i, t in deadlines}, ended, quorum_t, warned)
+
+
+class MemberWatch:
+    """The members of every group in flight (see the module docstring). ``timeout_s`` None: no straggler policy."""
+
+    def __init__(self, *, timeout_s: float | None = None, quorum: int | None = None) -> None:
+        self.timeout_s = timeout_s
+        self.quorum = quorum
+        self.groups: dict[Key, _Group] = {}
+        self._heap: list[tuple[float, Key, int]] = []
+        self._warnings: list[str] = []
+        self._running_cancelled = 0
+
+    # ------------------------------------------------------------------------------------------------ events
+    def open(self, key: Key, size: int) -> None:
+        """Group ``key`` of ``size`` members started: every member waits for its permit."""
+        if key in self.groups:
+            raise MemberError(f"group {key} is already open")
+        self.groups[key] = _Group(size, [MemberState.WAITING] * size)
+
+    def close(self, key: Key) -> None:
+        """Group ``key`` settled: forget it (its deadlines lapse)."""
+        self.groups.pop(key, None)
+
+    def on_granted(self, key: Key, index: int) -> None:
+        self._move(key, index, (MemberState.WAITING,), MemberState.GRANTED, "granted")
+
+    def on_started(self, key: Key, index: int, *, now: float, delay_s: float) -> None:
+        """Member ``index`` began its rollout after waiting ``delay_s`` for its permit and start slot."""
+        g = self._move(key, index, (MemberState.WAITING, MemberState.GRANTED), MemberState.RUNNING, "started")
+        if g.states[index] is MemberState.CANCELLED:
+            return
+        g.delays[index] = float(delay_s)
+        if g.quorum_t is not None:
+            self._arm(key, g, index)
+
+    def on_ended(self, key: Key, index: int, *, now: float, raised: bool = False) -> list[CancelRollout]:
+        """Member ``index``'s rollout ended (``raised``: with an exception): the cancellations that follow."""
+        g = self._move(key, index, _LIVE, MemberState.ENDED, "ended")
+        if g.states[index] is MemberState.CANCELLED:
+            return []
+        g.deadlines.pop(index, None)
+        g.ended += 1
+        if raised:
+            return self._fail(key, g, index)
+        if self.timeout_s is not None and g.quorum_t is None and g.ended >= self._quorum(g.size):
+            g.quorum_t = now
+            for i, state in enumerate(g.states):
+                if state is MemberState.RUNNING:
+                    self._arm(key, g, i)
+        return []
+
+    def on_exited(self, key: Key, index: int) -> None:
+        """Member ``index``'s block is done (its teardowns ended or its permit's wait for them ran out)."""
+        g = self.groups.get(key)
+        if g is not None and g.states[index] is not MemberState.CANCELLED:
+            self._move(key, index, (MemberState.ENDED,), MemberState.EXITED, "exited")
+
+    def on_cancelled(self, key: Key, index: int) -> None:
+        """Member ``index`` was cancelled by its runtime (its wait for a permit, as its group was cancelled)."""
+        g = self.groups.get(key)
+        if g is not None and g.states[index] in _OPEN:
+            g.states[index] = MemberState.CANCELLED
+            g.deadlines.pop(index, None)
+
+    # ------------------------------------------------------------------------------------------------ timers
+    def next_deadline(self) -> float | None:
+        """The earliest straggler deadline of a running member, or None."""
+        heap = self._heap
+        while heap and not self._current(*heap[0]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def on_deadline(self, *, now: float) -> list[CancelRollout]:
+        """Cut every running member whose deadline has come, in deadline order."""
+        cuts: list[CancelRollout] = []
+        while (due := self.next_deadline()) is not None and due <= now:
+            _, key, index = heapq.heappop(self._heap)
+            g = self.groups[key]
+            g.states[index] = MemberState.CANCELLED
+            self._running_cancelled += 1
+            del g.deadlines[index]
+            cuts.append(CancelRollout(key, index, STRAGGLER_KILLED))
+            if not g.warned:
+                g.warned = True
+                self._warnings.append(
+                    f"rollout {index} of group {key} ran past its straggler deadline ({self.timeout_s:g}s after the "
+                    f"quorum of {self._quorum(g.size)}); cutting it")
+        return cuts
+
+    def state(self, key: Key, index: int) -> MemberState | None:
+        """Where member ``index`` of the open group ``key`` stands (None: the group is not open)."""
+        g = self.groups.get(key)
+        return g.states[index] if g is not None else None
+
+    def ran(self, key: Key) -> int:
+        """How many members of the open group ``key`` ran to their end."""
+        g = self.groups.get(key)
+        return 0 if g is None else sum(s in (MemberState.ENDED, MemberState.EXITED) for s in g.states)
+
+    def take_running_cancelled(self) -> int:
+        """Members this watch cancelled while their rollouts ran, since the last call."""
+        n, self._running_cancelled = self._running_cancelled, 0
+        return n
+
+    def take_warnings(self) -> list[str]:
+        warnings, self._warnings = self._warnings, []
+        return warnings
+
+    # ------------------------------------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        return {"groups": [[list(k), g.to_json()] for k, g in self.groups.items()],
+                "running_cancelled": self._running_cancelled}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.groups = {tuple(k): _Group.from_json(g) for k, g in state["groups"]}
+        self._running_cancelled = int(state["running_cancelled"])
+        self._heap = [(t, key, i) for key, g in self.groups.items() for i, t in g.deadlines.items()]
+        heapq.heapify(self._heap)
+
+    # -------------------------------------------------------------------------------------------- internals
+    def _quorum(self, size: int) -> int:
+        return min(self.quorum or max(size - 1, 1), size)
+
+    def _move(self, key: Key, index: int, sources: tuple[MemberState, ...], target: MemberState,
+              event: str) -> _Group:
+        g = self.groups.get(key)
+        if g is None:
+            raise MemberError(f"{event}: group {key} is not open")
+        if not 0 <= index < g.size:
+            raise MemberError(f"{event}: group {key} has no member {index}")
+        if g.states[index] is MemberState.CANCELLED:
+            return g  # the cancellation has not reached the member yet: what it reports changes nothing
+        if g.states[index] not in sources:
+            raise MemberError(f"{event}: member {index} of group {key} is {g.states[index].value}")
+        g.states[index] = target
+        return g
+
+    def _arm(self, key: Key, g: _Group, index: int) -> None:
+        assert self.timeout_s is not None and g.quorum_t is not None
+        least = min(g.delays.values())
+        due = g.quorum_t + self.timeout_s + (g.delays[index] - least)
+        g.deadlines[index] = due
+        heapq.heappush(self._heap, (due, key, index))
+
+    def _current(self, due: float, key: Key, index: int) -> bool:
+        g = self.groups.get(key)
+        return g is not None and g.deadlines.get(index) == due and g.states[index] is MemberState.RUNNING
+
+    def _fail(self, key: Key, g: _Group, raised: int) -> list[CancelRollout]:
+        order = sorted((i for i, s in enumerate(g.states) if s in _OPEN and i != raised),
+                       key=lambda i: (g.states[i] is not MemberState.WAITING, i))
+        for i in order:
+            self._running_cancelled += g.states[i] is MemberState.RUNNING
+            g.states[i] = MemberState.CANCELLED
+            g.deadlines.pop(i, None)
+        return [CancelRollout(key, i, CANCELLED) for i in order]
+
+
+__all__ = ["CANCELLED", "STRAGGLER_KILLED", "CancelRollout", "MemberError", "MemberState", "MemberWatch"]
