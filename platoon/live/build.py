@@ -29,7 +29,6 @@ from platoon.live.envs.base import resolve_environment
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
 from platoon.policy.assemble import Policy, build_policy
 from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
-from platoon.policy.start_limit import StartLimit, start_timer_s
 
 EVAL_EPISODES = 1024
 """Held-out episodes of one ``eval/pass@1`` measurement (shared among the entries)."""
@@ -143,7 +142,6 @@ class LiveRun:
     trainer: Any
     service: Any
     workflow: Any
-    start_limit: StartLimit | None
     eval_episodes: int = EVAL_EPISODES
 
     @property
@@ -197,7 +195,7 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
     envs = dict(envs) if envs is not None else build_environments(cfg)
     pool = build_pool(cfg, envs)
     policy = build_policy(cfg, pool, start=start, rolling=workflow_runs_on_lease(workflow_cls),
-                          clock=time.perf_counter)
+                          clock=time.perf_counter, runtime="live")
     model = build_model(cfg, envs)
     trainer = GRPOTrainer.from_config(model, cfg.train, cfg.model)
     if trainer_state is not None:
@@ -209,7 +207,4 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
     workflow = workflow_cls(envs, service, seed=cfg.train.seed, temperature=cfg.model.temperature,
                             max_new_tokens=cfg.model.max_new_tokens, straggler_timeout_s=straggler.timeout_s,
                             quorum=straggler.quorum)
-    limit = cfg.train.max_starting_rollouts
-    start_limit = (StartLimit(limit, timer_s=start_timer_s(cfg.train.workflow_config.worker_startup_budget_seconds))
-                   if limit is not None else None)
-    return LiveRun(cfg, envs, policy, model, trainer, service, workflow, start_limit, eval_episodes)
+    return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes)

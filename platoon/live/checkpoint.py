@@ -14,6 +14,8 @@ the lengths of ``metrics.jsonl`` and ``tasks/events.jsonl`` when the state was t
 
 Rules it keeps:
 
+- The files and row come from the driver (``Driver.checkpoint``: the same fields as a simulated run's), with
+  ``trainer.pt`` and ``logs`` added here.
 - The state is captured on the event loop, between two dispatcher calls (every event drained and flushed, so the
   log lengths match the state); only the writing may happen off the loop.
 - A resume takes the newest checkpoint that reads back whole (``load_latest_checkpoint``; each newer one passed
@@ -31,22 +33,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from platoon.policy import dispatch_state
-from platoon.policy.dispatcher import Dispatcher
 from platoon.runs import (
     JsonlWriter,
     LoadedCheckpoint,
     RunDir,
-    checkpoint_name,
     load_latest_checkpoint,
     read_checkpoint_rows,
     save_checkpoint,
 )
-from platoon.runs.atomic import json_bytes, sha256_bytes
 
 TRAINER_FILE = "trainer.pt"
 
-__all__ = ["LiveRunDir", "ResumePoint", "TRAINER_FILE", "checkpoint_payload", "next_start_number"]
+__all__ = ["LiveRunDir", "ResumePoint", "TRAINER_FILE", "next_start_number"]
 
 
 def _size(path: Path) -> int:
@@ -54,28 +52,6 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except FileNotFoundError:
         return 0
-
-
-def checkpoint_payload(d: Dispatcher, done: int, trainer_state: bytes | None) -> tuple[dict[str, object], dict]:
-    """The files and row keys of the full checkpoint of ``done`` steps, captured from ``d`` now."""
-    name = checkpoint_name(done)
-    dispatch_file = f"tasks/dispatch-{name}.json"
-    state = dispatch_state.state_dict(d)
-    files: dict[str, object] = {dispatch_file: state}
-    row: dict[str, Any] = {"batch": done, "policy_version": done, "runtime": "live", "start": d.start_number,
-                           "dispatch": {"file": dispatch_file, "sha256": sha256_bytes(json_bytes(state)),
-                                        "format": dispatch_state.STATE_FORMAT, "start": d.start_number}}
-    snapshot = d.recorder.snapshot()
-    if snapshot is not None:
-        state_file = f"tasks/state-{name}.json"
-        files[state_file] = snapshot
-        row["tasks"] = {"file": state_file, "sha256": sha256_bytes(json_bytes(snapshot)), "format": 1,
-                        "start": d.start_number}
-    if trainer_state is not None:
-        files[TRAINER_FILE] = trainer_state
-    if d.admission is not None:
-        row["next_position"] = d.next_position
-    return files, row
 
 
 def next_start_number(rows: list[dict]) -> int:

@@ -95,7 +95,7 @@ def step_line(row: dict) -> str:
         return f"step {row['step']:>4}  eval/pass@1 {get('eval/pass@1')}"
     line = (f"step {row['step']:>4}  reward {get('train/reward_mean')}  pass {get('train/pass_rate')}  "
             f"informative {get('train/informative_share')}  staleness {get('train/staleness_mean')}  "
-            f"permits busy {get('live/permit_busy_share')}")
+            f"permits busy {get('rollout_client/permit_busy_share')}")
     if "eval/pass@1" in row:
         line += f"  eval/pass@1 {get('eval/pass@1')}"
     return line
@@ -103,12 +103,10 @@ def step_line(row: dict) -> str:
 
 # ------------------------------------------------------------------------------------------------------- train
 def _runtime(live: LiveRun, run_dir: LiveRunDir, console: Console | None, checkpoint: str | None) -> LiveRuntime:
-    train = live.cfg.train
     if console is not None and hasattr(live.workflow, "warn"):
         live.workflow.warn = lambda message: console.log("warning", message)
-    return LiveRuntime(live.dispatcher, live.workflow, live.trainer, live.service, run_dir=run_dir,
-                       eval_every=train.eval_every, checkpoint_every=train.checkpoint_every, evaluate=live.evaluate,
-                       trainer_state=live.trainer_state, start_limit=live.start_limit,
+    return LiveRuntime(live.policy.driver, live.workflow, live.trainer, live.service, run_dir=run_dir,
+                       evaluate=live.evaluate, trainer_state=live.trainer_state,
                        log=console.log if console is not None else None,
                        on_step=console.step if console is not None else None, checkpoint_name=checkpoint)
 

@@ -28,6 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from platoon.policy.outputs import GroupOutput
+from platoon.policy.stats import MemberResult
+from platoon.policy.verdict import group_verdict, rewards_differ
+
 __all__ = [
     "Datum",
     "Trajectory",
@@ -36,14 +40,12 @@ __all__ = [
     "group_advantages",
     "group_datums",
     "group_output",
-    "group_verdict",
     "member_fields",
     "trajectory_datums",
 ]
 
 ADVANTAGE_EPS = 1e-6
 """Added to a group's reward std before dividing."""
-UNIFORM_TOLERANCE = 1e-9
 """Rewards within this of each other count as equal: the group trains nothing."""
 
 
@@ -101,17 +103,11 @@ def group_advantages(rewards: Sequence[float], *, eps: float = ADVANTAGE_EPS) ->
     """``(r - mean) / (std + eps)``, or all zeros when the rewards are equal (see the module's doc)."""
     if not rewards:
         return []
-    if max(rewards) - min(rewards) <= UNIFORM_TOLERANCE:
+    if not rewards_differ(rewards):
         return [0.0] * len(rewards)
     mean = sum(rewards) / len(rewards)
     std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
     return [(r - mean) / (std + eps) for r in rewards]
-
-
-def group_verdict(trajectories: Sequence[Trajectory]) -> str:
-    """``trained`` when the rewards differ, ``uniform`` when they are alike (or there are none)."""
-    rewards = [t.reward for t in trajectories]
-    return "trained" if rewards and max(rewards) - min(rewards) > UNIFORM_TOLERANCE else "uniform"
 
 
 def trajectory_datums(trajectory: Trajectory, advantage: float) -> list[Datum]:
@@ -184,11 +180,6 @@ def member_fields(trajectory: Trajectory | None, *, outcome: str = "scored",
 
 def group_output(trajectories: Sequence[Trajectory], *, eps: float = ADVANTAGE_EPS) -> Any:
     """A group's ``GroupOutput``: its verdict, one ``MemberResult`` per rollout, and its datums."""
-    from platoon.policy.outputs import GroupOutput
-    from platoon.policy.stats import MemberResult
-
-    return GroupOutput(
-        verdict=group_verdict(trajectories),
-        members=tuple(MemberResult(**member_fields(t)) for t in trajectories),
-        datums=tuple(group_datums(trajectories, eps=eps)),
-    )
+    members = tuple(MemberResult(**member_fields(t)) for t in trajectories)
+    return GroupOutput(verdict=group_verdict(members), members=members,
+                       datums=tuple(group_datums(trajectories, eps=eps)))

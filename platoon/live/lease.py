@@ -22,6 +22,10 @@ Rules it keeps (semantics 4.3, 4.6):
   holds no permit (``permit_release: group``) does not wait.
 - ``no_lease()`` clears the lease for a member's own rollout, so that a group that a rollout runs in turn sees the
   no-op lease and takes no permits of its own.
+- A group's members report to their host when their rollout starts and ends (``members_host``): the runtime's
+  driver answers with the cancellations its rules decide (a failing group's others, straggler cuts), which the host
+  carries out on the member tasks the group registered. Outside a training draw, ``LocalMembers`` applies the same
+  rules (``platoon.policy.members``) on the event loop's clock.
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Protocol
 
+from platoon.policy.members import CancelRollout, MemberWatch
+
 Key = tuple[int, int]
 
-__all__ = ["LeaseHost", "RolloutLease", "background_teardown", "first_model_call", "no_lease", "rollout_lease"]
+__all__ = ["LeaseHost", "LocalMembers", "MembersHost", "RolloutLease", "background_teardown", "first_model_call", "no_lease", "rollout_lease"]
 
 
 class LeaseHost(Protocol):
@@ -62,6 +68,71 @@ class LeaseHost(Protocol):
     def release_slot(self, key: Key, index: int, reason: str) -> None:
         """Give the member's slot back: ``first_call``, ``end`` or ``cancelled`` (once; later calls do nothing)."""
         ...
+
+
+class MembersHost(Protocol):
+    """Where a group's members report (the runtime in a training draw, else ``LocalMembers``)."""
+
+    def register_members(self, key: Key, tasks: list[asyncio.Future]) -> None:
+        """The member tasks a ``CancelRollout`` of group ``key`` cancels."""
+        ...
+
+    def member_started(self, key: Key, index: int, delay_s: float) -> None:
+        ...
+
+    def member_ended(self, key: Key, index: int, raised: bool) -> None:
+        ...
+
+
+class LocalMembers:
+    """The members' rules of ``platoon.policy.members`` for a group outside a training draw, on the loop's clock."""
+
+    def __init__(self, watch: MemberWatch) -> None:
+        self.watch = watch
+        self.loop = asyncio.get_running_loop()
+        self.t0 = self.loop.time()
+        self.tasks: dict[Key, list[asyncio.Future]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def now(self) -> float:
+        return self.loop.time() - self.t0
+
+    def register_members(self, key: Key, tasks: list[asyncio.Future]) -> None:
+        self.tasks[key] = tasks
+        self.watch.open(key, len(tasks))
+        for i in range(len(tasks)):
+            self.watch.on_granted(key, i)  # no permits here: every member holds its (absent) permit at once
+
+    def member_started(self, key: Key, index: int, delay_s: float) -> None:
+        self.watch.on_started(key, index, now=self.now(), delay_s=delay_s)
+        self._rearm()
+
+    def member_ended(self, key: Key, index: int, raised: bool) -> None:
+        self._carry(self.watch.on_ended(key, index, now=self.now(), raised=raised))
+        self._rearm()
+
+    def close(self, key: Key) -> None:
+        self.watch.close(key)
+        self.tasks.pop(key, None)
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _carry(self, cancels: list[CancelRollout]) -> None:
+        for c in cancels:
+            task = self.tasks[c.key][c.index]
+            if not task.done():
+                task.cancel(c.reason)
+
+    def _rearm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        due = self.watch.next_deadline()
+        self._timer = None if due is None else self.loop.call_at(self.t0 + due, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._carry(self.watch.on_deadline(now=max(self.now(), self.watch.next_deadline() or 0.0)))
+        self._rearm()
 
 
 _LEASE: ContextVar[RolloutLease | None] = ContextVar("platoon_rollout_lease", default=None)
@@ -94,6 +165,10 @@ class RolloutLease:
         rollout's first model call (``first_model_call``), at the block's end, or when it is cancelled; the no-op
         lease takes none."""
         return _Slot(self, index)
+
+    def members_host(self) -> MembersHost | None:
+        """The host a training draw's members report to (None for the no-op lease)."""
+        return self._host  # type: ignore[return-value]
 
     def __repr__(self) -> str:
         return f"RolloutLease(key={self.key}, size={self.size})" if self.active else "RolloutLease(no-op)"

@@ -1,25 +1,24 @@
 """``GroupRolloutWorkflow``: one training group's rollouts, each in a block of its group's lease, and its output.
 
-What this module owns: how a group's members run and end, and what the group hands back (a ``GroupOutput``: its
-verdict, one ``MemberResult`` per member, the datums a step trains). Rules it keeps (semantics 4.5-4.7):
+What this module owns: how a group's members run, and what the group hands back (a ``GroupOutput``: its verdict,
+one ``MemberResult`` per member, the datums a step trains). The rules that decide which members are cancelled, and
+when, are the policy layer's (``platoon.policy.members``, docs/live-runtime.md); the group verdict is
+``platoon.policy.verdict.group_verdict``. This module only reports and obeys:
 
 - ``arun_episode(row)`` runs the group (``_run_group_rollouts``), each member in ``_run_group_member(row, i)``, which
   runs ``arun_episode_single`` for member ``i`` inside ``async with rollout_lease().rollout(i)`` with the lease
   cleared for the rollout itself. ``runs_rollouts_on_lease = True`` (rolling starts) and ``gives_verdicts = True``;
   a subclass that overrides one of the three methods reads as False unless it declares the flag
   (``platoon.policy.workflow_flags``: read it with ``workflow_runs_on_lease``).
-- **Failure.** When one member raises, every other member is cancelled once (those still waiting for a permit first,
-  so that no permit a cancelled rollout gives back is handed to them), and the group raises the first exception
-  once all of them have unwound. **Cancellation** of the group likewise returns only once every member has unwound.
-  A member's retry stays inside its block: a second block for an index raises RuntimeError.
-- **Stragglers** (``straggler_timeout_s`` set). The group waits for ``quorum`` finished members (default
-  ``max(group_size - 1, 1)``). If every member took its permit without yielding (every start delay exactly 0.0),
-  one deadline holds for all, ``timeout`` after the quorum; otherwise member ``i``'s deadline is
-  ``quorum_time + timeout + (delay_i - min(delays of started members))``, fixed when it starts, and a member not
-  started yet cannot pass it. A member past its deadline is cancelled alone, reported as ``straggler_killed`` with
-  no result; the first such cut warns once per group.
-- **Verdict.** ``trained`` when the valid members' rewards differ, ``uniform`` when they scored alike (or none is
-  valid). Advantages are group-normalised over the valid members (``platoon.live.datums``).
+- Each member reports to its group's host (the runtime in a training draw, else ``LocalMembers``) when its rollout
+  starts, with its start delay (the seconds it waited for its permit and start slot), and when it ends or raises;
+  the host cancels the members the rules name. A member cut as a straggler is reported as ``straggler_killed``
+  with no result.
+- **Failure.** The group raises the first exception a member raised, once every member has unwound.
+  **Cancellation** of the group cancels its members (those still waiting for a permit first) and returns only once
+  every member has unwound. A member's retry stays inside its block: a second block for an index raises
+  RuntimeError.
+- Advantages are group-normalised over the valid members (``platoon.live.datums``).
 """
 
 from __future__ import annotations
@@ -33,15 +32,15 @@ from typing import Any
 
 from platoon.live.datums import Trajectory, group_advantages, member_fields, trajectory_datums
 from platoon.live.envs.play import play_episode
-from platoon.live.lease import first_model_call, no_lease, rollout_lease
+from platoon.live.lease import LocalMembers, MembersHost, first_model_call, no_lease, rollout_lease
 from platoon.live.model import derive_seed
+from platoon.policy.members import STRAGGLER_KILLED, MemberWatch, cancel_order
 from platoon.policy.outputs import GroupOutput
 from platoon.policy.stats import MemberResult
+from platoon.policy.verdict import group_verdict
 from platoon.policy.workflow_flags import gives_verdicts, runs_rollouts_on_lease
 
 log = logging.getLogger("platoon.live")
-
-UNIFORM_TOLERANCE = 1e-9
 
 __all__ = ["GroupRolloutWorkflow", "GroupRow", "Rollout", "workflow_gives_verdicts", "workflow_runs_on_lease"]
 
@@ -88,22 +87,21 @@ def workflow_gives_verdicts(cls: type) -> bool:
 
 
 class _Group:
-    """A running group's members as the straggler policy sees them."""
+    """A running group's members as its host sees them: who started, the first exception raised."""
 
-    def __init__(self, size: int, created: float) -> None:
-        self.created = created
-        self.delays: dict[int, float] = {}
-        self.waiting: set[int] = set(range(size))
-        self.killed: set[int] = set()
-        self.changed = asyncio.Event()
+    def __init__(self, host: MembersHost, key: tuple[int, int]) -> None:
+        self.host, self.key = host, key
+        self.started: set[int] = set()
+        self.error: BaseException | None = None
 
-    def started(self, index: int, delay: float) -> None:
-        self.waiting.discard(index)
-        self.delays[index] = float(delay)
-        self.changed.set()
+    def member_started(self, index: int, delay_s: float) -> None:
+        self.started.add(index)
+        self.host.member_started(self.key, index, float(delay_s))
 
-    def together(self) -> bool:
-        return not self.waiting and all(d == 0.0 for d in self.delays.values())
+    def member_ended(self, index: int, error: BaseException | None = None) -> None:
+        if error is not None and self.error is None:
+            self.error = error
+        self.host.member_ended(self.key, index, error is not None)
 
 
 _GROUP: ContextVar[_Group | None] = ContextVar("platoon_group", default=None)
@@ -142,32 +140,57 @@ class GroupRolloutWorkflow:
 
     async def _run_group_rollouts(self, row: GroupRow) -> list[Rollout | None]:
         """Every member's rollout, in member order (None: cut as a straggler)."""
-        loop = asyncio.get_running_loop()
-        group = _Group(row.group_size, loop.time())
+        lease = rollout_lease()
+        host = lease.members_host() if lease.active else None
+        local = None
+        if host is None:
+            local = host = LocalMembers(MemberWatch(timeout_s=self.straggler_timeout_s, quorum=self.quorum))
+        group = _Group(host, row.key)
         token = _GROUP.set(group)
         try:
             tasks = [asyncio.ensure_future(self._run_group_member(row, i)) for i in range(row.group_size)]
         finally:
             _GROUP.reset(token)
+        host.register_members(row.key, tasks)
         try:
-            if self.straggler_timeout_s is None:
-                await self._wait_all(tasks)
-            else:
-                await self._wait_stragglers(tasks, group, row)
-        except BaseException:
-            await _unwind(tasks, group)
-            raise
+            await _until_unwound(tasks, group)
+        finally:
+            if local is not None:
+                local.close(row.key)
+        if group.error is not None:
+            raise group.error
+        for t in tasks:
+            if not t.cancelled() and t.exception() is not None:
+                raise t.exception()
         return [None if t.cancelled() else t.result() for t in tasks]
 
     async def _run_group_member(self, row: GroupRow, index: int) -> Rollout:
-        """Member ``index``: its rollout inside its block of the group's lease, the lease cleared for the rollout."""
+        """Member ``index``: its rollout inside its block of the group's lease, the lease cleared for the rollout;
+        its start and end (or exception) reported to its group's host."""
+        group = _GROUP.get()
         lease = rollout_lease()
-        async with lease.rollout(index) as waited_s, lease.start_slot(index) as slot_waited_s:
-            group = _GROUP.get()
-            if group is not None:
-                group.started(index, waited_s + slot_waited_s)
-            with no_lease():
-                return await self.arun_episode_single(replace(row, member=index))
+        try:
+            async with lease.rollout(index) as waited_s, lease.start_slot(index) as slot_waited_s:
+                if group is not None:
+                    group.member_started(index, waited_s + slot_waited_s)
+                try:
+                    with no_lease():
+                        result = await self.arun_episode_single(replace(row, member=index))
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:
+                    if group is not None:
+                        group.member_ended(index, exc)  # before the block exits: its permit comes back after
+                    raise
+                if group is not None:
+                    group.member_ended(index)
+                return result
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # raised entering its block (a bad index): the group fails as well
+            if group is not None and group.error is None:
+                group.member_ended(index, exc)
+            raise
 
     async def arun_episode_single(self, row: GroupRow) -> Rollout:
         """One rollout (member ``row.member``): a multi-turn episode of the entry's environment played with the
@@ -189,68 +212,11 @@ class GroupRolloutWorkflow:
         datums: list[dict] = []
         for r in rollouts:
             if r is None:
-                members.append(MemberResult(outcome="none", disposition="straggler_killed"))
+                members.append(MemberResult(outcome="none", disposition=STRAGGLER_KILLED))
                 continue
             members.append(r.member())
             datums += r.datums(next(advantages))
-        verdict = "trained" if rewards and max(rewards) - min(rewards) > UNIFORM_TOLERANCE else "uniform"
-        return GroupOutput(verdict, tuple(members), tuple(datums))
-
-    # -------------------------------------------------------------------------------------------- waiting
-    @staticmethod
-    async def _wait_all(tasks: list[asyncio.Future]) -> None:
-        """Like gather, but the first exception ends the wait (the caller unwinds the rest)."""
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        _raise_first(tasks, done)
-
-    async def _wait_stragglers(self, tasks: list[asyncio.Future], group: _Group, row: GroupRow) -> None:
-        """Wait for the quorum, then cut each member still running past its own deadline (semantics 4.7)."""
-        loop = asyncio.get_running_loop()
-        size = len(tasks)
-        quorum = min(self.quorum or max(size - 1, 1), size)
-        timeout = float(self.straggler_timeout_s or 0.0)
-        while True:
-            finished = [t for t in tasks if t.done()]
-            _raise_first(tasks, finished)
-            if len(finished) >= quorum or len(finished) == size:
-                break
-            await asyncio.wait([t for t in tasks if not t.done()], return_when=asyncio.FIRST_COMPLETED)
-        if all(t.done() for t in tasks):
-            return
-        quorum_t = loop.time()
-        single = group.together()
-        warned = False
-        while True:
-            pending = {t for t in tasks if not t.done()}
-            live = [i for i, t in enumerate(tasks) if t in pending and i not in group.killed]
-            if not pending:
-                break
-            now = loop.time()
-            due: dict[int, float] = {}
-            if live:
-                least = min(group.delays.values()) if group.delays else 0.0
-                for i in live:
-                    if i in group.delays:
-                        due[i] = quorum_t + timeout + (0.0 if single else group.delays[i] - least)
-            for i, t_due in due.items():
-                if t_due <= now:
-                    group.killed.add(i)
-                    tasks[i].cancel()
-                    if not warned:
-                        warned = True
-                        self.warn(f"task {row.task_id}: rollout {i} of group {row.key} ran past its straggler "
-                                  f"deadline ({timeout:g}s after the quorum of {quorum}); cutting it")
-            nxt = [t_due for i, t_due in due.items() if i not in group.killed]
-            group.changed.clear()
-            waiter = asyncio.ensure_future(group.changed.wait())
-            try:
-                done, _ = await asyncio.wait(
-                    [*pending, waiter], timeout=(min(nxt) - now) if nxt else None,
-                    return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                waiter.cancel()
-            failed = [t for t in done if t is not waiter and tasks.index(t) not in group.killed]
-            _raise_first(tasks, failed)
+        return GroupOutput(group_verdict(members), tuple(members), tuple(datums))
 
 
 class _FirstCall:
@@ -270,32 +236,23 @@ class _FirstCall:
         return getattr(self._service, name)
 
 
-def _raise_first(tasks: list[asyncio.Future], done: Any) -> None:
-    """Raise the exception of the lowest-index member among ``done`` that raised (a cancelled member counts)."""
-    for t in tasks:
-        if t in done and t.done():
-            if t.cancelled():
-                raise asyncio.CancelledError(f"rollout {tasks.index(t)} was cancelled")
-            exc = t.exception()
-            if exc is not None:
-                raise exc
-
-
-async def _unwind(tasks: list[asyncio.Future], group: _Group) -> None:
-    """Cancel every member not done (those waiting for a permit first) once, and wait until all have unwound,
-    whatever cancels this wait meanwhile."""
-    order = sorted(range(len(tasks)), key=lambda i: i not in group.waiting)
-    for i in order:
+async def _until_unwound(tasks: list[asyncio.Future], group: _Group) -> None:
+    """Wait until every member is done. Cancelled meanwhile: cancel every member not done once (those not started
+    yet first) and wait until all have unwound, whatever cancels this wait meanwhile, then raise CancelledError."""
+    try:
+        await asyncio.wait(tasks)
+        return
+    except asyncio.CancelledError:
+        pass
+    for i in cancel_order(set(range(len(tasks))) - group.started, list(range(len(tasks)))):
         if not tasks[i].done():
             tasks[i].cancel()
-    again = False
     while not all(t.done() for t in tasks):
         try:
             await asyncio.wait([t for t in tasks if not t.done()])
         except asyncio.CancelledError:
-            again = True
+            pass
     for t in tasks:  # retrieve, so that asyncio does not log them as never retrieved
         if not t.cancelled():
             t.exception()
-    if again:
-        raise asyncio.CancelledError()
+    raise asyncio.CancelledError()

@@ -139,7 +139,7 @@ class MemberWatch:
         """Member ``index``'s block is done (its teardowns ended or its permit's wait for them ran out)."""
         g = self.groups.get(key)
         if g is not None and g.states[index] is not MemberState.CANCELLED:
-            self._move(key, index, (MemberState.ENDED,), MemberState.EXITED, "exited")
+            self._move(key, index, _OPEN, MemberState.EXITED, "exited")  # a workflow may not report its members
 
     def on_cancelled(self, key: Key, index: int) -> None:
         """Member ``index`` was cancelled by its runtime (its wait for a permit, as its group was cancelled)."""
@@ -233,8 +233,8 @@ class MemberWatch:
         return g is not None and g.deadlines.get(index) == due and g.states[index] is MemberState.RUNNING
 
     def _fail(self, key: Key, g: _Group, raised: int) -> list[CancelRollout]:
-        order = sorted((i for i, s in enumerate(g.states) if s in _OPEN and i != raised),
-                       key=lambda i: (g.states[i] is not MemberState.WAITING, i))
+        waiting = {i for i, s in enumerate(g.states) if s is MemberState.WAITING}
+        order = cancel_order(waiting, [i for i, s in enumerate(g.states) if s in _OPEN and i != raised])
         for i in order:
             self._running_cancelled += g.states[i] is MemberState.RUNNING
             g.states[i] = MemberState.CANCELLED
@@ -242,4 +242,9 @@ class MemberWatch:
         return [CancelRollout(key, i, CANCELLED) for i in order]
 
 
-__all__ = ["CANCELLED", "STRAGGLER_KILLED", "CancelRollout", "MemberError", "MemberState", "MemberWatch"]
+def cancel_order(waiting: set[int], members: list[int]) -> list[int]:
+    """The order to cancel ``members`` in: those still ``waiting`` for their permit first, then by index."""
+    return sorted(members, key=lambda i: (i not in waiting, i))
+
+
+__all__ = ["CANCELLED", "cancel_order", "STRAGGLER_KILLED", "CancelRollout", "MemberError", "MemberState", "MemberWatch"]

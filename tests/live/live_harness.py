@@ -206,3 +206,14 @@ class ScriptedWorkflow(GroupRolloutWorkflow):
             raise out.error
         self.log.append((loop.time(), "end", row.key, row.member))
         return Rollout(trajectory(row, out.reward, out.seconds, version))
+
+
+def live_runtime(d, workflow, trainer, service, *, start_limit=None, eval_every=None, checkpoint_every=None,
+                 members=None, **kwargs):
+    """A ``LiveRuntime`` over dispatcher ``d``, its driver built with these settings (as ``build_policy`` does)."""
+    from platoon.live.runtime import LiveRuntime
+    from platoon.policy.driver import Driver
+
+    driver = Driver(d, start_limit=start_limit, members=members, eval_every=eval_every,
+                    checkpoint_every=checkpoint_every, runtime="live")
+    return LiveRuntime(driver, workflow, trainer, service, **kwargs)

@@ -11,12 +11,12 @@ from live_harness import (
     ScriptedWorkflow,
     SleepyService,
     dispatch_harness,
+    live_runtime,
     run_virtual,
     trajectory,
 )
 
 from platoon.live.lease import RolloutLease, background_teardown, no_lease, rollout_lease
-from platoon.live.runtime import LiveRuntime
 from platoon.live.workflow import GroupRolloutWorkflow, GroupRow, Rollout
 
 
@@ -78,7 +78,7 @@ class Probe(ScriptedWorkflow):
 def test_index_errors_and_second_blocks_under_either_setting(release):
     d = dispatch_harness.build(tasks=4, group_size=3, batch_size=2, steps=2, permit_release=release)
     wf = Probe(lambda row: Outcome(1.0 + row.member, reward=float(row.member == 0)))
-    runtime = LiveRuntime(d, wf, FakeTrainer(), SleepyService())
+    runtime = live_runtime(d, wf, FakeTrainer(), SleepyService())
     run_virtual(runtime.run())
     key = wf.seen["lease"][1]
     assert wf.seen["lease"] == (True, key, 3)
@@ -105,7 +105,7 @@ class RetryWholeGroup(ScriptedWorkflow):
 def test_a_retry_of_the_whole_group_fails_with_runtime_error(release):
     d = dispatch_harness.build(tasks=4, group_size=2, batch_size=1, steps=1, permit_release=release)
     logged = []
-    runtime = LiveRuntime(d, RetryWholeGroup(lambda row: Outcome(1.0)), FakeTrainer(), SleepyService(),
+    runtime = live_runtime(d, RetryWholeGroup(lambda row: Outcome(1.0)), FakeTrainer(), SleepyService(),
                           log=lambda level, message: logged.append((level, message)))
     run_virtual(runtime.run())
     failures = [m for level, m in logged if level == "warning" and "failed: RuntimeError" in m]
@@ -155,7 +155,7 @@ def test_a_cancelled_wait_frees_its_index():
     d = dispatch_harness.build(tasks=4, group_size=2, batch_size=2, steps=1, permits=2)
     seconds = {((1, 0), 0): 1.0, ((1, 0), 1): 3.0}
     wf = CancelOneWait(lambda row: Outcome(seconds[(row.key, row.member)], reward=float(row.member)))
-    runtime = LiveRuntime(d, wf, FakeTrainer(), SleepyService())
+    runtime = live_runtime(d, wf, FakeTrainer(), SleepyService())
     run_virtual(runtime.run())
     assert wf.notes[0] == ("entered", 0, 1.0, 0.0)
     assert wf.notes[1:3] == [("waiting", True), ("cancelled", True)]
@@ -171,7 +171,7 @@ def test_a_teardown_holds_its_permit_under_rollout_only(release, expected):
     script = {((1, 0), 0): Outcome(1.0, teardown_s=3.0), ((1, 0), 1): Outcome(3.0, reward=1.0),
               ((1, 1), 0): Outcome(1.0), ((1, 1), 1): Outcome(1.0, reward=1.0)}
     wf = ScriptedWorkflow(lambda row: script[(row.key, row.member)])
-    runtime = LiveRuntime(d, wf, FakeTrainer(), SleepyService())
+    runtime = live_runtime(d, wf, FakeTrainer(), SleepyService())
     run_virtual(runtime.run())
     starts = sorted(t for t, what, key, i in wf.log if what == "start" and key == (1, 1))
     # under rollout A's member 0 gives its permit back when its teardown ends (t=4): B starts on A's member 1's
@@ -207,7 +207,7 @@ def test_a_group_run_inside_a_members_rollout_takes_no_permits():
             return await super().arun_episode_single(row)
 
     d = dispatch_harness.build(tasks=4, group_size=2, batch_size=1, steps=1, permits=2)
-    runtime = LiveRuntime(d, Nested(lambda row: Outcome(1.0, reward=float(row.member))), FakeTrainer(),
+    runtime = live_runtime(d, Nested(lambda row: Outcome(1.0, reward=float(row.member))), FakeTrainer(),
                           SleepyService())
     run_virtual(runtime.run())
     assert [len(s.groups) for s in runtime.trained] == [1]

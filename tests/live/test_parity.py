@@ -17,7 +17,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from live_harness import AsyncTrainer, Outcome, ScriptedWorkflow, SleepyService, dispatch_harness, run_virtual
+from live_harness import (
+    AsyncTrainer,
+    Outcome,
+    ScriptedWorkflow,
+    SleepyService,
+    dispatch_harness,
+    live_runtime,
+    run_virtual,
+)
 
 from platoon.config import load_config
 from platoon.live.runtime import LiveRuntime
@@ -115,7 +123,16 @@ SCENARIOS = {
     "informative-pass-rate": ["train.group_admission=informative", "train.task_sampler=pass_rate",
                               "sim.rollout.error_rate=0.05", "sim.rollout.teardown_s={dist: exponential, mean_s: 0.5}"],
     "staleness-0": ["train.max_staleness=0", "sim.rollout.error_rate=0.05"],
+    "graded": ["train.group_admission=informative", "train.straggler.timeout_s=2.0", "sim.rollout.error_rate=0.05"],
 }
+
+
+class GradedSim(SimRuntime):
+    """Graded rewards: a failing member scores 0.0 or 0.25 by its index, a passing one 0.75 or 1.0, so that a group
+    whose members all failed (or all passed) can still mix rewards and train."""
+
+    def member_reward(self, g, index, out):
+        return (0.75 if out.passed else 0.0) + 0.25 * (index % 2)
 
 
 @pytest.mark.parametrize("release", ["rollout", "group"])
@@ -125,7 +142,7 @@ def test_live_and_simulator_make_the_same_decisions(scenario, release):
     tasks = build_tasks(cfg)
     sim_policy = build_policy(cfg, tasks.pool)
     sim_decisions, sim_calls = tap(sim_policy.dispatcher)
-    sim = SimRuntime(cfg, tasks, sim_policy)
+    sim = (GradedSim if scenario == "graded" else SimRuntime)(cfg, tasks, sim_policy)
     sim.begin()
     assert sim.run()
     script, failures = replay_script(sim_decisions, sim_calls)
@@ -138,14 +155,18 @@ def test_live_and_simulator_make_the_same_decisions(scenario, release):
     workflow = ScriptedWorkflow(script, service=service, straggler_timeout_s=straggler.timeout_s,
                                 quorum=straggler.quorum, warn=lambda message: None)
     trainer = AsyncTrainer(duration=lambda n: trainer_cfg.step_s + trainer_cfg.per_datum_s * n)
-    runtime = LiveRuntime(live_policy.dispatcher, workflow, trainer, service, log=lambda level, message: None)
+    runtime = LiveRuntime(live_policy.driver, workflow, trainer, service, log=lambda level, message: None)
     run_virtual(runtime.run())
 
     sim_kinds, live_kinds = by_kind(sim_decisions), by_kind(live_decisions)
     assert len(sim_kinds[2]) == cfg.train.steps
     if scenario in ("errors", "informative-pass-rate"):
         assert failures > 0  # the scenario exercises a group failing
-    if scenario.startswith("stragglers"):
+    if scenario == "graded":  # uniform pass/fail groups that trained on their graded rewards
+        trained = [c for c in sim_calls if c[0] == "on_group_finished" and c[1][1] is not None
+                   and c[1][1].verdict == "trained" and len({m.passes(1.0) for m in c[1][1].members if m.valid}) == 1]
+        assert trained
+    if scenario.startswith("stragglers") or scenario == "graded":
         assert any(i[1] == "cancelled" for i in workflow.log)  # and cutting stragglers
     for name, sim_part, live_part in zip(("starts", "grants", "steps"), sim_kinds, live_kinds, strict=True):
         assert live_part == sim_part, f"{name} differ"
@@ -166,7 +187,7 @@ def test_live_and_the_scripted_harness_make_the_same_decisions(release, max_stal
 
     live = dispatch_harness.build(**kwargs)
     live_decisions, _ = tap(live)
-    runtime = LiveRuntime(live, ScriptedWorkflow(script), AsyncTrainer(duration=lambda n: 0.5), SleepyService())
+    runtime = live_runtime(live, ScriptedWorkflow(script), AsyncTrainer(duration=lambda n: 0.5), SleepyService())
     run_virtual(runtime.run())
     assert by_kind(live_decisions) == by_kind(harness_decisions)
     assert len(by_kind(live_decisions)[2]) == 8
@@ -194,7 +215,7 @@ def test_rollout_and_group_at_max_staleness_0_train_the_same_datums_in_the_same_
             return _train(datums, version=version)
 
         live.trainer.train_step = record
-        runtime = LiveRuntime(live.dispatcher, live.workflow, live.trainer, live.service)
+        runtime = LiveRuntime(live.policy.driver, live.workflow, live.trainer, live.service)
         asyncio.run(runtime.run())
         trained[release] = steps
     rollout, group = trained["rollout"], trained["group"]

@@ -15,11 +15,12 @@ from live_harness import (
     ScriptedWorkflow,
     SleepyService,
     dispatch_harness,
+    live_runtime,
     run_virtual,
 )
 
 from platoon.live.checkpoint import LiveRunDir
-from platoon.live.runtime import LiveRuntime, RuntimeStalled
+from platoon.live.runtime import RuntimeStalled
 from platoon.policy.start_limit import StartLimit
 from platoon.runs import load_latest_checkpoint, read_checkpoint_rows
 
@@ -34,7 +35,7 @@ def fates(events):
 
 def test_every_group_is_drawn_settled_and_given_one_fate():
     d = dispatch_harness.build(tasks=8, group_size=3, batch_size=2, steps=5)
-    runtime = LiveRuntime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService())
+    runtime = live_runtime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService())
     run_virtual(runtime.run())
     draws = [(e["start"], e["seq"]) for e in runtime.events if e["event"] == "draw"]
     settles = [(e["start"], e["seq"]) for e in runtime.events if e["event"] == "settle"]
@@ -48,7 +49,7 @@ def test_every_group_is_drawn_settled_and_given_one_fate():
 
 def test_metrics_rows_carry_the_dispatcher_the_trainer_and_the_batch():
     d = dispatch_harness.build(tasks=8, group_size=4, batch_size=2, steps=3)
-    runtime = LiveRuntime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService(),
+    runtime = live_runtime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService(),
                           evaluate=lambda: {"eval/pass@1": 0.25}, eval_every=2)
     run_virtual(runtime.run())
     rows = runtime.rows
@@ -74,7 +75,7 @@ def test_failed_groups_get_their_fate_and_the_run_goes_on():
 
     logged = []
     d = dispatch_harness.build(tasks=8, group_size=3, batch_size=2, steps=3)
-    runtime = LiveRuntime(d, ScriptedWorkflow(script), FakeTrainer(), SleepyService(),
+    runtime = live_runtime(d, ScriptedWorkflow(script), FakeTrainer(), SleepyService(),
                           log=lambda level, m: logged.append((level, m)))
     run_virtual(runtime.run())
     assert fates(runtime.events)[(1, 1)] == "failed"
@@ -90,7 +91,7 @@ def test_a_workflow_that_returns_no_group_output_fails_its_group():
 
     logged = []
     d = dispatch_harness.build(tasks=4, group_size=2, batch_size=1, steps=1)
-    runtime = LiveRuntime(d, Wrong(mixed), FakeTrainer(), SleepyService(), log=lambda lv, m: logged.append(m))
+    runtime = live_runtime(d, Wrong(mixed), FakeTrainer(), SleepyService(), log=lambda lv, m: logged.append(m))
     run_virtual(runtime.run())
     assert set(fates(runtime.events).values()) == {"failed"}
     assert any("not a GroupOutput" in m for m in logged)
@@ -102,7 +103,7 @@ def test_a_teardown_past_the_wait_returns_its_permit_on_the_dispatchers_deadline
     logged = []
     d = dispatch_harness.build(tasks=4, group_size=2, batch_size=2, steps=1, permits=2)
     wf = ScriptedWorkflow(lambda row: script[row.member] if row.key == (1, 0) else Outcome(100.0, float(row.member)))
-    runtime = LiveRuntime(d, wf, FakeTrainer(), SleepyService(), log=lambda lv, m: logged.append((lv, m)))
+    runtime = live_runtime(d, wf, FakeTrainer(), SleepyService(), log=lambda lv, m: logged.append((lv, m)))
     run_virtual(runtime.run())
     starts = sorted(t for t, what, key, _ in wf.log if what == "start" and key == (1, 1))
     assert starts == pytest.approx([2.0, 61.0])
@@ -114,7 +115,7 @@ def test_the_start_limit_lets_one_rollout_start_at_a_time():
     limit = StartLimit(1, timer_s=600.0)
     d = dispatch_harness.build(tasks=4, group_size=4, batch_size=1, steps=1, permits=4)
     wf = ScriptedWorkflow(lambda row: Outcome(5.0, reward=float(row.member % 2), first_call_s=2.0))
-    runtime = LiveRuntime(d, wf, FakeTrainer(), SleepyService(), start_limit=limit)
+    runtime = live_runtime(d, wf, FakeTrainer(), SleepyService(), start_limit=limit)
     run_virtual(runtime.run())
     starts = sorted(t for t, what, _, _ in wf.log if what == "start")
     assert starts == pytest.approx([0.0, 2.0, 4.0, 6.0])
@@ -127,7 +128,7 @@ def test_a_stalled_run_raises_instead_of_waiting_forever():
     # a dispatcher whose steps never complete: once its groups have settled nothing runs and nothing is due
     d = dispatch_harness.build(tasks=4, group_size=2, batch_size=2, steps=2)
     d.take_step = lambda *, now: None
-    runtime = LiveRuntime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService())
+    runtime = live_runtime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService())
     with pytest.raises(RuntimeStalled, match="stalled at step 0: no group runs"):
         run_virtual(runtime.run())
 
@@ -156,7 +157,7 @@ def test_rollouts_go_on_while_the_trainer_trains_as_far_as_the_horizon_lets_them
             return out
 
     d = dispatch_harness.build(tasks=8, group_size=2, batch_size=2, steps=3, max_staleness=max_staleness)
-    runtime = LiveRuntime(d, Timed(lambda row: Outcome(0.02, reward=float(row.member))), SlowTrainer(),
+    runtime = live_runtime(d, Timed(lambda row: Outcome(0.02, reward=float(row.member))), SlowTrainer(),
                           SleepyService())
     asyncio.run(runtime.run())
     assert loop_thread == [False, False, False]  # off the event loop
@@ -167,7 +168,7 @@ def test_rollouts_go_on_while_the_trainer_trains_as_far_as_the_horizon_lets_them
 def test_checkpoints_every_n_steps_and_at_the_end(tmp_path):
     d = dispatch_harness.build(tasks=8, group_size=2, batch_size=2, steps=5)
     run_dir = LiveRunDir.create(tmp_path / "run", config={}, components=[], pool=[])
-    runtime = LiveRuntime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService(), run_dir=run_dir,
+    runtime = live_runtime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService(), run_dir=run_dir,
                           checkpoint_every=2, trainer_state=lambda: b"weights")
     run_virtual(runtime.run())
     rows = read_checkpoint_rows(tmp_path / "run")
@@ -175,7 +176,8 @@ def test_checkpoints_every_n_steps_and_at_the_end(tmp_path):
     last = load_latest_checkpoint(tmp_path / "run")
     assert last.files["trainer.pt"] == b"weights"
     assert last.row["policy_version"] == 5 and last.row["start"] == 1
-    assert set(last.files) == {"tasks/dispatch-000005.json", "tasks/state-000005.json", "trainer.pt"}
+    assert set(last.files) == {"tasks/dispatch-000005.json", "tasks/state-000005.json", "driver-000005.json",
+                               "trainer.pt"}
     assert last.row["dispatch"]["sha256"] == last.row["files"]["tasks/dispatch-000005.json"]
     metrics_lines = (tmp_path / "run" / "metrics.jsonl").read_bytes()
     assert last.row["logs"]["metrics.jsonl"] == len(metrics_lines)
@@ -186,7 +188,7 @@ def test_the_trainer_may_be_a_coroutine_and_the_service_publish_too():
     service = SleepyService(publish_s=1.0)
     trainer = AsyncTrainer(duration=lambda n: 2.0)
     d = dispatch_harness.build(tasks=8, group_size=2, batch_size=2, steps=2, max_staleness=0)
-    runtime = LiveRuntime(d, ScriptedWorkflow(lambda row: Outcome(1.0, reward=float(row.member))), trainer, service)
+    runtime = live_runtime(d, ScriptedWorkflow(lambda row: Outcome(1.0, reward=float(row.member))), trainer, service)
     run_virtual(runtime.run())
     assert service.published == [1, 2]
     # step 0: rollouts 1 s, train 2 s (commit at 3), publish 1 s; step 1 starts at 4 and commits at 7

@@ -16,12 +16,12 @@ from platoon.live.datums import (
     group_advantages,
     group_datums,
     group_output,
-    group_verdict,
     member_fields,
     trajectory_datums,
 )
 from platoon.policy.outputs import GroupOutput
 from platoon.policy.stats import MemberResult
+from platoon.policy.verdict import group_verdict
 
 
 def traj(reward: float, success: bool = False, versions=(0,), task_id: str = "t") -> Trajectory:
@@ -55,11 +55,14 @@ def test_advantages_sum_to_zero_and_keep_the_order_of_rewards(rewards):
 
 
 def test_verdicts():
-    assert group_verdict([traj(1.0, True), traj(0.2)]) == "trained"
-    assert group_verdict([traj(0.2), traj(0.2)]) == "uniform"
-    assert group_verdict([]) == "uniform"
+    def members(*trajectories):
+        return [MemberResult(**member_fields(t)) for t in trajectories]
+
+    assert group_verdict(members(traj(1.0, True), traj(0.2))) == "trained"
+    assert group_verdict(members(traj(0.2), traj(0.2))) == "uniform"
+    assert group_verdict([]) == "no_completed_root"
     # Partial credit: all failed, but rewards differ, so the group trains.
-    assert group_verdict([traj(0.1), traj(0.4)]) == "trained"
+    assert group_verdict(members(traj(0.1), traj(0.4))) == "trained"
 
 
 def test_a_multi_turn_rollout_is_one_datum_with_its_actions_masked():

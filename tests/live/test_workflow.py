@@ -12,17 +12,18 @@ from live_harness import (
     ScriptedWorkflow,
     SleepyService,
     dispatch_harness,
+    live_runtime,
     run_virtual,
 )
 
 from platoon.live.envs.number_search import NumberSearch
-from platoon.live.runtime import LiveRuntime
 from platoon.live.workflow import (
     GroupRolloutWorkflow,
     GroupRow,
     workflow_gives_verdicts,
     workflow_runs_on_lease,
 )
+from platoon.policy.members import MemberWatch
 from platoon.policy.outputs import GroupOutput
 
 ROW = GroupRow((1, 0), "t0", None, 4)
@@ -133,7 +134,9 @@ def straggler_run(seconds, *, permits, timeout_s, quorum=None, group_size=4):
     warnings = []
     wf = ScriptedWorkflow(lambda row: Outcome(seconds[row.member], reward=float(row.member % 2)),
                           straggler_timeout_s=timeout_s, quorum=quorum, warn=warnings.append)
-    runtime = LiveRuntime(d, wf, FakeTrainer(), SleepyService())
+    runtime = live_runtime(d, wf, FakeTrainer(), SleepyService(),
+                           members=MemberWatch(timeout_s=timeout_s, quorum=quorum),
+                           log=lambda level, message: warnings.append(message) if level == "warning" else None)
     run_virtual(runtime.run())
     times = {(what, m): t for t, what, _, m in wf.log}
     members = runtime.trained[0].groups[0].record.members
@@ -214,7 +217,7 @@ def test_a_workflow_without_the_flag_gets_its_permits_whole():
     d = dispatch_harness.build(tasks=4, group_size=2, batch_size=2, steps=1, permits=2,
                                rolling=workflow_runs_on_lease(OwnEpisode))
     wf = OwnEpisode(lambda row: Outcome([1.0, 3.0][row.member], reward=float(row.member)))
-    runtime = LiveRuntime(d, wf, FakeTrainer(), SleepyService())
+    runtime = live_runtime(d, wf, FakeTrainer(), SleepyService())
     run_virtual(runtime.run())
     starts = sorted(t for t, what, key, _ in wf.log if what == "start" and key == (1, 1))
     assert starts == [3.0, 3.0]  # not rolling: the second group waits for both permits
