@@ -25,7 +25,7 @@ from typing import Any
 
 from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.models import RunConfig
-from platoon.live.envs.base import resolve_environment
+from platoon.live.envs.resolve import resolve_environment
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
 from platoon.policy.assemble import Policy, build_policy
 from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
