@@ -42,7 +42,7 @@ __all__ = [
     "TinyConfig",
     "TinyPolicy",
     "TinyTransformer",
-    "build_policy",
+    "build_causal_policy",
     "derive_seed",
     "gumbel_noise",
     "pad_right",
@@ -403,7 +403,8 @@ class TinyPolicy(CausalPolicy):
         return policy
 
 
-def build_policy(model_config: Any, *, vocab_size: int, max_len: int, seed: int = 0) -> CausalPolicy:
+def build_causal_policy(model_config: Any, *, vocab_size: int, max_len: int,
+                        seed: int = 0) -> CausalPolicy:
     """The policy a ``ModelConfig`` names: ``tiny`` sized for the environment, or ``hf`` from ``path``."""
     if model_config.kind == "hf":
         from platoon.live.hf import HFPolicy
