@@ -165,7 +165,7 @@ def build_model(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
     """The policy ``cfg.model`` names, sized for the environments' vocabularies and contexts, seeded by the run."""
     import torch
 
-    from platoon.live.model import build_causal_policy
+    from platoon.live.model_kinds import build_causal_policy
 
     if cfg.model.device == "cpu" or not torch.cuda.is_available():
         # The model service, the trainer and evaluation each run torch in a thread of their own; with a pool of

@@ -14,12 +14,12 @@ from platoon.live.model import (
     Policy,
     TinyConfig,
     TinyPolicy,
-    build_causal_policy,
     derive_seed,
     gumbel_noise,
     pad_right,
     resolve_device,
 )
+from platoon.live.model_kinds import build_causal_policy
 
 PROMPTS = [[1, 10, 12, 2], [1, 5, 2], [1, 30, 31, 2, 7, 3]]
 

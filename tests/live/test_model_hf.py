@@ -10,7 +10,8 @@ transformers = pytest.importorskip("transformers")
 
 from platoon.config.models import ModelConfig  # noqa: E402
 from platoon.live.hf import HFPolicy  # noqa: E402
-from platoon.live.model import Policy, build_causal_policy  # noqa: E402
+from platoon.live.model import Policy  # noqa: E402
+from platoon.live.model_kinds import build_causal_policy  # noqa: E402
 from platoon.live.trainer import GRPOTrainer  # noqa: E402
 
 PROMPTS = [[1, 10, 12, 2], [1, 5, 2], [1, 30, 31, 2, 7, 3]]
