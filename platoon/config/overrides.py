@@ -7,7 +7,7 @@ Rules it keeps:
 - the value is YAML (``null`` for None, ``[1, 2]`` for a list, ``{a: 1}`` for a mapping);
 - a list is indexed by a number, and an index one past the end appends; a key the data lacks on the way to the
   last one starts as a copy of its default when that is a list or a mapping, else as an empty mapping;
-- a malformed override is one problem keyed ``override <text>`` and changes nothing;
+- a malformed override is one problem keyed ``override <text>``, and is not recorded as applied;
 - a problem at a key an override set, or below it, is prefixed ``override <key>=<value>: ``.
 """
 
