@@ -10,6 +10,9 @@ a ``TYPE_CHECKING`` one and a literal ``importlib.import_module("x")`` / ``__imp
   (experimental, testing, analysis) < cli; the two runtimes never import each other.
 
 A new top-level module or subpackage must be given a rank here; until then the test names it.
+
+And the package has no import cycle: the graph of every import that runs (at the top of a module or inside a
+function) has no loop, and the test names each one it finds with the lines of its imports.
 """
 
 from __future__ import annotations
@@ -258,3 +261,208 @@ def test_check_package_walks_every_module(tmp_path):
     assert [str(v) for v in check_package(root)] == [
         "platoon/policy/samplers/deep.py:2: platoon/policy is sans-I/O but imports subprocess"
     ]
+
+
+# ------------------------------------------------------------------------------------------------ import cycles
+#
+# A module of platoon never imports, however indirectly, a module that imports it back: not at the top and not in
+# a function (a function-local import hides a cycle from the reader, it does not break it). A cycle is broken by
+# moving the piece both sides need to a module they can both import downward, as live/envs/resolve.py and
+# live/model_kinds.py were. An import under ``if TYPE_CHECKING:`` never runs, so it is no edge here (the layer
+# check above still reads it).
+
+
+def module_name(relpath: str) -> str:
+    """The dotted name of the module at ``platoon/<...>.py`` (a package's ``__init__`` is the package)."""
+    parts = list(Path(relpath).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    """Whether an ``if`` tests ``TYPE_CHECKING`` or ``typing.TYPE_CHECKING``."""
+    name = test.attr if isinstance(test, ast.Attribute) else test.id if isinstance(test, ast.Name) else None
+    return name == "TYPE_CHECKING"
+
+
+def package_imports(source: str, relpath: str, modules: set[str]) -> dict[str, int]:
+    """The modules of ``modules`` that one module imports, each with the line of its first import.
+
+    Every import that runs counts, at any depth of the tree: ``import a.b``, ``from a import b`` (the module ``a.b``
+    when it is one, else ``a``), a relative one, and a literal ``import_module("a.b")``; one under
+    ``if TYPE_CHECKING:`` does not. Importing a submodule does not count as importing its parent package (the parent
+    runs first, but it is not imported *by* the submodule).
+    """
+    found: dict[str, int] = {}
+    me = module_name(relpath)
+    tree = ast.parse(source, filename=relpath)
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and _is_type_checking(node.test)
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
+
+    def target(module: str, line: int) -> None:
+        while module not in modules and "." in module:
+            module = module.rsplit(".", 1)[0]
+        if module in modules and module != me:
+            found.setdefault(module, line)
+
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                target(alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = _package_of(relpath)
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                sub = f"{module}.{alias.name}"
+                target(sub if sub in modules else module, node.lineno)
+        elif isinstance(node, ast.Call):
+            dynamic = _dynamic_import(node)
+            if dynamic:
+                target(dynamic, node.lineno)
+    return dict(sorted(found.items(), key=lambda item: item[1]))
+
+
+def import_cycles(sources: dict[str, str]) -> list[str]:
+    """One line per import cycle among ``sources`` (``platoon/<...>.py`` -> source text), sorted.
+
+    Each strongly connected part of the import graph with more than one module is one cycle, named by the shortest
+    loop through its first module in name order, with the line of each import:
+    ``a -> b -> a (platoon/a.py:3, platoon/b.py:7)``.
+    """
+    paths = {module_name(relpath): relpath for relpath in sources}
+    modules = set(paths)
+    graph = {name: package_imports(sources[relpath], relpath, modules) for name, relpath in paths.items()}
+
+    # Tarjan's strongly connected components, iterative so that a long chain cannot hit the recursion limit.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    parts: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                part = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    part.append(member)
+                    if member == node:
+                        break
+                if len(part) > 1:
+                    parts.append(sorted(part))
+
+    lines = []
+    for part in parts:
+        start, inside = part[0], set(part)
+        came_from: dict[str, str] = {}
+        frontier = [start]
+        while start not in came_from:  # breadth first from start, back to start: the shortest loop
+            nxt = []
+            for node in frontier:
+                for child in sorted(graph[node]):
+                    if child in inside and child not in came_from:
+                        came_from[child] = node
+                        nxt.append(child)
+            frontier = nxt
+        loop = [start]
+        while True:
+            loop.append(came_from[loop[-1]])
+            if loop[-1] == start:
+                break
+        loop.reverse()
+        where = ", ".join(f"{paths[a]}:{graph[a][b]}" for a, b in zip(loop, loop[1:], strict=False))
+        lines.append(f"{' -> '.join(loop)} ({where})")
+    return sorted(lines)
+
+
+def test_the_package_has_no_import_cycle():
+    sources = {p.relative_to(PACKAGE.parent).as_posix(): p.read_text(encoding="utf-8") for p in PACKAGE.rglob("*.py")}
+    modules = set(map(module_name, sources))
+    edges = sum(len(package_imports(source, relpath, modules)) for relpath, source in sources.items())
+    assert edges > 100, f"the import graph has {edges} edges: the parser no longer sees the package's imports"
+    cycles = import_cycles(sources)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+PLANTED_CYCLES = [
+    (
+        {"platoon/a.py": "import platoon.b\n", "platoon/b.py": "from platoon.a import f\n"},
+        "platoon.a -> platoon.b -> platoon.a (platoon/a.py:1, platoon/b.py:1)",
+    ),
+    (  # a function-local import, as live/model -> live/hf was
+        {
+            "platoon/live/model.py": "x = 1\n\n\ndef build():\n    from platoon.live.hf import HF\n",
+            "platoon/live/hf.py": "from platoon.live.model import Policy\n",
+        },
+        "platoon.live.hf -> platoon.live.model -> platoon.live.hf (platoon/live/hf.py:1, platoon/live/model.py:5)",
+    ),
+    (
+        {
+            "platoon/x/a.py": "import json\n\nfrom .b import B\n",
+            "platoon/x/b.py": "from . import c\n",
+            "platoon/x/c.py": "import importlib\nimportlib.import_module('platoon.x.a')\n",
+        },
+        "platoon.x.a -> platoon.x.b -> platoon.x.c -> platoon.x.a (platoon/x/a.py:3, platoon/x/b.py:1, "
+        "platoon/x/c.py:2)",
+    ),
+    (  # a submodule that imports a name from its own package, whose __init__ imports the submodule
+        {
+            "platoon/envs/__init__.py": "from platoon.envs.search import Search\n",
+            "platoon/envs/base.py": "class Task: ...\n",
+            "platoon/envs/search.py": "from platoon.envs import Task\n",
+        },
+        "platoon.envs -> platoon.envs.search -> platoon.envs (platoon/envs/__init__.py:1, platoon/envs/search.py:1)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("sources", "cycle"), PLANTED_CYCLES)
+def test_the_cycle_check_catches_a_planted_cycle(sources, cycle):
+    assert import_cycles(sources) == [cycle]
+
+
+def test_the_cycle_check_allows_downward_imports():
+    sources = {
+        # a package re-exporting its modules, which import each other downward and name their package's modules
+        "platoon/envs/__init__.py": "from platoon.envs.base import Task\nfrom .resolve import resolve\n",
+        "platoon/envs/search.py": "from platoon.envs.base import Task\n",
+        "platoon/envs/resolve.py": "import platoon.envs.search\nfrom platoon.envs import base\n",
+        "platoon/kinds.py": "def build():\n    from platoon.envs import resolve\n",
+        # a type the other way, which never runs
+        "platoon/envs/base.py": "import json\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import platoon.kinds\n",
+    }
+    assert import_cycles(sources) == []
+    modules = set(map(module_name, sources))
+    imports = package_imports(sources["platoon/envs/resolve.py"], "platoon/envs/resolve.py", modules)
+    assert imports == {"platoon.envs.search": 1, "platoon.envs.base": 2}

@@ -25,7 +25,7 @@ from typing import Any
 
 from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.models import RunConfig
-from platoon.live.envs.base import resolve_environment
+from platoon.live.envs.resolve import resolve_environment
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
 from platoon.policy.assemble import Policy, build_policy
 from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
@@ -163,7 +163,7 @@ def build_model(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
     """The policy ``cfg.model`` names, sized for the environments' vocabularies and contexts, seeded by the run."""
     import torch
 
-    from platoon.live.model import build_policy as build_causal_policy
+    from platoon.live.model_kinds import build_causal_policy
 
     if cfg.model.device == "cpu" or not torch.cuda.is_available():
         # The model service, the trainer and evaluation each run torch in a thread of their own; with a pool of

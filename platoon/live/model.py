@@ -19,13 +19,13 @@ Rules it keeps:
 - the device is chosen once: ``auto`` is CUDA when ``torch.cuda.is_available()``, else the CPU.
 
 ``TinyPolicy`` is the built-in model (2 layers, d=64: about 100k parameters for number_search's vocabulary);
-``platoon.live.hf.HFPolicy`` is the same interface over a Hugging Face causal LM.
+``platoon.live.hf.HFPolicy`` is the same interface over a Hugging Face causal LM; ``platoon.live.model_kinds`` builds
+the one a ``ModelConfig`` names.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,7 +42,6 @@ __all__ = [
     "TinyConfig",
     "TinyPolicy",
     "TinyTransformer",
-    "build_policy",
     "derive_seed",
     "gumbel_noise",
     "pad_right",
@@ -401,18 +400,3 @@ class TinyPolicy(CausalPolicy):
         policy = cls(TinyConfig(**data["config"]), device=device)
         policy.load_state_dict(data["state"])
         return policy
-
-
-def build_policy(model_config: Any, *, vocab_size: int, max_len: int, seed: int = 0) -> CausalPolicy:
-    """The policy a ``ModelConfig`` names: ``tiny`` sized for the environment, or ``hf`` from ``path``."""
-    if model_config.kind == "hf":
-        from platoon.live.hf import HFPolicy
-
-        if not model_config.path:
-            raise ValueError("model.kind hf needs model.path, a local directory holding the checkpoint")
-        return HFPolicy.from_pretrained(model_config.path, device=model_config.device)
-    # Positions to spare beyond the environment's longest context cost nothing and let an action run long.
-    length = max(max_len + int(model_config.max_new_tokens), 2)
-    cfg = TinyConfig(vocab_size=vocab_size, max_len=1 << math.ceil(math.log2(length)),
-                     d_model=model_config.d_model, n_layers=model_config.n_layers, n_heads=model_config.n_heads)
-    return TinyPolicy(cfg, device=model_config.device, seed=seed)

@@ -1,22 +1,26 @@
-"""Per-task statistics: totals, the per-task store and its posterior.
+"""Per-task statistics: the store (``TaskStore``), read through this one module.
 
-Owns the constants of the statistics, the totals kept for the run, each entry, each label and each task, and the
-`TaskStore` that routes settles, draws and fates to them. (Past 600 lines: the totals, the store and the posterior
-share one set of formulas, and a reader checks them against each other.)
+What this module owns: the ``TaskStore`` that routes settles, draws and fates to the totals of the run, each entry,
+each label and each task, answers the posterior and count reads, and writes and loads its part of a snapshot; and
+the store's constants (``NO_EVIDENCE_LIMIT``, ``HISTORY``, ``MEANS``, ``SNAPSHOT_FORMAT``). The rest of the
+statistics lives beside it, and this module re-exports it, so that a reader imports one name:
+
+- ``platoon.policy.records``: ``MemberResult``, ``GroupRecord`` (one rollout, one settled group), the decay of
+  evidence over policy versions;
+- ``platoon.policy.totals``: ``GroupTotals`` (what one settled group adds), ``TaskStats``, ``TaskCounts``;
+- ``platoon.policy.posterior``: the formulas (prior, posterior, ``pass_at``, ``informative_at``, bands).
 
 Rules it keeps:
 - evidence is dated by a group's oldest datum version, never by when it settled; a late, older group is added with
-  a discount and does not move the counts' version; reads never amplify (ages of 0 or less weigh 1);
-- invalid members are censored from everything except the ``groups`` count;
+  a discount and does not move the counts' version;
 - the prior centre of a task's posterior comes from its entry's decayed totals and is cached per (entry, version);
   the cache is cleared on every settle and every load;
-- the store applies whatever it is given in the order given: applying settles in draw order is the recorder's job.
+- the store applies whatever it is given in the order given: applying settles in draw order is the recorder's job;
+- a malformed snapshot is a ValueError and leaves the store as it was.
 
-`MemberResult`, `GroupRecord` (one rollout, one settled group) and the decay of evidence over policy versions live
-in ``platoon.policy.records``; this module re-exports them. The hot per-task fields (evidence, groups, outstanding,
-drawn, streaks) live in numpy arrays indexed by the task's place in the pool, so that a sampler can score many
-tasks at once (`posterior_arrays`, `count_arrays`) without a Python loop per task. Everything else of a task is
-built lazily on its first settle, draw or fate.
+The hot per-task fields (evidence, groups, outstanding, drawn, streaks) live in numpy arrays indexed by the task's
+place in the pool, so that a sampler can score many tasks at once (`posterior_arrays`, `count_arrays`) without a
+Python loop per task. Everything else of a task is built lazily on its first settle, draw or fate.
 """
 
 from __future__ import annotations
@@ -24,11 +28,21 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from platoon.policy.posterior import (
+    BANDS,
+    PRIOR_STRENGTH,
+    band,
+    evidence_weight,
+    evidence_weights,
+    informative_at,
+    pass_at,
+    posterior_params,
+    prior_centre,
+)
 from platoon.policy.records import (
     FATES,
     HALF_LIFE_VERSIONS,
@@ -42,20 +56,17 @@ from platoon.policy.records import (
     MemberResult,
     decay,
 )
+from platoon.policy.totals import TOTAL_FIELDS, GroupTotals, TaskCountArrays, TaskCounts, TaskStats
 
-PRIOR_STRENGTH = 2.0
-"""Total pseudo-count weight of a task's prior."""
 NO_EVIDENCE_LIMIT = 3
 """A task whose last 3 groups had no valid member is "without evidence" (pass_rate reaches it by exploring only)."""
 HISTORY = 8
 """How many newest group summaries each task keeps."""
-BANDS = ("zero", "low", "mid", "high", "solved")
-"""Bands of the posterior mean pass rate (see `band`)."""
 SNAPSHOT_FORMAT = 1
 MEANS = ("steps", "output_tokens", "seconds", "reward")
 """The decayed per-task means, by name."""
 
-__all__ = [  # the records' names too: the statistics are read through this one module
+__all__ = [  # the records', totals' and formulas' names too: the statistics are read through this one module
     "BANDS", "FATES", "HALF_LIFE_VERSIONS", "HISTORY", "KINDS", "MAIN", "MEANS", "NO_EVIDENCE_LIMIT",
     "PRIOR_STRENGTH", "SNAPSHOT_FORMAT", "VERDICTS", "DecayedCounts", "DecayedMean", "EntrySettings", "GroupRecord",
     "GroupSummary", "GroupTotals", "MemberResult", "TaskCountArrays", "TaskCounts", "TaskStats", "TaskStore", "band",
@@ -63,186 +74,11 @@ __all__ = [  # the records' names too: the statistics are read through this one 
 ]
 
 
-# --------------------------------------------------------------------------------------------------- totals
-
-
-@dataclass
-class GroupTotals:
-    """Counts over settled groups (of the run, an entry, a label or a task).
-
-    Per record, with the entry's success threshold and ``v = record.oldest_version()``: ``groups += 1``;
-    ``reported_groups += 1`` if it has members; ``attempts += valid``; ``passes += passes(threshold)``;
-    ``reward_sum +=`` the rewards of valid members; its kind's counter ``+= 1``; and, when ``valid > 0`` and ``v``
-    is not None, ``decayed.add(passes, valid - passes, v)``.
-    """
-
-    groups: int = 0
-    reported_groups: int = 0
-    attempts: int = 0
-    passes: int = 0
-    reward_sum: float = 0.0
-    informative_groups: int = 0
-    all_pass_groups: int = 0
-    all_fail_groups: int = 0
-    uniform_mixed_groups: int = 0
-    decayed: DecayedCounts = field(default_factory=DecayedCounts)
-
-    def evidence(self, *, now: float) -> tuple[float, float]:
-        """The decayed ``(passes, fails)`` read at version ``now``."""
-        return self.decayed.read(now)
-
-    def add(self, record: GroupRecord, threshold: float, version: int | None) -> None:
-        valid = record.valid
-        passes = record.passes(threshold)
-        self.groups += 1
-        self.reported_groups += 1 if record.members else 0
-        self.attempts += valid
-        self.passes += passes
-        for m in record.members:
-            if m.valid and m.reward is not None:
-                self.reward_sum += m.reward
-        kind = record.kind(threshold)
-        if kind is not None:
-            name = f"{kind}_groups"
-            setattr(self, name, getattr(self, name) + 1)
-        if valid > 0 and version is not None:
-            self.decayed.add(passes, valid - passes, version)
-
-    def kinds(self) -> dict[str, int]:
-        return {k: getattr(self, f"{k}_groups") for k in sorted(KINDS)}
-
-    def copy(self) -> GroupTotals:
-        return GroupTotals(**{k: getattr(self, k) for k in _TOTAL_FIELDS}, decayed=self.decayed.copy())
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "groups": self.groups,
-            "reported": self.reported_groups,
-            "attempts": self.attempts,
-            "passes": self.passes,
-            "reward_sum": self.reward_sum,
-            "kinds": self.kinds(),
-            "evidence": self.decayed.to_json(),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> GroupTotals:
-        kinds = data.get("kinds") or {}
-        unknown = set(kinds) - set(KINDS)
-        if unknown:
-            raise ValueError(f"unknown group kinds {sorted(unknown)}")
-        return cls(
-            groups=int(data["groups"]),
-            reported_groups=int(data["reported"]),
-            attempts=int(data["attempts"]),
-            passes=int(data["passes"]),
-            reward_sum=float(data["reward_sum"]),
-            **{f"{k}_groups": int(kinds.get(k, 0)) for k in KINDS},
-            decayed=DecayedCounts.from_json(data["evidence"]),
-        )
-
-
-_TOTAL_FIELDS = (
-    "groups",
-    "reported_groups",
-    "attempts",
-    "passes",
-    "reward_sum",
-    "informative_groups",
-    "all_pass_groups",
-    "all_fail_groups",
-    "uniform_mixed_groups",
-)
-
-
-@dataclass
-class TaskStats(GroupTotals):
-    """A task's totals plus its streaks, draws, fates, history (oldest first) and decayed means; a copy."""
-
-    task_id: str = ""
-    entry: str | None = None
-    label: str | None = None
-    uniform_streak: int = 0
-    no_evidence_streak: int = 0
-    outstanding: int = 0
-    drawn: int = 0
-    fates: dict[str, int] = field(default_factory=dict)
-    history: tuple[GroupSummary, ...] = ()
-    means: dict[str, DecayedMean] = field(default_factory=dict)
-
-    def metric(self, name: str, *, now: float | None = None) -> float | None:
-        """The decayed mean of ``name`` (one of MEANS); decay scales total and weight alike, so ``now`` is moot."""
-        mean = self.means.get(name)
-        return None if mean is None else mean.mean()
-
-
-class TaskCounts(NamedTuple):
-    """The cheap per-task read (`TaskStatsView.counts`); ``evidence_version`` is None before any evidence."""
-
-    groups: int
-    outstanding: int
-    drawn: int
-    uniform_streak: int
-    no_evidence_streak: int
-    evidence_version: int | None
-
-
-class TaskCountArrays(NamedTuple):
-    """`TaskCounts` of many tasks at once, as read-only numpy arrays (``evidence_version`` NaN where None)."""
-
-    groups: np.ndarray
-    outstanding: np.ndarray
-    drawn: np.ndarray
-    uniform_streak: np.ndarray
-    no_evidence_streak: np.ndarray
-    evidence_version: np.ndarray
-
-
 class EntrySettings(NamedTuple):
+    """An entry's settings the store needs: its group size and success threshold."""
+
     group_size: int
     success_threshold: float = 1.0
-
-
-def pass_at(a: Any, b: Any, k: int) -> Any:
-    """``1 - prod_{i<k} (b+i)/(a+b+i)``: the posterior chance that some of k rollouts pass; 0 for ``k <= 0``.
-
-    ``a`` and ``b`` may be floats or numpy arrays (element-wise); ``pass_at(a, b, 1)`` is the mean ``a/(a+b)``.
-    """
-    if k <= 0:
-        return 0.0 * (a + b)
-    fail_all = 1.0
-    for i in range(int(k)):
-        fail_all = fail_all * ((b + i) / (a + b + i))
-    return 1.0 - fail_all
-
-
-def informative_at(a: Any, b: Any, k: int) -> Any:
-    """``max(0, pass_at(a, b, k) - prod_{i<k} (a+i)/(a+b+i))``, i.e. ``E[1 - p^k - (1-p)^k]``, p ~ Beta(a, b).
-
-    The chance that a group of k mixes passes and failures (so that it trains). It is 0 for ``k = 1`` apart from
-    rounding, hence the clamp. Element-wise on numpy arrays.
-    """
-    pass_all = 1.0
-    for i in range(max(int(k), 0)):
-        pass_all = pass_all * ((a + i) / (a + b + i))
-    mixed = pass_at(a, b, k) - (pass_all if k > 0 else 0.0)
-    return np.maximum(mixed, 0.0) if isinstance(mixed, np.ndarray) else max(0.0, float(mixed))
-
-
-def band(rate: float) -> str:
-    """``zero`` (<= .05), ``low`` (<= .2), ``mid`` (< .8), ``high`` (< .95), else ``solved``."""
-    if rate <= 0.05:
-        return "zero"
-    if rate <= 0.2:
-        return "low"
-    if rate < 0.8:
-        return "mid"
-    if rate < 0.95:
-        return "high"
-    return "solved"
-
-
-# --------------------------------------------------------------------------------------------------- the store
 
 
 class _TaskRecord:
@@ -375,7 +211,7 @@ class TaskStore:
         c = self.counts(task_id)
         totals = rec.totals.copy()
         return TaskStats(
-            **{k: getattr(totals, k) for k in _TOTAL_FIELDS},
+            **{k: getattr(totals, k) for k in TOTAL_FIELDS},
             decayed=totals.decayed,
             task_id=task_id,
             entry=self._task_entry[i],
@@ -397,20 +233,15 @@ class TaskStore:
         m = self._prior_cache.get((code, now))
         if m is None:
             totals = self.run if code == 0 else self.entry_totals[self._entry_names[code - 1]]
-            p, f = totals.decayed.read(now)
-            m = self._prior_cache[(code, now)] = (1.0 + p) / (2.0 + p + f)
+            m = self._prior_cache[(code, now)] = prior_centre(*totals.decayed.read(now))
         return m
 
     def posterior(self, task_id: str, now: float) -> tuple[float, float]:
         """``(alpha, beta) = (2m + s, 2(1 - m) + f)``: prior centre ``m``, the task's decayed counts ``(s, f)``."""
         i = self._index[task_id]
         m = self._prior_by_code(int(self._entry_code[i]), now)
-        age = now - float(self._ev_v[i])
-        # numpy's power, not Python's pow: the two differ in the last bit now and then, and this read must equal
-        # the vectorised one (posterior_arrays) exactly.
-        w = float(np.power(2.0, -age / HALF_LIFE_VERSIONS)) if age > 0 else 1.0
-        s, f = float(self._ev_p[i]) * w, float(self._ev_f[i]) * w
-        return (PRIOR_STRENGTH * m + s, PRIOR_STRENGTH * (1.0 - m) + f)
+        w = evidence_weight(now - float(self._ev_v[i]))
+        return posterior_params(m, float(self._ev_p[i]) * w, float(self._ev_f[i]) * w)
 
     def positions(self, task_ids: Sequence[str]) -> slice | np.ndarray:
         """The store positions of ``task_ids``: a slice when they are a contiguous run of the pool, else an int
@@ -524,16 +355,13 @@ class TaskStore:
             priors = np.array([self._prior_by_code(c, now) for c in range(len(self._entry_names) + 1)])
             self._prior_cache[key] = priors
         codes = self._entry_code[sel] if len(self._entry_code) else np.zeros(0, dtype=np.int64)
-        age = now - self._ev_v[sel]
-        w = np.power(2.0, -age / HALF_LIFE_VERSIONS)
-        w[~(age > 0)] = 1.0  # no evidence (NaN) or none older than now: weight 1
+        w = evidence_weights(now - self._ev_v[sel])
         s, f = self._ev_p[sel] * w, self._ev_f[sel] * w
         if unknown is not None:
             codes[unknown] = 0
             s[unknown] = 0.0
             f[unknown] = 0.0
-        m = priors[codes] * PRIOR_STRENGTH
-        return m + s, (PRIOR_STRENGTH - m) + f
+        return posterior_params(priors[codes], s, f)
 
     # -- writes
     def _record(self, i: int) -> _TaskRecord:

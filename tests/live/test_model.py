@@ -14,12 +14,12 @@ from platoon.live.model import (
     Policy,
     TinyConfig,
     TinyPolicy,
-    build_policy,
     derive_seed,
     gumbel_noise,
     pad_right,
     resolve_device,
 )
+from platoon.live.model_kinds import build_causal_policy
 
 PROMPTS = [[1, 10, 12, 2], [1, 5, 2], [1, 30, 31, 2, 7, 3]]
 
@@ -156,13 +156,14 @@ def test_device_choice(monkeypatch):
     assert resolve_device("auto") == torch.device("cuda")
 
 
-def test_build_policy_sizes_the_tiny_model_from_the_config_and_the_environment():
-    p = build_policy(ModelConfig(d_model=32, n_layers=1, n_heads=2, device="cpu"), vocab_size=31, max_len=20, seed=5)
+def test_build_causal_policy_sizes_the_tiny_model_from_the_config_and_the_environment():
+    cfg = ModelConfig(d_model=32, n_layers=1, n_heads=2, device="cpu")
+    p = build_causal_policy(cfg, vocab_size=31, max_len=20, seed=5)
     assert isinstance(p, TinyPolicy)
     assert (p.config.vocab_size, p.config.d_model, p.config.n_layers, p.config.n_heads) == (31, 32, 1, 2)
     assert p.config.max_len >= 20 + 8
     with pytest.raises(ValueError, match="model.path"):
-        build_policy(ModelConfig(kind="hf"), vocab_size=31, max_len=20)
+        build_causal_policy(ModelConfig(kind="hf"), vocab_size=31, max_len=20)
     with pytest.raises(ValueError, match="multiple of n_heads"):
         TinyConfig(vocab_size=10, d_model=30, n_heads=4)
 

@@ -10,7 +10,8 @@ transformers = pytest.importorskip("transformers")
 
 from platoon.config.models import ModelConfig  # noqa: E402
 from platoon.live.hf import HFPolicy  # noqa: E402
-from platoon.live.model import Policy, build_policy  # noqa: E402
+from platoon.live.model import Policy  # noqa: E402
+from platoon.live.model_kinds import build_causal_policy  # noqa: E402
 from platoon.live.trainer import GRPOTrainer  # noqa: E402
 
 PROMPTS = [[1, 10, 12, 2], [1, 5, 2], [1, 30, 31, 2, 7, 3]]
@@ -27,7 +28,8 @@ def checkpoint(tmp_path_factory):
 
 
 def test_loads_from_a_local_directory_through_the_config(checkpoint):
-    policy = build_policy(ModelConfig(kind="hf", path=str(checkpoint), device="cpu"), vocab_size=10, max_len=10)
+    cfg = ModelConfig(kind="hf", path=str(checkpoint), device="cpu")
+    policy = build_causal_policy(cfg, vocab_size=10, max_len=10)
     assert isinstance(policy, HFPolicy) and isinstance(policy, Policy)
     assert (policy.vocab_size, policy.max_len, policy.device) == (48, 64, torch.device("cpu"))
     with pytest.raises(FileNotFoundError, match="not a local directory"):

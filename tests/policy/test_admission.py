@@ -17,7 +17,6 @@ from platoon.policy.admission import (
     AdmitAll,
     Informative,
     accept_answer,
-    admission_problems,
     carries_datums,
     parse_rule_options,
     resolve_group_admission,
@@ -531,43 +530,3 @@ def test_carries_datums():
     assert carries_datums(()) is False
     assert carries_datums([("datum",)]) is True
     assert carries_datums(NoLen()) is True
-
-
-def test_admission_problems_run_checks_and_refuse_informative_without_verdicts():
-    def refuse(options, ctx):
-        if ctx.level == "entry":
-            raise ValueError(f"not at entry level (entry {ctx.entry})")
-
-    registry.register("group_admission", "run_only", Registered, check=refuse)
-    try:
-        common = dict(
-            entries={"a": {"group_size": 4}, "b": {"group_size": 8}},
-            batch_size=8,
-            label_column=None,
-            max_groups_per_step=3.0,
-        )
-        problems = admission_problems(
-            run_rule="informative",
-            run_options={},
-            entry_rules={"a": ("run_only", {}), "b": (None, {})},
-            workflow_gives_verdicts=False,
-            **common,
-        )
-        assert problems == [
-            "train.group_admission: informative judges groups by their verdicts, and the training workflow gives "
-            "none: use a GroupRolloutWorkflow, or declare gives_verdicts = True on a workflow class that gives "
-            "each group a verdict",
-            "environments['a'].group_admission: run_only: not at entry level (entry a)",
-        ]
-        assert (
-            admission_problems(
-                run_rule="run_only",
-                run_options={},
-                entry_rules={"a": (None, {})},
-                workflow_gives_verdicts=True,
-                **common,
-            )
-            == []
-        )
-    finally:
-        registry.unregister("group_admission", "run_only")

@@ -25,7 +25,7 @@ Rules it keeps:
   ``MemberResult.scored``/``flag``); a partial-credit reward below 1 may go with ``success=False``.
 
 Environments plug in by name (``@environment("name")`` from ``platoon.config.registry``) or as ``module:Class``;
-``resolve_environment`` turns an entry's ``env`` and ``env_options`` into an instance.
+``platoon.live.envs.resolve.resolve_environment`` turns an entry's ``env`` and ``env_options`` into an instance.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ __all__ = [
     "Step",
     "Task",
     "astep",
-    "resolve_environment",
 ]
 
 
@@ -128,24 +127,3 @@ async def astep(episode: Episode, action: Sequence[int]) -> Step:
     if inspect.isawaitable(result):
         result = await result
     return result
-
-
-def resolve_environment(env: str, options: Mapping[str, Any] | None = None, *, package: str | None = None) -> Any:
-    """An environment instance from an entry's ``env`` (a registered name or ``module:Class``) and ``env_options``.
-
-    ``package`` is imported first (it may register the name). An unknown name raises ``ExtensionError`` with the
-    registry's did-you-mean message; options the class does not take raise ``TypeError`` from its constructor.
-    """
-    import platoon.live.envs.number_search  # noqa: F401  (registers the built-in)
-    from platoon.config import registry
-    from platoon.config.errors import ExtensionError
-
-    if package:
-        registry.import_package(package)
-    if ":" in env:
-        cls = registry.import_ref(env)
-    else:
-        cls = registry.lookup("environment", env)
-        if cls is None:
-            raise ExtensionError(registry.unknown_name_message("environment", env))
-    return cls(**dict(options or {}))

@@ -1,0 +1,106 @@
+"""``--set`` overrides: ``dotted.key=value`` applied to a config's data before it is validated.
+
+What this module owns: parsing one override and applying it to the raw data (``apply_override``), and naming the
+override in a problem at a key it set (``with_overrides``).
+
+Rules it keeps:
+- the value is YAML (``null`` for None, ``[1, 2]`` for a list, ``{a: 1}`` for a mapping);
+- a list is indexed by a number, and an index one past the end appends; a key the data lacks on the way to the
+  last one starts as a copy of its default when that is a list or a mapping, else as an empty mapping;
+- a malformed override is one problem keyed ``override <text>``, and is not recorded as applied;
+- a problem at a key an override set, or below it, is prefixed ``override <key>=<value>: ``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from platoon.config.models import Problem, RunConfig
+
+_INDEX = re.compile(r"\d+")
+
+
+def apply_override(
+    data: dict[str, Any], text: str, applied: dict[str, str], problems: list[Problem]
+) -> None:
+    """Apply the override ``text`` to ``data`` in place and record it in ``applied`` (key -> text); a problem with
+    it goes to ``problems`` instead."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        problems.append(Problem(f"override {text}", "expected dotted.key=value"))
+        return
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        problems.append(Problem(f"override {text}", f"the value is not YAML: {getattr(exc, 'problem', exc)}"))
+        return
+    parts = key.split(".")
+    defaults = RunConfig().model_dump(mode="json")
+    node: Any = data
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        here = ".".join(parts[:depth])
+        if isinstance(node, list):
+            if not _INDEX.fullmatch(part):
+                problems.append(Problem(f"override {text}", f"{here} is a list: index it with a number"))
+                return
+            index = int(part)
+            if index > len(node):
+                problems.append(
+                    Problem(
+                        f"override {text}", f"{here} has {len(node)} items; index {index} is past its end"
+                    )
+                )
+                return
+            if last:
+                node[index : index + 1] = [value]
+                break
+            if index == len(node):
+                node.append({})
+            node = node[index]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+                break
+            if part not in node:
+                default = _at(defaults, parts[: depth + 1])
+                node[part] = copy.deepcopy(default) if isinstance(default, list | dict) else {}
+            node = node[part]
+        else:
+            problems.append(Problem(f"override {text}", f"{here} is {_kind(node)}, not a mapping or a list"))
+            return
+    applied[key] = text
+
+
+def _at(data: Any, parts: Sequence[str]) -> Any:
+    for part in parts:
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and _INDEX.fullmatch(part) and int(part) < len(data):
+            data = data[int(part)]
+        else:
+            return None
+    return data
+
+
+def _kind(v: object) -> str:
+    return "null" if v is None else f"a {type(v).__name__}"
+
+
+def with_overrides(lines: list[str], applied: Mapping[str, str]) -> list[str]:
+    """``lines`` (problems, each starting with its key path), those at or below a key of ``applied`` prefixed with
+    the override that set it."""
+    out = []
+    for line in lines:
+        for key, text in applied.items():
+            if line.startswith((f"{key}:", f"{key}.")):
+                line = f"override {text}: {line}"
+                break
+        out.append(line)
+    return out

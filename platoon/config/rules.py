@@ -1,0 +1,246 @@
+"""Stage 1's rules between fields: the problems of a config that no single field's own check can see.
+
+What this module owns: ``config_problems`` (semantics 2.5, 3.3, 4.1), in four groups: names that nothing could
+resolve (with a did-you-mean), task samplers that cannot go together, admission rules and their options, and the
+entries (duplicate names, group sizes against the permits and the quorum, label limits, the model's shape).
+
+Rules it keeps:
+- it imports no extension: a name passes when it is core, ``module:Class``, registered already, or when some
+  entry's package may register it (stage 2, ``platoon.config.resolve``, imports and resolves);
+- a rule that reads a value which failed its own check (``invalid``) is skipped, so one mistake is reported once;
+- every problem is a ``Problem`` at a dotted key path, and the message says what to change.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+
+from platoon.config import registry
+from platoon.config.components import (
+    CORE_ENVIRONMENTS,
+    CORE_GROUP_ADMISSIONS,
+    CORE_TASK_SAMPLERS,
+    ENTRY_TASK_SAMPLERS,
+    core_option_problems,
+)
+from platoon.config.models import Problem, RunConfig
+from platoon.config.resolve import entry_admission
+
+_Ok = Callable[..., bool]
+
+
+def config_problems(cfg: RunConfig, *, invalid: frozenset[str] = frozenset()) -> list[Problem]:
+    """Stage 1's rules between fields (semantics 2.5, 3.3, 4.1), every problem in one list.
+
+    ``invalid`` holds dotted paths whose values failed their own checks (the loader validated defaults in their
+    place): a rule that reads such a path, or a path above or below it, is skipped, so no problem is reported
+    about a default the user did not write.
+    """
+
+    def ok(*paths: str) -> bool:
+        return not any(
+            p == q or p.startswith(q + ".") or q.startswith(p + ".") for p in invalid for q in paths
+        )
+
+    # A package may register any name; so might one whose value was invalid.
+    pkgs = any(e.package for e in cfg.environments) or any(p in invalid for p in _each(cfg, "package"))
+    return (
+        _name_problems(cfg, ok, pkgs)
+        + _sampler_problems(cfg, ok)
+        + _admission_problems(cfg, ok)
+        + _entry_problems(cfg, ok)
+    )
+
+
+def _each(cfg: RunConfig, leaf: str) -> list[str]:
+    return [f"environments.{i}.{leaf}" for i in range(len(cfg.environments))]
+
+
+def _unresolvable(kind: str, name: str, core: tuple[str, ...], path: str, packages: bool) -> Problem | None:
+    if name and (name in core or ":" in name or packages or registry.is_registered(kind, name)):
+        return None
+    choices = ", ".join(repr(n) for n in core)
+    msg = f"{name!r} is not one of {choices}, a name an environment's package registers, or module:Class"
+    close = difflib.get_close_matches(
+        name, [*core, *registry.registered_names(kind, load=False)], n=1, cutoff=0.6
+    )
+    return Problem(path, msg + (f"; did you mean {close[0]!r}?" if close else ""))
+
+
+def _name_problems(cfg: RunConfig, ok: _Ok, pkgs: bool) -> list[Problem]:
+    t = cfg.train
+    out: list[Problem | None] = []
+    if ok("train.task_sampler"):
+        out.append(
+            _unresolvable("task_sampler", t.task_sampler, CORE_TASK_SAMPLERS, "train.task_sampler", pkgs)
+        )
+    if ok("train.group_admission"):
+        path = "train.group_admission"
+        out.append(_unresolvable("group_admission", t.group_admission, CORE_GROUP_ADMISSIONS, path, pkgs))
+    for i, e in enumerate(cfg.environments):
+        at = f"environments.{i}"
+        if e.task_sampler in ("auto", "weighted") and ok(f"{at}.task_sampler"):
+            out.append(
+                Problem(
+                    f"{at}.task_sampler",
+                    f"{e.task_sampler!r} shares the run's slots among entries, so it cannot be an entry's sampler; "
+                    "an entry's task_sampler is uniform, pass_rate, a registered name or module:Class",
+                )
+            )
+        elif e.task_sampler is not None and ok(f"{at}.task_sampler"):
+            path = f"{at}.task_sampler"
+            out.append(_unresolvable("task_sampler", e.task_sampler, ENTRY_TASK_SAMPLERS, path, pkgs))
+        if e.group_admission is not None and ok(f"{at}.group_admission"):
+            path = f"{at}.group_admission"
+            out.append(_unresolvable("group_admission", e.group_admission, CORE_GROUP_ADMISSIONS, path, pkgs))
+        if ok(f"{at}.env"):
+            out.append(_unresolvable("environment", e.env, CORE_ENVIRONMENTS, f"{at}.env", pkgs))
+    return [p for p in out if p is not None]
+
+
+def _sampler_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
+    t = cfg.train
+    out: list[Problem] = []
+    if ok("train.task_sampler", "train.task_sampler_options"):
+        out += core_option_problems(
+            "task_sampler", t.task_sampler, t.task_sampler_options, "train.task_sampler_options"
+        )
+    if not ok("train.task_sampler"):
+        return out
+    run = t.task_sampler
+    own_sampler = (
+        f"an entry's own sampler never runs under train.task_sampler: {run}, which chooses over every task of the "
+        "run; use train.task_sampler: weighted to hand each entry its slots"
+    )
+    for i, e in enumerate(cfg.environments):
+        at = f"environments.{i}"
+        if run in ("uniform", "pass_rate"):
+            if e.weight not in (1.0, "tasks") and ok(f"{at}.weight"):
+                out.append(
+                    Problem(
+                        f"{at}.weight",
+                        f"train.task_sampler: {run} chooses over every task of the run, so an entry's weight means "
+                        "nothing; use train.task_sampler: weighted to mix entries by weight",
+                    )
+                )
+            if e.task_sampler is not None and ok(f"{at}.task_sampler"):
+                out.append(Problem(f"{at}.task_sampler", own_sampler))
+            if e.task_sampler_options and ok(f"{at}.task_sampler_options"):
+                out.append(Problem(f"{at}.task_sampler_options", own_sampler))
+        elif e.task_sampler not in ("auto", "weighted") and ok(
+            f"{at}.task_sampler", f"{at}.task_sampler_options"
+        ):
+            name = e.task_sampler or "uniform"
+            out += core_option_problems(
+                "task_sampler", name, e.task_sampler_options, f"{at}.task_sampler_options"
+            )
+    mixes = (
+        "pass_rate chooses tasks likely to mix passes and failures, which a group of one never does ({}); use "
+        "uniform, or a group size of 2 or more"
+    )
+    for i, e in enumerate(cfg.environments):
+        at = f"environments.{i}"
+        if e.group_size != 1 or not ok(f"{at}.group_size"):
+            continue
+        if run == "pass_rate":
+            out.append(Problem(f"{at}.group_size", mixes.format("train.task_sampler: pass_rate")))
+        elif e.task_sampler == "pass_rate" and ok(f"{at}.task_sampler"):
+            out.append(Problem(f"{at}.group_size", mixes.format(f"{at}.task_sampler: pass_rate")))
+    return out
+
+
+def _admission_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
+    t = cfg.train
+    out: list[Problem] = []
+    if ok("train.group_admission", "train.group_admission_options"):
+        out += core_option_problems(
+            "group_admission", t.group_admission, t.group_admission_options, "train.group_admission_options"
+        )
+    for i, e in enumerate(cfg.environments):
+        at = f"environments.{i}"
+        if not ok(f"{at}.group_admission", f"{at}.group_admission_options"):
+            continue
+        if e.group_admission is None and e.group_admission_options:
+            out.append(
+                Problem(
+                    f"{at}.group_admission_options",
+                    "set without the entry's group_admission: the options go with the rule they configure; set "
+                    f"{at}.group_admission too, or move them to train.group_admission_options",
+                )
+            )
+        elif e.group_admission is not None:
+            path = f"{at}.group_admission_options"
+            out += core_option_problems("group_admission", e.group_admission, e.group_admission_options, path)
+    # Rule mode is certain when an entry whose rule is known (its own, or the run's it inherits) is not `all`.
+    known = [
+        entry_admission(cfg, i)[0]
+        for i, e in enumerate(cfg.environments)
+        if ok(f"environments.{i}.group_admission")
+        and (e.group_admission is not None or ok("train.group_admission"))
+    ]
+    rules = sorted(set(known) - {"all"})
+    if t.num_minibatches > 1 and ok("train.num_minibatches") and rules:
+        out.append(
+            Problem(
+                "train.num_minibatches",
+                f"takes {t.num_minibatches} optimizer steps a batch, and a group admission rule ({', '.join(rules)}) "
+                "makes short steps, whose minibatches would be few and uneven; set num_minibatches: 1",
+            )
+        )
+    return out
+
+
+def _entry_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
+    t = cfg.train
+    out: list[Problem] = []
+    first: dict[str, int] = {}
+    for i, e in enumerate(cfg.environments):
+        if not ok(f"environments.{i}.name"):
+            continue
+        if e.name in first:
+            out.append(
+                Problem(
+                    f"environments.{i}.name",
+                    f"{e.name!r} is already the name of environments.{first[e.name]}",
+                )
+            )
+        else:
+            first.setdefault(e.name, i)
+    # Only the group sizes the user wrote validly: a bound one of them breaks is broken whatever the others are.
+    sizes = {i: e.group_size for i, e in enumerate(cfg.environments) if ok(f"environments.{i}.group_size")}
+    if sizes:
+        biggest = max(sizes, key=lambda i: (sizes[i], -i))
+        g, m = sizes[biggest], t.max_concurrent_rollouts
+        if m is not None and m < g and ok("train.max_concurrent_rollouts"):
+            out.append(
+                Problem(
+                    "train.max_concurrent_rollouts",
+                    f"{m} permits cannot hold one group of environments.{biggest} (group_size {g}); set at least {g}",
+                )
+            )
+        q, smallest = t.straggler.quorum, min(sizes.values())
+        if q is not None and q > smallest and ok("train.straggler.quorum"):
+            out.append(
+                Problem("train.straggler.quorum", f"{q} is more than the smallest group size, {smallest}")
+            )
+    if t.label_by is None and ok("train.rollout_group_limits", "train.label_by", *_each(cfg, "name")):
+        names = {e.name for e in cfg.environments}
+        for label in t.rollout_group_limits:
+            if label not in names:
+                out.append(
+                    Problem(
+                        f"train.rollout_group_limits.{label}",
+                        f"no environment entry is named {label!r} (while label_by is null, labels are entry names)",
+                    )
+                )
+    mdl = cfg.model
+    if mdl.kind == "hf" and mdl.path is None and ok("model.kind", "model.path"):
+        out.append(Problem("model.path", "kind hf needs path: a local directory holding the checkpoint"))
+    if (
+        mdl.kind == "tiny"
+        and mdl.d_model % mdl.n_heads
+        and ok("model.kind", "model.d_model", "model.n_heads")
+    ):
+        out.append(Problem("model.d_model", f"{mdl.d_model} is not a multiple of n_heads ({mdl.n_heads})"))
+    return out

@@ -1,0 +1,33 @@
+"""Resolving an entry's environment: ``env`` (a registered name or ``module:Class``) and ``env_options`` to an instance.
+
+It sits above the built-in (``number_search``, itself above the protocol in ``base``) and imports it: the built-in
+registers its name when imported, so ``number_search`` resolves here whatever else was imported first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import platoon.live.envs.number_search  # noqa: F401  (registers the built-in)
+from platoon.config import registry
+from platoon.config.errors import ExtensionError
+
+__all__ = ["resolve_environment"]
+
+
+def resolve_environment(env: str, options: Mapping[str, Any] | None = None, *, package: str | None = None) -> Any:
+    """An environment instance from an entry's ``env`` (a registered name or ``module:Class``) and ``env_options``.
+
+    ``package`` is imported first (it may register the name). An unknown name raises ``ExtensionError`` with the
+    registry's did-you-mean message; options the class does not take raise ``TypeError`` from its constructor.
+    """
+    if package:
+        registry.import_package(package)
+    if ":" in env:
+        cls = registry.import_ref(env)
+    else:
+        cls = registry.lookup("environment", env)
+        if cls is None:
+            raise ExtensionError(registry.unknown_name_message("environment", env))
+    return cls(**dict(options or {}))

@@ -1,0 +1,199 @@
+"""Resolving admission rules: a name or ``module:Class`` to a class, a config's options to parsed ones.
+
+What this module owns: ``resolve_group_admission`` (a core name, then a registered name, then ``module:Class``);
+``parse_rule_options`` (a rule's ``options_schema`` applied to the config's mapping); ``options_json`` (parsed
+options as ``lock.json`` records them); and ``resolve_rules``, which resolves a run's rule and each entry's own into
+``ResolvedRule``\\ s for ``AdmissionSet``.
+
+Rules it keeps:
+
+- A rule class has a callable, synchronous ``admit``: an ``async def`` (or async generator) is refused here, at
+  resolution, since an admission is one synchronous call at settle.
+- Every problem is one line that starts with its key path (``train.group_admission``,
+  ``environments['a'].group_admission_options.band``, ...); an unknown name or option comes with a did-you-mean.
+- An entry's options without the entry's own rule are a problem: the options go with the rule they configure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from platoon.config import registry
+from platoon.config.errors import ExtensionError
+from platoon.policy.admission.rules import CORE_RULES
+
+
+def resolve_group_admission(ref: str | type) -> type:
+    """The rule class ``ref`` names: a core name, then a registered name, then ``module:Class``; or a class as is.
+
+    Raises ``ExtensionError`` for an unknown name (with a did-you-mean), an import failure, or a class without a
+    callable, synchronous ``admit``.
+    """
+    if isinstance(ref, type):
+        cls, shown = ref, f"{ref.__module__}:{ref.__qualname__}"
+    elif not isinstance(ref, str) or not ref:
+        raise ExtensionError(f"a group admission rule is a name or module:Class, not {ref!r}")
+    elif ref in CORE_RULES:
+        return CORE_RULES[ref]
+    elif ":" in ref:
+        cls, shown = registry.import_ref(ref), ref
+    else:
+        found = registry.lookup("group_admission", ref)
+        if found is None:
+            raise ExtensionError(registry.unknown_name_message("group_admission", ref))
+        cls, shown = found, ref
+    if not isinstance(cls, type):
+        raise ExtensionError(f"group admission {shown!r} is not a class but {type(cls).__name__}")
+    admit = getattr(cls, "admit", None)
+    if not callable(admit):
+        raise ExtensionError(f"group admission {shown!r} has no callable admit(group, stats)")
+    if inspect.iscoroutinefunction(admit) or inspect.isasyncgenfunction(admit):
+        raise ExtensionError(
+            f"group admission {shown!r}: admit must be a plain function, not async: an admission is one "
+            "synchronous call at settle"
+        )
+    return cls
+
+
+def parse_rule_options(cls: type, options: Mapping[str, Any] | None, *, key: str, name: str) -> Any:
+    """``options`` parsed by ``cls.options_schema``; ValueError with one line per problem, each prefixed ``key``.
+
+    A schema that is None takes no options; a pydantic model or a dataclass refuses unknown keys (with a
+    did-you-mean); any other callable parses the mapping itself and raises ValueError to refuse it.
+    """
+    options = dict(options or {})
+    schema = getattr(cls, "options_schema", None)
+    if schema is None:
+        if options:
+            raise ValueError(f"{key}: {name!r} takes no options; leave {key.rsplit('.', 1)[-1]} out")
+        return None
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        try:
+            return schema.model_validate(options)
+        except ValidationError as exc:
+            known = list(schema.model_fields)
+            lines = [_pydantic_line(key, err, known) for err in exc.errors()]
+            raise ValueError("\n".join(lines)) from None
+    if dataclasses.is_dataclass(schema) and isinstance(schema, type):
+        known = [f.name for f in dataclasses.fields(schema) if f.init]
+        unknown = [k for k in options if k not in known]
+        if unknown:
+            raise ValueError("\n".join(_unknown_line(key, k, known) for k in unknown))
+        try:
+            return schema(**options)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{key}: {exc}") from None
+    if callable(schema):
+        try:
+            return schema(options)
+        except ValueError as exc:
+            raise ValueError(f"{key}: {exc}") from None
+    raise ValueError(
+        f"{key}: {name}'s options_schema {schema!r} is not a model, dataclass or parsing function"
+    )
+
+
+def options_json(options: Any) -> Any:
+    """Parsed options as JSON-safe data with their defaults (for ``lock.json``); None -> ``{}``."""
+    if options is None:
+        return {}
+    if isinstance(options, BaseModel):
+        return options.model_dump(mode="json")
+    if dataclasses.is_dataclass(options) and not isinstance(options, type):
+        return _json_safe(dataclasses.asdict(options))
+    return _json_safe(options)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)
+
+
+def _unknown_line(key: str, name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else (f"; known: {', '.join(known)}" if known else "")
+    return f"{key}.{name}: unknown option{hint}"
+
+
+def _pydantic_line(key: str, err: Mapping[str, Any], known: list[str]) -> str:
+    loc = ".".join(str(p) for p in err.get("loc", ()))
+    if err.get("type") == "extra_forbidden":
+        return _unknown_line(key, loc, known)
+    msg = str(err.get("msg", "invalid"))
+    msg = msg.removeprefix("Value error, ")
+    return f"{key}.{loc}: {msg}" if loc else f"{key}: {msg}"
+
+
+# ------------------------------------------------------------------------------------------ the run's rules
+
+
+@dataclass
+class ResolvedRule:
+    """One resolved rule of the run: the run's, or an entry's own. ``AdmissionSet`` fills ``instance``."""
+
+    name: str  # qualified: the run's as written, or <name>@<entry>
+    ref: str  # as written
+    level: str
+    entry: str | None
+    cls: type
+    options: Any
+    instance: Any = None
+
+
+def _entry_key(label: str) -> str:
+    return f"environments[{label!r}]"
+
+
+def resolve_rules(
+    run_rule: str,
+    run_options: Mapping[str, Any] | None,
+    entry_rules: Mapping[str, tuple[str | None, Mapping[str, Any] | None]],
+) -> tuple[ResolvedRule | None, dict[str, ResolvedRule], list[str]]:
+    """Resolve and parse the run's rule and each entry's own: ``(run's, entries' own by label, problems)``.
+
+    An entry whose rule is None inherits the run's and has no entry of its own; the run's is None only when it has
+    a problem. Each problem is one line with its key path.
+    """
+    problems: list[str] = []
+
+    def one(ref: Any, options: Any, *, key: str, level: str, entry: str | None) -> ResolvedRule | None:
+        try:
+            cls = resolve_group_admission(ref)
+        except ExtensionError as exc:
+            problems.append(f"{key}.group_admission: {exc}")
+            return None
+        name = ref if entry is None else f"{ref}@{entry}"
+        try:
+            parsed = parse_rule_options(cls, options, key=f"{key}.group_admission_options", name=ref)
+        except ValueError as exc:
+            problems.extend(str(exc).splitlines())
+            return None
+        return ResolvedRule(name, ref, level, entry, cls, parsed)
+
+    run = one(run_rule, run_options, key="train", level="run", entry=None)
+    own: dict[str, ResolvedRule] = {}
+    for label, (ref, options) in entry_rules.items():
+        key = _entry_key(label)
+        if ref is None:
+            if options:
+                problems.append(
+                    f"{key}.group_admission_options: set without {key}.group_admission; the options go with the "
+                    "rule they configure"
+                )
+            continue
+        rule = one(ref, options, key=key, level="entry", entry=label)
+        if rule is not None:
+            own[label] = rule
+    return run, own, problems

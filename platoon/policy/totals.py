@@ -1,0 +1,155 @@
+"""Totals over settled groups: of the run, an entry, a label, a task; and the per-task reads built from them.
+
+What this module owns: ``GroupTotals`` (the counts one settled group adds, and their JSON form in a statistics
+snapshot), ``TaskStats`` (a task's totals with its streaks, draws, fates, history and means: the full read, a
+copy), and the cheap reads ``TaskCounts`` and ``TaskCountArrays``. The store (``platoon.policy.stats``) keeps them.
+
+Rules it keeps:
+- evidence is dated by a group's oldest datum version (the ``version`` given to ``add``), never by when it settled;
+- invalid members are censored from everything except the ``groups`` count;
+- a snapshot's totals with a kind this version does not know are a ValueError, not silently dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from platoon.policy.records import KINDS, DecayedCounts, DecayedMean, GroupRecord, GroupSummary
+
+
+@dataclass
+class GroupTotals:
+    """Counts over settled groups (of the run, an entry, a label or a task).
+
+    Per record, with the entry's success threshold and ``v = record.oldest_version()``: ``groups += 1``;
+    ``reported_groups += 1`` if it has members; ``attempts += valid``; ``passes += passes(threshold)``;
+    ``reward_sum +=`` the rewards of valid members; its kind's counter ``+= 1``; and, when ``valid > 0`` and ``v``
+    is not None, ``decayed.add(passes, valid - passes, v)``.
+    """
+
+    groups: int = 0
+    reported_groups: int = 0
+    attempts: int = 0
+    passes: int = 0
+    reward_sum: float = 0.0
+    informative_groups: int = 0
+    all_pass_groups: int = 0
+    all_fail_groups: int = 0
+    uniform_mixed_groups: int = 0
+    decayed: DecayedCounts = field(default_factory=DecayedCounts)
+
+    def evidence(self, *, now: float) -> tuple[float, float]:
+        """The decayed ``(passes, fails)`` read at version ``now``."""
+        return self.decayed.read(now)
+
+    def add(self, record: GroupRecord, threshold: float, version: int | None) -> None:
+        valid = record.valid
+        passes = record.passes(threshold)
+        self.groups += 1
+        self.reported_groups += 1 if record.members else 0
+        self.attempts += valid
+        self.passes += passes
+        for m in record.members:
+            if m.valid and m.reward is not None:
+                self.reward_sum += m.reward
+        kind = record.kind(threshold)
+        if kind is not None:
+            name = f"{kind}_groups"
+            setattr(self, name, getattr(self, name) + 1)
+        if valid > 0 and version is not None:
+            self.decayed.add(passes, valid - passes, version)
+
+    def kinds(self) -> dict[str, int]:
+        return {k: getattr(self, f"{k}_groups") for k in sorted(KINDS)}
+
+    def copy(self) -> GroupTotals:
+        return GroupTotals(**{k: getattr(self, k) for k in TOTAL_FIELDS}, decayed=self.decayed.copy())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "groups": self.groups,
+            "reported": self.reported_groups,
+            "attempts": self.attempts,
+            "passes": self.passes,
+            "reward_sum": self.reward_sum,
+            "kinds": self.kinds(),
+            "evidence": self.decayed.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GroupTotals:
+        kinds = data.get("kinds") or {}
+        unknown = set(kinds) - set(KINDS)
+        if unknown:
+            raise ValueError(f"unknown group kinds {sorted(unknown)}")
+        return cls(
+            groups=int(data["groups"]),
+            reported_groups=int(data["reported"]),
+            attempts=int(data["attempts"]),
+            passes=int(data["passes"]),
+            reward_sum=float(data["reward_sum"]),
+            **{f"{k}_groups": int(kinds.get(k, 0)) for k in KINDS},
+            decayed=DecayedCounts.from_json(data["evidence"]),
+        )
+
+
+TOTAL_FIELDS = (
+    "groups",
+    "reported_groups",
+    "attempts",
+    "passes",
+    "reward_sum",
+    "informative_groups",
+    "all_pass_groups",
+    "all_fail_groups",
+    "uniform_mixed_groups",
+)
+"""The count fields of ``GroupTotals``, all but ``decayed``, in order (a copy or a ``TaskStats`` is built from them)."""
+
+
+@dataclass
+class TaskStats(GroupTotals):
+    """A task's totals plus its streaks, draws, fates, history (oldest first) and decayed means; a copy."""
+
+    task_id: str = ""
+    entry: str | None = None
+    label: str | None = None
+    uniform_streak: int = 0
+    no_evidence_streak: int = 0
+    outstanding: int = 0
+    drawn: int = 0
+    fates: dict[str, int] = field(default_factory=dict)
+    history: tuple[GroupSummary, ...] = ()
+    means: dict[str, DecayedMean] = field(default_factory=dict)
+
+    def metric(self, name: str, *, now: float | None = None) -> float | None:
+        """The decayed mean of ``name`` (one of ``platoon.policy.stats.MEANS``); decay scales total and weight
+        alike, so ``now`` is moot."""
+        mean = self.means.get(name)
+        return None if mean is None else mean.mean()
+
+
+class TaskCounts(NamedTuple):
+    """The cheap per-task read (`TaskStatsView.counts`); ``evidence_version`` is None before any evidence."""
+
+    groups: int
+    outstanding: int
+    drawn: int
+    uniform_streak: int
+    no_evidence_streak: int
+    evidence_version: int | None
+
+
+class TaskCountArrays(NamedTuple):
+    """`TaskCounts` of many tasks at once, as read-only numpy arrays (``evidence_version`` NaN where None)."""
+
+    groups: np.ndarray
+    outstanding: np.ndarray
+    drawn: np.ndarray
+    uniform_streak: np.ndarray
+    no_evidence_streak: np.ndarray
+    evidence_version: np.ndarray
