@@ -466,3 +466,55 @@ def test_the_cycle_check_allows_downward_imports():
     modules = set(map(module_name, sources))
     imports = package_imports(sources["platoon/envs/resolve.py"], "platoon/envs/resolve.py", modules)
     assert imports == {"platoon.envs.search": 1, "platoon.envs.base": 2}
+
+
+# -- runtimes decide no rule ------------------------------------------------------------------------------------------
+# A runtime (platoon/sim, platoon/live) carries out the driver's decisions; it decides no verdict and computes no
+# deadline of a rule. Detected from the source (ast):
+# - a verdict: a verdict name ("trained", "uniform", ...) as a constant anywhere but in a comparison (reading a
+#   group's verdict is fine; producing one is the policy layer's group_verdict);
+# - a deadline: arithmetic (+, -) on a name or attribute that names a rule's timing (quorum, straggler, deadline,
+#   timeout): the straggler deadlines and the teardown and start-slot timers come from the driver's next_deadline().
+RULE_TIMING = ("quorum", "straggler", "deadline", "timeout")
+VERDICT_NAMES = {"trained", "uniform", "no_completed_root", "failed", "unknown"}
+RUNTIME_MODULES = ("sim/runtime.py", "live/runtime.py", "live/workflow.py", "live/lease.py")
+
+
+def _names_in(node: ast.AST) -> list[str]:
+    return [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node)
+            if isinstance(n, ast.Name | ast.Attribute)]
+
+
+def runtime_rule_decisions(source: str) -> list[str]:
+    """Where a runtime module decides a verdict or a deadline itself (see above), as 'line N: what'."""
+    tree = ast.parse(source)
+    compared = {id(c) for node in ast.walk(tree) if isinstance(node, ast.Compare)
+                for c in ast.walk(node) if isinstance(c, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value in VERDICT_NAMES and id(node) not in compared:
+            found.append(f"line {node.lineno}: decides the verdict {node.value!r}")
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub):
+            timed = [n for n in _names_in(node) if any(word in n.lower() for word in RULE_TIMING)]
+            if timed:
+                found.append(f"line {node.lineno}: computes a rule's time from {timed[0]}")
+    return found
+
+
+@pytest.mark.parametrize("relpath", RUNTIME_MODULES)
+def test_runtimes_decide_no_verdict_and_no_deadline(relpath):
+    assert runtime_rule_decisions((PACKAGE / relpath).read_text()) == []
+
+
+@pytest.mark.parametrize("source", [
+    'verdict = "trained" if 0 < passes < n else "uniform"',
+    "due = quorum_t + self.straggler_s + offset",
+    "handle = loop.call_at(self.t0 + group.deadline, fire)",
+])
+def test_the_rule_check_catches_a_runtime_that_decides(source):
+    assert runtime_rule_decisions(source)
+
+
+def test_the_rule_check_allows_reading_a_verdict_and_arming_the_drivers_deadline():
+    assert runtime_rule_decisions('trained = [g for g in groups if g.output.verdict == "trained"]\n'
+                                  "handle = loop.call_at(self._t0 + due, fire)") == []

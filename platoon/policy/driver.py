@@ -30,7 +30,7 @@ from typing import Any
 from platoon.policy.dispatch_records import StepPhase
 from platoon.policy.dispatch_state import STATE_FORMAT
 from platoon.policy.dispatcher import Dispatcher, StartGroup
-from platoon.policy.members import CancelRollout, MemberState, MemberWatch
+from platoon.policy.members import CANCELLED, STRAGGLER_KILLED, CancelRollout, MemberState, MemberWatch
 from platoon.policy.outputs import GroupOutput, Key, TrainStep
 from platoon.policy.permits import GrantPermit
 from platoon.policy.run_metrics import StepWindow, batch_metrics
@@ -190,7 +190,8 @@ class Driver:
         such as ``trainer/*`` and ``eval/*``) and whether a full checkpoint is due."""
         d = self.dispatcher
         d.commit_step(now=now)
-        self.window.waste("stale", sum(len(g.record.members) for g in step.stale))
+        self.window.waste("stale", sum(1 for g in step.stale for m in g.record.members  # a cut one counted as cut
+                                       if m.disposition not in (CANCELLED, STRAGGLER_KILLED)))
         self.window.waste("cancelled", self.members.take_running_cancelled())
         row = d.step_metrics(now=now)
         row["rollout_client/permit_busy_share"] = (

@@ -58,8 +58,8 @@ class Timer(Enum):
     TEARDOWN_ENDED = "teardown_ended"
     TEARDOWN_OUTLASTED = "teardown_outlasted"  # the permit's wait for the teardown ran out first
     DEADLINE = "deadline"                      # the driver's next deadline
-    TRAINED = "trained"
-    PUBLISHED = "published"
+    TRAINED = "step_trained"
+    PUBLISHED = "step_published"
 
 
 class Trainer(Enum):
