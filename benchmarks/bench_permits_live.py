@@ -8,8 +8,9 @@ rollout ends and the next group starts on it.
 How: the live asyncio runtime (``platoon.live.runtime.LiveRuntime``) drives the real dispatcher, in real time, with a
 workflow whose rollouts sleep lognormal durations (median ``MEDIAN_S``, sigma ``SIGMA``; a pure function of the
 group key and member, so both settings see the same lengths for the same draws) and a trainer that takes
-``TRAIN_S`` in a worker thread. The permits bind (the horizon is the plan's). The busy share is the runtime's
-``live/permit_busy_share`` over the whole run: rollouts at work, time-weighted, over the budget.
+``TRAIN_S`` in a worker thread. The permits bind (the horizon is the plan's). The busy share is
+``rollout_client/permit_busy_share`` (docs/metrics.md) over the whole run (``LiveRuntime.busy_share()``): rollouts
+holding a permit, time-weighted, over the budget.
 
 Run: ``.venv/bin/python benchmarks/bench_permits_live.py`` (about 10 s).
 """

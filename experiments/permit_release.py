@@ -34,7 +34,7 @@ opts = args.parse_args()
 PRESET = "long-agentic"
 GRID = {"train.permit_release": ["group", "rollout"], "train.max_staleness": [1, 2]}
 QUANTITIES = ["permit_busy_share", "rollouts_per_hour", "groups_per_hour", "trainer_idle_share", "staleness_mean",
-              "stale_groups", "simulated_hours", "pass_at_1_last"]
+              "stale_groups", "hours", "pass_at_1_last"]
 
 # --- seeding: every random outcome of a run derives from train.seed (rollouts, samplers) and from the entry's
 # seed (the task population, fixed here), never from a global generator: one list of run seeds is all there is

@@ -51,7 +51,7 @@ for sampler in SAMPLERS:
         s = summarize(run)
         steps = step_rows(run)
         informative = steps["train/batch/informative_groups"].sum()
-        rollouts = steps["sim/rollouts"].sum()
+        rollouts = steps["train/rollouts"].sum()
         rows.append({"sampler": sampler, "seed": seed, **s, "informative_groups": informative,
                      "pass_at_1_gain_per_100k_rollouts": (s["pass_at_1_last"] - s["pass_at_1_first"]) / rollouts * 1e5})
         evals = run.metrics[["step", "eval/pass@1"]].dropna()

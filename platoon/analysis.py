@@ -51,6 +51,12 @@ class Run:
         """The run directory's name (``runs/demo`` -> ``demo``)."""
         return self.path.name
 
+    @property
+    def runtime(self) -> str | None:
+        """Which runtime wrote the run, as its ``lock.json`` says: ``sim``, ``live``, or None when it does not."""
+        runtime = self.lock.get("runtime")
+        return runtime if isinstance(runtime, str) else None
+
 
 def _is_step(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)

@@ -3,16 +3,23 @@
 Reads run directories through ``platoon.analysis.load_run`` and writes, into one directory:
 
 - ``summary.md``: a markdown table with a column per run and a row per quantity of ``summarize``;
-- ``permits.png``: ``rollout_client/permits_held_mean`` over (simulated or wall) time, a line per run;
+- ``permits.png``: ``rollout_client/permits_held_mean`` over the run's (simulated or wall) hours, a line per run;
 - ``staleness.png``: how many policy versions behind each trained or stale group was, summed over the run
-  (``sim/staleness/<k>``; a run that logged none is named in the plot as such);
+  (``train/staleness/<k>``; a run that logged none is named in the plot as such);
 - ``learning.png``: ``train/sampler/informative_share`` and ``eval/pass@1`` per step;
 - ``blocked.png``: the stack of ``train/dispatch/blocked_share/<reason>`` per step, a panel per run.
 
 ``summarize`` is also the summary table of ``platoon simulate`` (``summary_table``) and of its sweeps
-(``sweep_table``, ``sweep_markdown``: a row per point, each quantity with its ratio to the first point's). Every quantity is computed from
-per-step metrics (weighted by each step's length where it is a share of time), so a run's table is the same
-whether the run was simulated or live.
+(``sweep_table``, ``sweep_markdown``: a row per point, each quantity with its ratio to the first point's).
+
+Every quantity is computed from the per-step metrics both runtimes write under the same names (docs/metrics.md), so
+a number means the same in a simulated run's column and a live run's. Time is the run's own clock, the ``time``
+column (simulated seconds, or wall seconds): a step's length ``dt`` is its ``time`` less the previous step's, and
+the run's hours are the sum of its steps' lengths, from the start to the last step's row (a final evaluation row
+after it is not counted: it costs a live run wall time and a simulated one none). A ``time`` below the previous
+step's begins a new start whose clock began at 0, so that step's length is its ``time``. Throughput is per such
+hour; shares of time are weighted by ``dt``. A row that only one runtime can know (``ONLY``) reads ``sim only`` or
+``live only`` in the other's column of ``summary.md``.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ STEP_COLUMN = "rollout_client/concurrency_achieved_fraction"
 
 SUMMARY = (
     ("steps", "steps", "{:.0f}"),
-    ("simulated_hours", "time (h)", "{:.2f}"),
+    ("hours", "time (h)", "{:.3g}"),
     ("rollouts_per_hour", "throughput (rollouts/h)", "{:.0f}"),
     ("groups_per_hour", "throughput (trained groups/h)", "{:.1f}"),
     ("permit_busy_share", "permit busy share", "{:.3f}"),
@@ -46,6 +53,9 @@ SUMMARY = (
 )
 """(key of ``summarize``, label, format): the rows of every summary table, in order."""
 
+ONLY = {"gpu_hours": "sim"}
+"""Rows only one runtime can know (key -> ``sim`` or ``live``); every other row applies to both."""
+
 
 def _col(frame: pd.DataFrame, name: str) -> pd.Series:
     if name in frame.columns:
@@ -53,14 +63,23 @@ def _col(frame: pd.DataFrame, name: str) -> pd.Series:
     return pd.Series([math.nan] * len(frame), index=frame.index, dtype="float64")
 
 
+def step_lengths(times: pd.Series) -> pd.Series:
+    """Each step's length on the run's clock: its ``time`` less the previous step's (the first step's: its
+    ``time``). A ``time`` below the previous one begins a new start whose clock began at 0 (a live run's clock
+    restarts at each start), so that step's length is its ``time``."""
+    times = pd.to_numeric(times, errors="coerce")
+    dt = times - times.shift(1, fill_value=0.0)
+    return dt.where(dt.isna() | (dt >= 0), times)
+
+
 def step_rows(run: Run) -> pd.DataFrame:
-    """The run's training steps: metrics rows that carry a step's dispatch metrics, with ``dt`` (the step's length)."""
+    """The run's training steps: metrics rows that carry a step's dispatch metrics, with ``dt`` (the step's length,
+    ``step_lengths``)."""
     m = run.metrics
     if STEP_COLUMN in m.columns:
         m = m[m[STEP_COLUMN].notna()]
     m = m.sort_values("step").copy()
-    times = pd.to_numeric(m["time"], errors="coerce") if "time" in m.columns else pd.Series(dtype="float64")
-    m["dt"] = times.diff().fillna(times) if len(times) else times
+    m["dt"] = step_lengths(_col(m, "time"))
     return m
 
 
@@ -70,40 +89,37 @@ def _weighted(values: pd.Series, weights: pd.Series) -> float:
     return float((values[ok] * weights[ok]).sum() / total) if total > 0 else math.nan
 
 
+def _sum(frame: pd.DataFrame, name: str) -> float:
+    """The column's total over the rows; NaN when no row logged it."""
+    return float(_col(frame, name).sum(min_count=1)) if len(frame) else math.nan
+
+
 def summarize(run: Run) -> dict[str, float]:
-    """The run's summary (NaN where it logged nothing to say it): see ``SUMMARY`` for the keys."""
+    """The run's summary (NaN where it logged nothing to say it): see ``SUMMARY`` for the keys and the module
+    docstring for the clock."""
     s = step_rows(run)
     m = run.metrics
-    time_s = float(pd.to_numeric(m["time"], errors="coerce").max()) if len(m) and "time" in m else math.nan
-    hours = time_s / 3600.0 if time_s and time_s > 0 else math.nan
+    seconds = float(s["dt"].sum(min_count=1)) if len(s) else math.nan
+    hours = seconds / 3600.0 if seconds > 0 else math.nan
     informative = _col(s, "train/batch/informative_groups")
     kinds = sum(_col(s, f"train/batch/{k}_groups").fillna(0) for k in
                 ("informative", "all_pass", "all_fail", "uniform_mixed"))
     trained = float(kinds.sum()) if len(s) else math.nan
-    lag_cols = [c for c in s.columns if c.startswith("sim/staleness/")]
-    staleness = math.nan
-    if "sim/staleness_mean" in s.columns:
-        staleness = _weighted(_col(s, "sim/staleness_mean"), kinds)
-    elif lag_cols:
-        counts = {int(c.rsplit("/", 1)[1]): float(_col(s, c).sum()) for c in lag_cols}
-        n = sum(counts.values())
-        staleness = sum(k * v for k, v in counts.items()) / n if n else math.nan
     evals = _col(m, "eval/pass@1").dropna()
-    busy = _col(s, "sim/permit_busy_share")
-    if busy.isna().all():
-        busy = _col(s, STEP_COLUMN)
-    rollouts = _col(s, "sim/rollouts")
+    rejected = _sum(s, "train/admission/rejected")
+    if math.isnan(rejected) and len(s) and not any(c.startswith("train/admission/") for c in s.columns):
+        rejected = 0.0  # no group admission rule: nothing is rejected
     return {
         "steps": float(len(s)),
-        "simulated_hours": hours,
-        "rollouts_per_hour": float(rollouts.sum()) / hours if rollouts.notna().any() and hours > 0 else math.nan,
-        "groups_per_hour": trained / hours if hours > 0 else math.nan,
-        "permit_busy_share": _weighted(busy, s["dt"]) if len(s) else math.nan,
-        "trainer_idle_share": _weighted(_col(s, "sim/trainer_idle_share"), s["dt"]) if len(s) else math.nan,
-        "staleness_mean": staleness,
+        "hours": hours,
+        "rollouts_per_hour": _sum(s, "train/rollouts") / hours,
+        "groups_per_hour": trained / hours,
+        "permit_busy_share": _weighted(_col(s, "rollout_client/permit_busy_share"), s["dt"]),
+        "trainer_idle_share": _weighted(_col(s, "train/trainer_idle_share"), s["dt"]),
+        "staleness_mean": _weighted(_col(s, "train/staleness_mean"), kinds) if len(s) else math.nan,
         "informative_share": float(informative.sum()) / trained if trained else math.nan,
-        "stale_groups": float(_col(s, "train/batch/stale_groups").sum()) if len(s) else math.nan,
-        "rejected_groups": float(_col(s, "train/admission/rejected").sum(min_count=1)) if len(s) else math.nan,
+        "stale_groups": _sum(s, "train/batch/stale_groups"),
+        "rejected_groups": rejected,
         "pass_at_1_first": float(evals.iloc[0]) if len(evals) else math.nan,
         "pass_at_1_last": float(evals.iloc[-1]) if len(evals) else math.nan,
         "gpu_hours": float(_col(m, "sim/gpu_hours").max()) if "sim/gpu_hours" in m.columns else math.nan,
@@ -116,13 +132,24 @@ def fmt(key: str, value: float) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else spec.format(value)
 
 
+def cell(key: str, value: float, runtime: str | None) -> str:
+    """A summary value as ``summary.md`` shows it: ``fmt``'s, or ``sim only``/``live only`` where the row is one
+    runtime's (``ONLY``) and the run, of the other (``runtime``: ``Run.runtime``), has no value for it."""
+    only = ONLY.get(key)
+    text = fmt(key, value)
+    if text == "-" and only is not None and runtime is not None and runtime != only:
+        return f"{only} only"
+    return text
+
+
 def summary_markdown(runs: Sequence[Run], names: Sequence[str] | None = None) -> str:
     """A markdown table: a row per quantity, a column per run."""
     names = list(names) if names is not None else _names(runs)
     sums = [summarize(r) for r in runs]
     lines = ["| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(runs)]
     for key, label, _ in SUMMARY:
-        lines.append(f"| {label} | " + " | ".join(fmt(key, s[key]) for s in sums) + " |")
+        cells = (cell(key, s[key], r.runtime) for s, r in zip(sums, runs, strict=True))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -150,7 +177,7 @@ def write_report(runs: Sequence[Run], out: Path) -> list[Path]:
     for run, name in zip(runs, names, strict=True):
         s = step_rows(run)
         if "rollout_client/permits_held_mean" in s.columns:
-            ax.step(_col(s, "time") / 3600.0, _col(s, "rollout_client/permits_held_mean"), where="pre", label=name)
+            ax.step(s["dt"].cumsum() / 3600.0, _col(s, "rollout_client/permits_held_mean"), where="pre", label=name)
     ax.set(xlabel="time (h)", ylabel="permits held (mean over the step)", title="Rollout permits held")
     _finish(fig, ax, out / "permits.png", written)
 
@@ -160,7 +187,7 @@ def write_report(runs: Sequence[Run], out: Path) -> list[Path]:
     for j, (run, name) in enumerate(zip(runs, names, strict=True)):
         s = step_rows(run)
         lags = sorted((int(c.rsplit("/", 1)[1]), float(_col(s, c).sum())) for c in s.columns
-                      if c.startswith("sim/staleness/"))
+                      if c.startswith("train/staleness/"))
         if not lags:
             missing.append(name)
             continue
@@ -211,7 +238,7 @@ def _finish(fig, ax, path: Path, written: list[Path]) -> None:
     written.append(path)
 
 
-SWEEP_COLUMNS = ("steps", "simulated_hours", "rollouts_per_hour", "permit_busy_share", "trainer_idle_share",
+SWEEP_COLUMNS = ("steps", "hours", "rollouts_per_hour", "permit_busy_share", "trainer_idle_share",
                  "staleness_mean", "informative_share", "stale_groups", "rejected_groups", "pass_at_1_last")
 """The quantities of a sweep's table, in order."""
 
@@ -278,5 +305,5 @@ def report(paths: Sequence[Path], out: Path | None = None) -> list[Path]:
     return write_report(runs, Path(out) if out is not None else Path(paths[0]) / "report")
 
 
-__all__ = ["SUMMARY", "SWEEP_COLUMNS", "fmt", "report", "step_rows", "summarize", "summary_markdown",
-           "summary_table", "sweep_markdown", "sweep_table", "write_report"]
+__all__ = ["ONLY", "SUMMARY", "SWEEP_COLUMNS", "cell", "fmt", "report", "step_lengths", "step_rows", "summarize",
+           "summary_markdown", "summary_table", "sweep_markdown", "sweep_table", "write_report"]

@@ -20,11 +20,11 @@ def write_run(path: Path, *, draws_scale: int = 1) -> RunDir:
     """A small run written with platoon.runs' writers: two starts, a resume that redoes step 2, a torn line."""
     run = RunDir.create(path)
     run.write_lock(
-        {"train": {"batch_size": 2}}, [{"kind": "task_sampler", "ref": "auto"}], {"backend": "sim"}
+        {"train": {"batch_size": 2}}, [{"kind": "task_sampler", "ref": "auto"}], {"runtime": "sim"}
     )
     with run.metrics_writer() as m:
         m.write(metrics_row(0, 0.0, {"train/sampler/draws": 2 * draws_scale}))
-        m.write(metrics_row(1, 10.0, {"train/sampler/draws": 4 * draws_scale, "sim/idle": 0.5}))
+        m.write(metrics_row(1, 10.0, {"train/sampler/draws": 4 * draws_scale, "train/trainer_idle_share": 0.5}))
         m.write(metrics_row(2, 20.0, {"train/sampler/draws": 100}))
     with open(run.metrics_path, "ab") as f:
         f.write(b'{"step":3,"time":3')  # the first start dies mid-line
@@ -155,8 +155,8 @@ def write_run(path: Path, *, draws_scale: int = 1) -> RunDir:
         )
         e.write({"event": "fate", "start": 2, "seq": 0, "fate": "consumed"})
     with run.metrics_writer() as m:  # the second start redoes step 2 and goes on
-        m.write(metrics_row(2, 21.0, {"train/sampler/draws": 6 * draws_scale, "sim/idle": 0.25}))
-        m.write(metrics_row(3, 30.0, {"train/sampler/draws": None, "sim/idle": 0.0}))
+        m.write(metrics_row(2, 21.0, {"train/sampler/draws": 6 * draws_scale, "train/trainer_idle_share": 0.25}))
+        m.write(metrics_row(3, 30.0, {"train/sampler/draws": None, "train/trainer_idle_share": 0.0}))
     save_checkpoint(run, 1, {"tasks/dispatch-000001.json": {"format": 2}}, {"policy_version": 1})
     save_checkpoint(run, 3, {"tasks/dispatch-000003.json": {"format": 2}}, {"policy_version": 3})
     return run
@@ -165,17 +165,17 @@ def write_run(path: Path, *, draws_scale: int = 1) -> RunDir:
 def test_metrics_one_row_per_step_last_row_wins(tmp_path):
     run = load_run(write_run(tmp_path / "demo").path)
     m = run.metrics
-    assert list(m.columns) == ["step", "time", "train/sampler/draws", "sim/idle"]
+    assert list(m.columns) == ["step", "time", "train/sampler/draws", "train/trainer_idle_share"]
     assert m["step"].tolist() == [0, 1, 2, 3] and m["step"].dtype == "int64"
     assert m["time"].tolist() == [0.0, 10.0, 21.0, 30.0]
     assert m["train/sampler/draws"].tolist()[:3] == [2, 4, 6]
-    assert math.isnan(m["train/sampler/draws"].iloc[3]) and math.isnan(m["sim/idle"].iloc[0])
+    assert math.isnan(m["train/sampler/draws"].iloc[3]) and math.isnan(m["train/trainer_idle_share"].iloc[0])
 
 
 def test_events_checkpoints_and_lock(tmp_path):
     run = load_run(write_run(tmp_path / "demo").path)
     assert run.name == "demo" and run.path == tmp_path / "demo"
-    assert run.lock["backend"] == "sim" and run.lock["config"] == {"train": {"batch_size": 2}}
+    assert run.runtime == "sim" and run.lock["config"] == {"train": {"batch_size": 2}}
     ev = run.events
     assert ev.columns[0] == "event" and len(ev) == 14
     assert ev["event"].value_counts().to_dict() == {"draw": 5, "fate": 4, "settle": 3, "start": 2}
@@ -242,7 +242,7 @@ def test_tasks_table_unknown_fates_and_orphans():
 
 def test_an_empty_run_directory_reads_as_empty_frames(tmp_path):
     run = load_run(RunDir.create(tmp_path / "empty").path)
-    assert run.lock == {}
+    assert run.lock == {} and run.runtime is None
     assert list(run.metrics.columns) == ["step", "time"] and run.metrics.empty
     assert run.events.empty and run.checkpoints.empty and run.tasks.empty
     assert run.tasks.columns[0] == "task_id"
@@ -253,14 +253,14 @@ def test_an_empty_run_directory_reads_as_empty_frames(tmp_path):
 def test_compare_runs(tmp_path):
     a = load_run(write_run(tmp_path / "a").path)
     b = load_run(write_run(tmp_path / "b", draws_scale=10).path)
-    table = compare_runs([a, b], ["train/sampler/draws", "sim/idle"])
+    table = compare_runs([a, b], ["train/sampler/draws", "train/trainer_idle_share"])
     assert table.index.tolist() == ["a", "b"] and table.index.name == "run"
     assert list(table.columns) == [
         "steps",
         "train/sampler/draws:median",
         "train/sampler/draws:last",
-        "sim/idle:median",
-        "sim/idle:last",
+        "train/trainer_idle_share:median",
+        "train/trainer_idle_share:last",
     ]
     assert table.loc["a", "steps"] == 4
     assert table.loc["a", "train/sampler/draws:median"] == 4.0
@@ -268,10 +268,10 @@ def test_compare_runs(tmp_path):
         table.loc["a", "train/sampler/draws:last"] == 6.0
     )  # step 3 logged null: the last number is step 2's
     assert table.loc["b", "train/sampler/draws:median"] == 40.0
-    assert table.loc["a", "sim/idle:median"] == 0.25 and table.loc["a", "sim/idle:last"] == 0.0
+    assert table.loc["a", "train/trainer_idle_share:median"] == 0.25 and table.loc["a", "train/trainer_idle_share:last"] == 0.0
 
     same_name = load_run(write_run(tmp_path / "other" / "a").path)
-    assert compare_runs([a, same_name], ["sim/idle"]).index.tolist() == [str(a.path), str(same_name.path)]
+    assert compare_runs([a, same_name], ["train/trainer_idle_share"]).index.tolist() == [str(a.path), str(same_name.path)]
     with pytest.raises(KeyError, match="train/typo"):
         compare_runs([a], ["train/typo"])
 
@@ -279,8 +279,8 @@ def test_compare_runs(tmp_path):
 def test_a_metric_only_one_run_logged_is_nan_for_the_other(tmp_path):
     a = load_run(write_run(tmp_path / "a").path)
     empty = load_run(RunDir.create(tmp_path / "e").path)
-    table = compare_runs([a, empty], ["sim/idle"])
-    assert table.loc["e", "steps"] == 0 and math.isnan(table.loc["e", "sim/idle:median"])
+    table = compare_runs([a, empty], ["train/trainer_idle_share"])
+    assert table.loc["e", "steps"] == 0 and math.isnan(table.loc["e", "train/trainer_idle_share:median"])
 
 
 def test_the_docs_example_runs(tmp_path, monkeypatch):
@@ -299,3 +299,25 @@ def test_the_docs_example_runs(tmp_path, monkeypatch):
     hardest = [line.split() for line in text.splitlines() if line.strip().startswith("t-")][0]
     assert hardest[0] == "t-a" and float(hardest[2]) == pytest.approx(3 / 7, abs=1e-6)
     assert "train/sampler/draws:median" in text
+
+
+def test_a_simulated_and_a_live_run_side_by_side(tmp_path):
+    """The names of docs/metrics.md: those both runtimes write compare across them; a runtime's own are NaN for the
+    other's run."""
+    shared = ("rollout_client/permit_busy_share", "train/trainer_idle_share", "train/rollouts_per_hour")
+    runs = []
+    for runtime, own, scale in (("sim", "sim/gpu_hours", 1.0), ("live", "trainer/loss", 2.0)):
+        rd = RunDir.create(tmp_path / runtime)
+        rd.write_lock({}, [], {"runtime": runtime})
+        with rd.metrics_writer() as m:
+            for step in range(3):
+                m.write(metrics_row(step, 10.0 * (step + 1), {**{k: 0.1 * scale * (step + 1) for k in shared},
+                                                               own: float(step)}))
+        runs.append(load_run(rd.path))
+    assert [r.runtime for r in runs] == ["sim", "live"]
+    table = compare_runs(runs, [*shared, "sim/gpu_hours", "trainer/loss"])
+    for name in shared:
+        assert table.loc["sim", f"{name}:median"] == pytest.approx(0.2)
+        assert table.loc["live", f"{name}:last"] == pytest.approx(0.6)
+    assert math.isnan(table.loc["live", "sim/gpu_hours:median"]) and table.loc["sim", "sim/gpu_hours:last"] == 2.0
+    assert math.isnan(table.loc["sim", "trainer/loss:median"]) and table.loc["live", "trainer/loss:last"] == 2.0

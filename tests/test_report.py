@@ -1,71 +1,142 @@
-"""``platoon report`` and ``platoon.report.summarize`` on run directories written by hand (a simulated-looking run
-and a live-looking one, which logs no ``sim/...`` metrics)."""
+"""``platoon report`` and ``platoon.report.summarize`` on run directories written by hand in the vocabulary of
+docs/metrics.md: a simulated run, and a live run resumed once (its clock restarts at 0 with the new start)."""
 
 from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
 from platoon.analysis import load_run
 from platoon.cli import app
-from platoon.report import summarize, summary_markdown, write_report
+from platoon.report import SUMMARY, step_lengths, summarize, summary_markdown, write_report
 from platoon.runs import RunDir, metrics_row
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+def both(step: int, *, busy: float, rollouts: float, dt: float) -> dict:
+    """A step's metrics that both runtimes write (docs/metrics.md)."""
+    return {
+        "rollout_client/permits_held_mean": 10.0 * (step + 1),
+        "rollout_client/concurrency_achieved_fraction": busy,
+        "rollout_client/permit_busy_share": busy,
+        "train/trainer_idle_share": 0.25,
+        "train/rollouts": rollouts, "train/rollouts_per_hour": rollouts * 3600 / dt,
+        "train/wasted_rollouts/stale": 4.0, "train/wasted_rollouts/rejected": 0.0,
+        "train/wasted_rollouts/failed": 0.0, "train/wasted_rollouts/cancelled": 0.0,
+        "train/batch/informative_groups": 3.0, "train/batch/all_pass_groups": 1.0,
+        "train/batch/all_fail_groups": 0.0, "train/batch/uniform_mixed_groups": 0.0,
+        "train/batch/stale_groups": 1.0, "train/sampler/informative_share": 0.75,
+        "train/staleness/0": 3.0, "train/staleness/1": 1.0 + step, "train/staleness/2": 0.0,
+        "train/staleness_mean": 0.25 * (step + 1),
+        "train/reward_mean": 0.5, "train/pass_rate": 0.5, "train/informative_share": 0.75,
+        "train/dispatch/blocked_share/permits": 0.5, "train/dispatch/blocked_share/horizon": 0.25,
+    }
+
+
 def simulated(path):
+    """Two steps at simulated seconds 100 and 400, under a group admission rule; the final evaluation at 420."""
     rd = RunDir.create(path)
     rd.write_lock({"train": {"steps": 2}}, [], {"runtime": "sim"})
     with rd.metrics_writer() as w:
-        for step, t, busy in ((0, 100.0, 0.5), (1, 400.0, 1.0)):
+        for step, t, dt, busy in ((0, 100.0, 100.0, 0.5), (1, 400.0, 300.0, 1.0)):
             w.write(metrics_row(step, t, {
-                "rollout_client/permits_held_mean": 10.0 * (step + 1),
-                "rollout_client/concurrency_achieved_fraction": busy,
-                "sim/permit_busy_share": busy, "sim/trainer_idle_share": 0.25, "sim/rollouts": 30.0,
-                "train/batch/informative_groups": 3.0, "train/batch/all_pass_groups": 1.0,
-                "train/batch/all_fail_groups": 0.0, "train/batch/uniform_mixed_groups": 0.0,
-                "train/batch/stale_groups": 1.0, "train/sampler/informative_share": 0.75,
-                "sim/staleness/0": 3.0, "sim/staleness/1": 1.0 + step, "sim/staleness_mean": 0.25,
-                "train/admission/rejected": 2.0, "sim/gpu_hours": t / 3600 * 8,
-                "train/dispatch/blocked_share/permits": 0.5, "train/dispatch/blocked_share/horizon": 0.25,
+                **both(step, busy=busy, rollouts=30.0, dt=dt),
+                "train/admission/rejected": 2.0, "train/admission/groups_admitted": 4.0,
+                "sim/simulated_seconds": t, "sim/gpu_hours": t / 3600 * 8, "sim/train_pass_rate_mean": 0.3,
                 **({"eval/pass@1": 0.25} if step == 0 else {})}))
         w.write(metrics_row(2, 420.0, {"eval/pass@1": 0.5}))
     return path
 
 
 def live(path):
+    """Five steps over two starts: the first writes steps 0-2 (wall seconds 10, 20, 30) and step 3 (at 40) before
+    it dies; the second goes on from the checkpoint after step 2 on a clock that starts again at 0, writes steps 3
+    and 4 (at 5 and 15) and the final evaluation (at 18). No group admission rule."""
     rd = RunDir.create(path)
+    rd.write_lock({"train": {"steps": 5}}, [], {"runtime": "live"})
     with rd.metrics_writer() as w:
-        for step in range(3):
-            w.write(metrics_row(step, 10.0 * (step + 1), {
-                "rollout_client/permits_held_mean": 4.0, "rollout_client/concurrency_achieved_fraction": 0.5,
-                "train/batch/informative_groups": 1.0, "train/batch/all_fail_groups": 1.0,
-                "train/dispatch/blocked_share/plan": 1.0}))
+        for step, t, dt, busy in ((0, 10.0, 10.0, 0.5), (1, 20.0, 10.0, 0.5), (2, 30.0, 10.0, 0.5),
+                                  (3, 40.0, 10.0, 0.0), (3, 5.0, 5.0, 1.0), (4, 15.0, 10.0, 1.0)):
+            w.write(metrics_row(step, t, {
+                **both(step, busy=busy, rollouts=8.0, dt=dt),
+                "trainer/loss": 0.1, "trainer/grad_norm": 1.0,
+                **({"eval/pass@1": 0.2, "eval/pass@1_ci_low": 0.1, "eval/pass@1_ci_high": 0.3,
+                    "eval/episodes": 64.0} if step == 0 else {})}))
+        w.write(metrics_row(5, 18.0, {"eval/pass@1": 0.4, "eval/pass@1_ci_low": 0.3, "eval/pass@1_ci_high": 0.5,
+                                      "eval/episodes": 64.0}))
     return path
+
+
+def test_step_lengths_on_the_runs_clock():
+    times = [10.0, 20.0, 30.0, 5.0, 15.0]
+    assert step_lengths(pd.Series(times)).tolist() == [10.0, 10.0, 10.0, 5.0, 10.0]
 
 
 def test_summary_of_a_simulated_run(tmp_path):
     s = summarize(load_run(simulated(tmp_path / "sim")))
     assert s["steps"] == 2  # the final evaluation row is not a step
-    assert s["simulated_hours"] == pytest.approx(420 / 3600)
-    assert s["rollouts_per_hour"] == pytest.approx(60 / (420 / 3600))
+    assert s["hours"] == pytest.approx(400 / 3600)  # to the last step's row
+    assert s["rollouts_per_hour"] == pytest.approx(60 / (400 / 3600))
+    assert s["groups_per_hour"] == pytest.approx(8 / (400 / 3600))
     assert s["permit_busy_share"] == pytest.approx((0.5 * 100 + 1.0 * 300) / 400)  # weighted by step length
+    assert s["trainer_idle_share"] == pytest.approx(0.25)
+    assert s["staleness_mean"] == pytest.approx((0.25 * 4 + 0.5 * 4) / 8)  # weighted by the groups trained
     assert s["informative_share"] == pytest.approx(6 / 8)
     assert s["stale_groups"] == 2 and s["rejected_groups"] == 4
     assert (s["pass_at_1_first"], s["pass_at_1_last"]) == (0.25, 0.5)
     assert s["gpu_hours"] == pytest.approx(400 / 3600 * 8)
 
 
-def test_summary_of_a_live_run_uses_what_it_logged(tmp_path):
+def test_summary_of_a_resumed_live_run_counts_each_starts_clock(tmp_path):
     s = summarize(load_run(live(tmp_path / "live")))
-    assert s["steps"] == 3
-    assert s["permit_busy_share"] == 0.5  # concurrency_achieved_fraction stands in for the sim's busy share
-    assert s["informative_share"] == 0.5
-    assert math.isnan(s["trainer_idle_share"]) and math.isnan(s["pass_at_1_last"])
-    assert math.isnan(s["rejected_groups"])
+    assert s["steps"] == 5
+    # 10 + 10 + 10 s in the first start, 5 + 10 s in the second (its clock restarted at 0); the step the first start
+    # wrote at 40 s was redone, and the final evaluation at 18 s comes after the last step
+    assert s["hours"] == pytest.approx(45 / 3600)
+    assert s["groups_per_hour"] == pytest.approx(5 * 4 / (45 / 3600))
+    assert s["rollouts_per_hour"] == pytest.approx(5 * 8 / (45 / 3600))
+    assert s["permit_busy_share"] == pytest.approx((0.5 * 30 + 1.0 * 15) / 45)
+    assert s["trainer_idle_share"] == pytest.approx(0.25)
+    assert s["staleness_mean"] == pytest.approx((0.25 + 0.5 + 0.75 + 1.0 + 1.25) / 5)
+    assert s["rejected_groups"] == 0  # no admission rule: nothing is rejected
+    assert (s["pass_at_1_first"], s["pass_at_1_last"]) == (0.2, 0.4)
+    assert math.isnan(s["gpu_hours"])
+
+
+def test_the_old_names_are_not_read(tmp_path):
+    rd = RunDir.create(tmp_path / "old")
+    rd.write_lock({}, [], {"runtime": "sim"})
+    with rd.metrics_writer() as w:
+        w.write(metrics_row(0, 60.0, {"rollout_client/concurrency_achieved_fraction": 0.5,
+                                      "sim/permit_busy_share": 0.5, "sim/trainer_idle_share": 0.5,
+                                      "sim/rollouts": 10.0, "sim/staleness_mean": 1.0}))
+    s = summarize(load_run(rd.path))
+    for key in ("permit_busy_share", "trainer_idle_share", "rollouts_per_hour", "staleness_mean"):
+        assert math.isnan(s[key]), key
+
+
+def _columns(table: str) -> dict[str, list[str]]:
+    """``summary.md`` as {label: [cell per run]}."""
+    rows = [line.strip("|").split("|") for line in table.splitlines()[2:]]
+    return {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows}
+
+
+def test_a_live_run_has_a_value_in_every_row_that_applies_to_it(tmp_path):
+    runs = [load_run(simulated(tmp_path / "sim")), load_run(live(tmp_path / "live"))]
+    table = _columns(summary_markdown(runs))
+    assert list(table) == [label for _, label, _ in SUMMARY]
+    for label, (sim, live_cell) in table.items():
+        assert sim != "-", label
+        if label == "GPU-hours":
+            assert live_cell == "sim only"
+        else:
+            assert live_cell not in ("-", "", "sim only", "live only"), label
+    assert table["throughput (trained groups/h)"] == ["72.0", "1600.0"]
+    assert table["trainer idle share"] == ["0.250", "0.250"]
 
 
 def test_report_writes_a_table_and_four_plots(tmp_path):
@@ -78,9 +149,9 @@ def test_report_writes_a_table_and_four_plots(tmp_path):
             assert p.read_bytes()[:8] == PNG and p.stat().st_size > 5000
     table = (tmp_path / "out" / "summary.md").read_text()
     assert table.splitlines()[0] == "| | sim | live |"
-    assert "| permit busy share | 0.875 | 0.500 |" in table
-    assert "| trainer idle share | 0.250 | - |" in table
-    assert summary_markdown(runs).count("\n") == 2 + 13
+    assert "| permit busy share | 0.875 | 0.667 |" in table
+    assert "| GPU-hours | 0.9 | sim only |" in table
+    assert summary_markdown(runs).count("\n") == 2 + len(SUMMARY)
 
 
 def test_the_command(tmp_path):
