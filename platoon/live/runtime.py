@@ -14,6 +14,9 @@ straggler deadlines, the step cycle, the metrics). This module tells the driver 
   row, a full checkpoint when due, the new weights published to the model service, ``publish``;
 - ``eval/pass@1`` (``evaluate()``, off the loop) before the steps the driver says (``eval_due``) and once more for
   the final policy (a row ``{"step": steps, ...}``).
+
+(About 400 lines, past the ~300 of a pure adapter: it is also the lease host, whose waits for permits and start
+slots must turn a cancellation at any instant into the right driver event.)
 """
 
 from __future__ import annotations

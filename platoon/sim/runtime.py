@@ -18,6 +18,9 @@ a ``Timeout`` whose callback fires it; a cancelled timer is dropped from the reg
 Handlers read the timer's own time (``now``), never SimPy's clock, so a checkpoint (the registry, taken after a
 step's metrics) pushed back in ``seq`` order replays the uninterrupted run event for event, even where
 ``time - now + now`` rounds.
+
+(About 450 lines, past the ~300 of a pure adapter: the simulated work itself lives here, each member's phases from
+permit to teardown, the shared start-up capacity and the trainer's timings, beside the adapter of the driver.)
 """
 
 from __future__ import annotations
