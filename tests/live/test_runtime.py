@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 from live_harness import (
@@ -133,36 +132,53 @@ def test_a_stalled_run_raises_instead_of_waiting_forever():
         run_virtual(runtime.run())
 
 
-@pytest.mark.parametrize("max_staleness, overlap", [(1, True), (0, False)])
-def test_rollouts_go_on_while_the_trainer_trains_as_far_as_the_horizon_lets_them(max_staleness, overlap):
-    """Real time: the trainer blocks its thread 0.3 s per step; rollouts of 20 ms settle meanwhile (k=1) or not
-    (k=0, where the horizon is full until the step publishes)."""
-    windows: list[tuple[float, float]] = []
-    loop_thread = []
+def test_a_plain_train_step_runs_off_the_event_loop():
+    threads = []
 
-    class SlowTrainer(FakeTrainer):
+    class ThreadTrainer(FakeTrainer):
         def train_step(self, datums, *, version):
-            loop_thread.append(threading.current_thread() is threading.main_thread())
-            t0 = time.monotonic()
-            time.sleep(0.3)
-            windows.append((t0, time.monotonic()))
+            threads.append(threading.current_thread() is threading.main_thread())
             return super().train_step(datums, version=version)
+
+    d = dispatch_harness.build(tasks=8, group_size=2, batch_size=2, steps=3)
+    runtime = live_runtime(d, ScriptedWorkflow(mixed), ThreadTrainer(), SleepyService())
+    run_virtual(runtime.run())
+    assert threads == [False, False, False]
+
+
+@pytest.mark.parametrize("max_staleness, overlap, settles", [
+    (1, True, [0.02, 0.02, 0.04, 0.04, 0.34, 0.34]),  # step 1's groups run while step 0 trains (0.02 to 0.32)
+    (0, False, [0.02, 0.02, 0.34, 0.34, 0.66, 0.66]),  # each step's groups start once the last one published
+])
+def test_rollouts_go_on_while_the_trainer_trains_as_far_as_the_horizon_lets_them(max_staleness, overlap, settles):
+    """Each step trains 0.3 s (virtual); rollouts of 20 ms settle meanwhile (k=1) or not (k=0, where the horizon is
+    full until the step publishes)."""
+    windows: list[tuple[float, float]] = []
+
+    class SlowTrainer(AsyncTrainer):
+        async def train_step(self, datums, *, version):
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            out = await super().train_step(datums, version=version)
+            windows.append((t0, loop.time()))
+            return out
 
     settled: list[float] = []
 
     class Timed(ScriptedWorkflow):
         async def arun_episode(self, row):
             out = await super().arun_episode(row)
-            settled.append(time.monotonic())
+            settled.append(asyncio.get_running_loop().time())
             return out
 
     d = dispatch_harness.build(tasks=8, group_size=2, batch_size=2, steps=3, max_staleness=max_staleness)
-    runtime = live_runtime(d, Timed(lambda row: Outcome(0.02, reward=float(row.member))), SlowTrainer(),
-                          SleepyService())
-    asyncio.run(runtime.run())
-    assert loop_thread == [False, False, False]  # off the event loop
+    runtime = live_runtime(d, Timed(lambda row: Outcome(0.02, reward=float(row.member))),
+                          SlowTrainer(duration=lambda n: 0.3), SleepyService())
+    run_virtual(runtime.run())
+    assert len(windows) == 3 and all(b - a == pytest.approx(0.3) for a, b in windows)
     during = [t for t in settled for a, b in windows if a < t < b]
     assert bool(during) is overlap
+    assert settled == pytest.approx(settles)
 
 
 def test_checkpoints_every_n_steps_and_at_the_end(tmp_path):
