@@ -123,6 +123,12 @@ class StepModel:
         bound = self.bound(item.entry)
         return bound is not None and item.datums > 0 and item.oldest is not None and self.version - item.oldest > bound
 
+    def cap_load(self) -> int:
+        """Under a rule: the groups the step counted, those in the pipeline (running, or settled and waiting), and the
+        rejections of its window not yet dequeued; at k = 0 no group starts once they reach the cap."""
+        window = sum(i.kind == "marker" and not i.held and i.window == self.step for i in self.queue)
+        return self.counted + (self.open - self.admitted) + window
+
     def complete(self) -> bool:
         if self.rule_mode:
             return self.admitted >= self.B or self.counted >= self.cap

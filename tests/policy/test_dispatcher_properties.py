@@ -180,6 +180,9 @@ class SpecMachine(RuleBasedStateMachine):
             assert self.twin.take_warnings() == warnings
         self.ledger.take(events)
         self.last_events = events
+        for e in events:
+            if e["event"] == "draw":
+                assert e["version"] == self.steps.version, f"{e} is not drawn at the policy version"
         for dec in out if isinstance(out, list) else []:
             if isinstance(dec, StartGroup):
                 self.started(dec)
@@ -533,6 +536,8 @@ class SpecMachine(RuleBasedStateMachine):
             assert open_ <= (k + 1) * B, f"{open_} groups open, beyond (k + 1) x B = {(k + 1) * B}"
         if self.steps.phase != "finished":
             assert open_ <= (STEPS - self.steps.step + self.rule_mode) * B
+        if k == 0 and self.rule_mode:
+            assert self.steps.cap_load() <= self.steps.cap, "at k = 0 a group started past the step's cap"
 
     @invariant()
     def start_slots_within_the_limit(self):
@@ -566,7 +571,8 @@ class SpecMachine(RuleBasedStateMachine):
                 break
             self.drain_once()
         else:
-            raise AssertionError(f"the run stalled at step {self.steps.step}: {self.groups}")
+            running = {k: [m.phase for m in g.members] for k, g in self.groups.items()}
+            raise AssertionError(f"the run stalled at step {self.steps.step} ({self.steps.phase}); running: {running}")
         outstanding = {(s, q) for s, q, *_ in state_dict(self.d)["outstanding"]}
         assert self.ledger.unfated() == outstanding
 
