@@ -591,6 +591,6 @@ class SpecMachine(RuleBasedStateMachine):
         {"assembling": self.take_step, "training": self.commit_step, "committed": self.publish}[self.steps.phase]()
 
 
-SpecMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=60, deadline=None,
+SpecMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=60, deadline=None,
                                          suppress_health_check=[HealthCheck.too_slow])
 test_spec_machine = SpecMachine.TestCase
