@@ -142,11 +142,11 @@ class SpecMachine(RuleBasedStateMachine):
     docs/task-samplers.md), and a twin restored from the last snapshot must decide alike."""
 
     @initialize(release=st.sampled_from(["rollout", "rollout", "group"]), rolling=st.sampled_from([True, True, False]),
-                k=st.sampled_from([0, 1, 2, None]), batch_size=st.integers(1, 3), permits=st.integers(3, 7),
+                k=st.sampled_from([0, 0, 1, 2, None]), batch_size=st.integers(1, 3), permits=st.integers(3, 7),
                 sampling=st.sampled_from(sorted(SAMPLING)), admission=st.sampled_from(sorted(ADMISSION)),
                 limits=st.dictionaries(st.sampled_from(["x", "y", "z"]), st.integers(1, 2)),
                 slots=st.sampled_from([None, 1, 2, 3]), bound_b=st.sampled_from([None, 0]),
-                m=st.sampled_from([1.0, 1.5, 3.0]), seed=st.integers(0, 9))
+                m=st.sampled_from([1.0, 1.0, 1.5, 3.0]), seed=st.integers(0, 9))
     def setup(self, **kw):
         self.kw = kw
         self.now = 0.0
@@ -399,12 +399,12 @@ class SpecMachine(RuleBasedStateMachine):
         return min((m.teardown_due for g in self.groups.values() for m in g.members if m.phase == "teardown"),
                    default=None)
 
-    @precondition(lambda self: self.teardown_deadline() is not None or self.slots.next_deadline() is not None)
-    @rule()
-    def deadline(self):
-        """Time runs to the next deadline: teardowns that outlast their wait, or a start slot's timer."""
-        due = min(t for t in (self.teardown_deadline(), self.slots.next_deadline()) if t is not None)
-        self.now = max(self.now, due)
+    @rule(dt=st.sampled_from([None, None, 0.5, 3.0]))
+    def time_passes(self, dt):
+        """Time passes by ``dt``, or (None) to the next deadline, and the deadlines due fire: teardowns that outlast
+        their wait give their permits back, and start slots whose timer ran out come back."""
+        due = min((t for t in (self.teardown_deadline(), self.slots.next_deadline()) if t is not None), default=None)
+        self.now = max(self.now, due if due is not None else self.now) if dt is None else self.now + dt
         if (t := self.teardown_deadline()) is not None and t <= self.now:
             for g in list(self.groups.values()):
                 for m in g.members:
@@ -458,10 +458,15 @@ class SpecMachine(RuleBasedStateMachine):
                     with pytest.raises(RuntimeError, match=f"{call}: the dispatcher is {self.steps.phase}"):
                         getattr(d, call)(now=self.now)
 
-    @precondition(lambda self: self.steps.phase == "assembling" and self.steps.queue)
+    @precondition(lambda self: self.steps.phase in ("training", "committed") or (
+        self.steps.phase == "assembling" and self.steps.queue))
     @rule()
-    def take_step(self):
+    def trainer(self):
+        """The trainer's next call: take a step (and poll), commit the step it trains, or publish the new policy."""
         self.out_of_phase()
+        {"assembling": self.take_step, "training": self.commit_step, "committed": self.publish}[self.steps.phase]()
+
+    def take_step(self):
         step = self.apply(lambda d: d.take_step(now=self.now))
         self.apply(lambda d: d.poll(now=self.now))
         want = self.steps.take()
@@ -482,20 +487,14 @@ class SpecMachine(RuleBasedStateMachine):
                 elif bound is not None and len(g.output):
                     assert step.version - oldest <= bound, f"group {g.key} trained {step.version - oldest} stale"
 
-    @precondition(lambda self: self.steps.phase == "training")
-    @rule()
     def commit_step(self):
-        self.out_of_phase()
         self.apply(lambda d: d.commit_step(now=self.now))
         fates = sorted(((e["start"], e["seq"]), e["fate"]) for e in self.last_events if e["event"] == "fate")
         assert fates == self.steps.commit()
         for d in (self.d, self.twin) if self.twin is not None else (self.d,):
             d.step_metrics(now=self.now)
 
-    @precondition(lambda self: self.steps.phase == "committed")
-    @rule()
     def publish(self):
-        self.out_of_phase()
         self.steps.publish()  # first: the groups it starts are drawn at the new version
         self.apply(lambda d: d.publish(now=self.now))
 
@@ -588,9 +587,9 @@ class SpecMachine(RuleBasedStateMachine):
             self.finish(g, self.output(g))
             return
         self.now += 0.5
-        {"assembling": self.take_step, "training": self.commit_step, "committed": self.publish}[self.steps.phase]()
+        self.trainer()
 
 
 SpecMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=60, deadline=None,
-                                         suppress_health_check=[HealthCheck.too_slow])
+                                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 test_spec_machine = SpecMachine.TestCase
