@@ -40,19 +40,15 @@ def _label_key(label: str | None) -> str:
     return "" if label is None else label
 
 
-def _label(key: str) -> str | None:
-    return None if key == "" else key
-
-
 def state_dict(d: Dispatcher) -> dict[str, Any]:
     """The JSON-safe format-2 state of ``d`` (with the ``exact`` section for exact restores)."""
     pending_token = d.pending.token if d.pending is not None else None
     tokens: dict[str, list[int]] = {}
     if pending_token is not None:
         tokens.setdefault(pending_token.entry, []).append(pending_token.position)
-    for entry, queue in d.tokens.items():
+    for entry, queue in d.mixture.tokens.items():
         tokens.setdefault(entry, []).extend(t.position for _, t in queue)
-    fallback = [t.position for q in d.tokens.values() for _, t in q if t.fallback]
+    fallback = [t.position for q in d.mixture.tokens.values() for _, t in q if t.fallback]
     if pending_token is not None and pending_token.fallback:
         fallback.insert(0, pending_token.position)
     kept = [g for g in d.queue if g.kind != "marker"]
@@ -64,7 +60,7 @@ def state_dict(d: Dispatcher) -> dict[str, Any]:
         "next_position": d.next_position,
         "outstanding": [[*dr.key, dr.task_id, dr.position] for dr in d.outstanding.values()],
         "drawn": [[*dr.key, dr.row, dr.sampler] for dr in d.outstanding.values()],
-        "waiting": {_label_key(lb): [list(dr.key) for _, dr in q] for lb, q in d.backlogs.items() if q},
+        "waiting": {_label_key(lb): [list(dr.key) for _, dr in q] for lb, q in d.mixture.backlogs.items() if q},
         "tokens": {e: p for e, p in tokens.items() if p},
         "fallback_slots": fallback,
         "samplers": d.samplers.state_dict(),
@@ -81,17 +77,12 @@ def _exact(d: Dispatcher) -> dict[str, Any]:
                    "draw": None if p.draw is None else list(p.draw.key),
                    "token": None if p.token is None else [p.token.position, p.token.entry, p.token.fallback]}
     return {
-        "phase": d.phase.value, "step": d.step, "version": d.version, "next_seq": d.next_seq,
-        "pipeline": d.pipeline, "admitted": d.admitted, "markers_now": d.markers_now,
-        "step_counted": d.step_counted, "step_admitted": d.step_admitted, "ticket": d.ticket, "now": d.now,
+        "phase": d.phase.value, "step": d.step, "version": d.version, "next_seq": d.next_seq, "now": d.now,
+        **d.horizon.state_dict(), **d.mixture.state_dict(),
         "draws": [dr.to_json() for dr in d.outstanding.values()],
         "running": [[list(k), dr.to_json(), lease.state_dict()] for k, (dr, lease) in d.running.items()],
         "queue": [g.to_json() for g in d.queue],
         "step_items": [g.to_json() for g in d.step_items],
-        "backlogs": {_label_key(lb): [[t, list(dr.key)] for t, dr in q] for lb, q in d.backlogs.items()},
-        "token_queues": {e: [[t, tok.position, tok.entry, tok.fallback] for t, tok in q]
-                         for e, q in d.tokens.items()},
-        "active_labels": dict(d.active_labels),
         "pending": pending,
         "permits": d.permits.state_dict(),
         "teardowns": [[list(k), [[i, t] for i, t in w.items()]] for k, w in d.teardowns.items()],
@@ -118,9 +109,9 @@ def restore_exact(d: Dispatcher, state: Mapping[str, Any]) -> None:
         raise ValueError("dispatch state has no exact section: resume it with resume(), not restore_exact()")
     x = state["exact"]
     d.phase = StepPhase(x["phase"])
-    for name in ("step", "version", "next_seq", "pipeline", "admitted", "markers_now", "step_counted",
-                 "step_admitted", "ticket", "now"):
+    for name in ("step", "version", "next_seq", "now"):
         setattr(d, name, x[name])
+    d.horizon.load_state_dict(x)
     d.start_number = state["start"]
     d.next_position = state["next_position"]
     d.samplers.restore(state["samplers"], state["next_position"])
@@ -134,9 +125,7 @@ def restore_exact(d: Dispatcher, state: Mapping[str, Any]) -> None:
         d.running[tuple(key)] = (draws.get(tuple(key)) or BoundDraw.from_json(dj), lease)
     d.queue = deque(SettledGroup.from_json(g) for g in x["queue"])
     d.step_items = [SettledGroup.from_json(g) for g in x["step_items"]]
-    d.backlogs = {_label(lb): deque((t, draws[tuple(k)]) for t, k in q) for lb, q in x["backlogs"].items()}
-    d.tokens = {e: deque((t, Token(pos, ent, fb)) for t, pos, ent, fb in q) for e, q in x["token_queues"].items()}
-    d.active_labels = dict(x["active_labels"])
+    d.mixture.load_state_dict(x, draws)
     d.pending = None
     if x["pending"] is not None:
         p = x["pending"]
@@ -184,7 +173,7 @@ def resume(d: Dispatcher, state: Mapping[str, Any], *, step: int, kept_outputs: 
                                             item.record.group_size, (item.record.drawn_at or {}).get("main", 0),
                                             item.record.sampler, item.record.reason, item.record.score)
             d.queue.append(item)
-            d.pipeline += 1
+            d.horizon.reserved()
         else:
             d.recorder.fate(*item.key, "lost", task_id=item.task_id)
     for key, task_id, position in sorted(reissue) + backlog:
@@ -197,9 +186,8 @@ def resume(d: Dispatcher, state: Mapping[str, Any], *, step: int, kept_outputs: 
     for entry, positions in state.get("tokens", {}).items():
         fallback = set(state.get("fallback_slots", []))
         if d.pool.by_entry(entry) and d.samplers.entry_adaptive(entry):
-            queue = d.tokens.setdefault(entry, deque())
             for pos in positions:
-                queue.append((d.next_ticket(), Token(pos, entry, pos in fallback)))
+                d.mixture.park_token(Token(pos, entry, pos in fallback), bounded=False)
         else:
             for pos in positions:
                 d.emit({"event": "slot_skipped", "start": d.start_number, "position": pos,
@@ -230,4 +218,4 @@ def _reissue(d: Dispatcher, old_key: tuple[int, int], row_index: int, position: 
     d.outstanding[key] = draw
     d.recorder.reissue(old_key, key, version=d.version, sampler=sampler, reason="reissue")
     d.samplers.note_reissue(sampler)
-    d.backlogs.setdefault(row.label, deque()).append((d.next_ticket(), draw))
+    d.mixture.park_draw(draw, bounded=False)

@@ -1,28 +1,22 @@
 """The dispatcher: when each group starts, on which permits, and which settled groups a step trains.
 
-This is the heart of the policy layer, and both runtimes (``platoon.sim``, ``platoon.live``) drive this one object.
-It is sans-I/O: every handler takes ``now=`` and returns decisions (``StartGroup``, ``GrantPermit``); the trainer
-asks ``take_step(now=)`` for a ``TrainStep``. Rules it keeps (semantics sections 3-5):
+This is the heart of the policy layer; the driver (``platoon.policy.driver``) holds it for both runtimes. It is
+sans-I/O: every handler takes ``now=`` and returns decisions (``StartGroup``, ``GrantPermit``); the trainer asks
+``take_step(now=)`` for a ``TrainStep``. Rules it keeps (docs/dispatch.md), with the two ideas it leans on in
+modules of their own:
 
 - **Drawing.** A static run sampler decides position ``n`` as soon as a group may start (its draw waits for permits);
   an adaptive one (and an adaptive entry's *token*) is asked only once the permits are held, among the tasks whose
   label has room. One start is pending at a time and nothing overtakes it: permits are FIFO.
-- **Horizon.** ``in_use = pipeline + admitted`` (groups dispatched and not dequeued, plus the groups the current step
-  dequeued toward its batch). Nothing starts when ``in_use >= steps_left * B`` (the plan); with ``max_staleness = k``
-  nothing starts when ``in_use >= (k + 1) * B``. A partly finished group counts whole.
-- **Steps.** A step dequeues settled groups in settle order and trains the admitted, non-stale ones in draw order:
-  under ``all`` it dequeues ``B`` groups; under a rule it stops at ``B`` admitted or at ``cap`` counted groups.
-  A group is stale when ``version - oldest > bound`` at dequeue.
-- **Admission** (rule mode). A rejected group with datums frees its place at once and counts toward the current
-  step's cap as a marker; a failed group, or one without datums, keeps its place until a step takes its marker.
-  Rejections get their fate at settle, with the outstanding draw removed in the same call.
+- **The horizon** (``platoon.policy.horizon``): the plan and ``max_staleness`` bound what may start; a step is
+  complete at ``B`` groups (or, under a rule, ``B`` admitted or the cap counted); the stale filter at dequeue.
+- **The mixture** (``platoon.policy.mixture``): labels at their limit, and the draws and tokens waiting for room.
+- **Admission** (rule mode). A rejected group gets its fate at settle, with the outstanding draw removed in the same
+  call; what it does to the horizon is the horizon's.
 
 State transitions of the step cycle: ASSEMBLING --take_step--> TRAINING --commit_step--> COMMITTED --publish-->
 ASSEMBLING (or FINISHED after the last step). A call in the wrong phase raises, naming the call and the phase.
-
-(Past 600 lines: drawing, settling and step assembly all move the same horizon counters — ``pipeline``, ``admitted``,
-``markers_now`` — and each rule reads clearest beside the others. Its state and metrics live in ``dispatch_state``
-and ``dispatch_metrics``.)
+Its state is written and read by ``platoon.policy.dispatch_state`` (``state_dict``/``load_state_dict``).
 """
 
 from __future__ import annotations
@@ -36,7 +30,9 @@ from platoon.policy import dispatch_state
 from platoon.policy.admission import AdmissionSet, carries_datums, step_cap
 from platoon.policy.dispatch_metrics import DispatchGauges, StaleWatch, batch_kind_metrics, censoring_metrics
 from platoon.policy.dispatch_records import BoundDraw, PendingKind, PendingStart, StepPhase
-from platoon.policy.outputs import GroupOutput, Key, SettledGroup, TrainStep, draw_order
+from platoon.policy.horizon import Horizon
+from platoon.policy.mixture import Mixture
+from platoon.policy.outputs import GroupOutput, Key, SettledGroup, SettledKind, TrainStep, draw_order
 from platoon.policy.permits import DrawLease, GrantPermit, PermitPool
 from platoon.policy.pool import TaskPool, TaskRow
 from platoon.policy.recorder import StatsRecorder
@@ -46,7 +42,6 @@ from platoon.policy.stats import GroupRecord
 from platoon.policy.task_table import task_metrics
 
 TEARDOWN_WAIT_S = 60.0
-BACKLOG_BATCHES = 4
 ROLLOUT_NOTICE = (
     "Each rollout returns its permit as it ends (train.permit_release: rollout); a group's rollouts {how}"
 )
@@ -109,20 +104,15 @@ class Dispatcher:
         self.version = 0
         self.next_seq = 0
         self.next_position = 0
-        self.pipeline = 0
-        self.admitted = 0
-        self.markers_now = 0
-        self.step_counted = 0
-        self.step_admitted = 0
-        self.ticket = 0
+        self.horizon = Horizon(batch_size=config.batch_size, steps=config.steps, max_staleness=config.max_staleness,
+                               entry_staleness=config.entry_staleness, cap=self.cap,
+                               rule_mode=self.admission is not None)
+        self.mixture = Mixture(pool, config.label_limits, batch_size=config.batch_size)
         self.now = 0.0
         self.outstanding: dict[Key, BoundDraw] = {}
         self.running: dict[Key, tuple[BoundDraw, DrawLease]] = {}
         self.queue: deque[SettledGroup] = deque()
         self.step_items: list[SettledGroup] = []
-        self.backlogs: dict[str, deque[tuple[int, BoundDraw]]] = {}
-        self.tokens: dict[str, deque[tuple[int, Token]]] = {}
-        self.active_labels: dict[str, int] = {}
         self.pending: PendingStart | None = None
         self.teardowns: dict[Key, dict[int, float]] = {}
         self.gauges = DispatchGauges(configured=self._configured_in_flight())
@@ -132,8 +122,6 @@ class Dispatcher:
         self._warnings: list[str] = []
         self._infos: list[str] = []
         self.skipped_slots = 0
-        self._labels = list(dict.fromkeys(row.label for row in pool.rows))
-        self._entry_labels: dict[str, list[str | None]] = {}
 
     # ----------------------------------------------------------------------------------------------- events
     def start(self, *, now: float, checkpoint: str | None = None, state_lost: str | None = None) -> list[Any]:
@@ -213,10 +201,9 @@ class Dispatcher:
         self.recorder.settle(record)
         decisions: list[Any] = self._granted(self.permits.release(lease, now=now), now)
         self.gauges.group_ended(lease, now=now)
-        if draw.label is not None and draw.label in self.config.label_limits:
-            self.active_labels[draw.label] -= 1
+        self.mixture.release_label(draw.label)
         item = SettledGroup(draw.key, draw.task_id, draw.entry, draw.position, output, record,
-                            kind="failed" if output is None else "admitted")
+                            kind=SettledKind.FAILED if output is None else SettledKind.ADMITTED)
         if self.admission is not None:
             item = self._admit(item, draw)
         if item is not None:
@@ -235,9 +222,9 @@ class Dispatcher:
         Follow it with ``poll(now=)``: a dequeue may let another group start."""
         self._tick(now)
         self._expect("take_step")
-        while self.queue and not self._step_complete():
+        while self.queue and not self.horizon.step_complete():
             self._dequeue(self.queue.popleft())
-        if not self._step_complete():
+        if not self.horizon.step_complete():
             return None
         self.phase = _TRANSITIONS["take_step", self.phase]
         by_kind: dict[str, list[SettledGroup]] = {"admitted": [], "stale": [], "failed": [], "marker": []}
@@ -277,9 +264,7 @@ class Dispatcher:
         self._expect("publish")
         self.version += 1
         self.step += 1
-        self.admitted = 0
-        self.markers_now = 0  # the last step's rejections no longer count toward any cap
-        self.step_counted = self.step_admitted = 0
+        self.horizon.published()
         self.step_items = []
         if self.step >= self.config.steps:
             self.phase = StepPhase.FINISHED
@@ -329,7 +314,7 @@ class Dispatcher:
             metrics.update(censoring_metrics(self.step_items, self.threshold))
         metrics["train/sampler/skipped_slots"] = float(self.skipped_slots)
         self.skipped_slots = 0
-        for entry, queue in self.tokens.items():
+        for entry, queue in self.mixture.tokens.items():
             waiting = len(queue) + (self.pending is not None and self.pending.token is not None
                                     and self.pending.token.entry == entry)
             metrics[f"train/sampler/environment/{entry.replace('/', '--')}/tokens"] = float(waiting)
@@ -340,8 +325,8 @@ class Dispatcher:
         if self.admission is not None:
             draws = metrics.get("train/sampler/draws")
             metrics.update(self.admission.metrics(draws=draws))
-            metrics["train/admission/counted"] = float(self.step_counted)
-            metrics["train/admission/short"] = float(self.step_admitted < self.config.batch_size)
+            metrics["train/admission/counted"] = float(self.horizon.step_counted)
+            metrics["train/admission/short"] = float(self.horizon.step_admitted < self.config.batch_size)
         metrics["train/dispatch/groups_in_flight"] = float(len(self.running))
         metrics["train/policy_version"] = float(self.version)
         return metrics
@@ -382,33 +367,7 @@ class Dispatcher:
         self.gauges.permits_changed(self.permits.held, now=now)
         return list(grants)
 
-    # -- horizon and labels
-    def _in_use(self) -> int:
-        return self.pipeline + self.admitted
-
-    def _horizon_room(self) -> str | None:
-        """None when another group may start, else the reason it may not (plan or horizon)."""
-        B = self.config.batch_size
-        steps_left = self.config.steps - self.step
-        if self._in_use() >= steps_left * B:
-            return "plan"
-        k = self.config.max_staleness
-        if k is not None and self._in_use() >= (k + 1) * B:
-            return "horizon"
-        if self.admission is not None and (k == 0 or steps_left == 1):
-            if self.step_counted + self.pipeline + self.markers_now >= self.cap:
-                return "plan" if steps_left == 1 else "horizon"
-        return None
-
-    def _has_room(self, label: str | None) -> bool:
-        limit = self.config.label_limits.get(label) if label is not None else None
-        return limit is None or self.active_labels.get(label, 0) < limit
-
-    def _any_label_room(self) -> bool:
-        if not self.config.label_limits:
-            return True
-        return any(self._has_room(label) for label in self._labels)
-
+    # -- entries
     def threshold(self, entry: str | None) -> float:
         """The success threshold of ``entry`` (1.0 for an unknown one)."""
         info = self.pool.entries.get(entry) if entry is not None else None
@@ -434,11 +393,11 @@ class Dispatcher:
                 continue
             if self._start_waiting(now, decisions):
                 continue
-            reason = self._horizon_room()
+            reason = self.horizon.room(self.step)
             if reason is not None:
                 self.gauges.blocked.set(reason, now=now)
                 return decisions
-            if not self._any_label_room():
+            if not self.mixture.any_room():
                 self.gauges.blocked.set("labels", now=now)
                 return decisions
             if self.samplers.run_adaptive:
@@ -448,25 +407,15 @@ class Dispatcher:
 
     def _start_waiting(self, now: float, decisions: list[Any]) -> bool:
         """Start the waiting draw or token with the smallest ticket whose label/entry can start; True if one did."""
-        if self._horizon_room() is not None:
+        if self.horizon.room(self.step) is not None:
             return False
-        best: tuple[int, str, str] | None = None
-        for label, backlog in self.backlogs.items():
-            if backlog and self._has_room(label) and (best is None or backlog[0][0] < best[0]):
-                best = (backlog[0][0], "draw", label)
-        for entry, queue in self.tokens.items():
-            if queue and self._entry_can_start(entry) and (best is None or queue[0][0] < best[0]):
-                best = (queue[0][0], "token", entry)
-        if best is None:
+        waiting = self.mixture.pop_next()
+        if waiting is None:
             return False
-        _, kind, name = best
-        if kind == "draw":
-            _, draw = self.backlogs[name].popleft()
-            self._start_draw(draw, now, decisions)
+        if isinstance(waiting, Token):
+            self._start_token(waiting, now, decisions)
         else:
-            _, token = self.tokens[name].popleft()
-            self._reserve(PendingStart(PendingKind.TOKEN, self._new_lease(self._entry_group_size(token.entry)), token=token),
-                          now, decisions)
+            self._start_draw(waiting, now, decisions)
         return True
 
     def _draw_static(self, now: float, decisions: list[Any]) -> None:
@@ -474,33 +423,30 @@ class Dispatcher:
         self.next_position += 1
         answer = self.samplers.static_decision(position)
         if isinstance(answer, Token):
-            queue = self.tokens.setdefault(answer.entry, deque())
-            if not queue and self._entry_can_start(answer.entry):
-                self._reserve(PendingStart(PendingKind.TOKEN, self._new_lease(self._entry_group_size(answer.entry)),
-                                       token=answer), now, decisions)
-            elif len(queue) < BACKLOG_BATCHES * self.config.batch_size:
-                queue.append((self.next_ticket(), answer))
-            else:
+            if not self.mixture.tokens_waiting(answer.entry) and self.mixture.entry_can_start(answer.entry):
+                self._start_token(answer, now, decisions)
+            elif not self.mixture.park_token(answer):
                 self._skip_slot(position, answer.entry, "backlog")
             return
         draw = self._bind(answer, position)
-        if self._has_room(draw.label):
+        if self.mixture.has_room(draw.label):
             self._start_draw(draw, now, decisions)
-            return
-        backlog = self.backlogs.setdefault(draw.label, deque())
-        if len(backlog) < BACKLOG_BATCHES * self.config.batch_size:
-            backlog.append((self.next_ticket(), draw))
-        else:
+        elif not self.mixture.park_draw(draw):
             self.outstanding.pop(draw.key)
             self.recorder.fate(*draw.key, "skipped", task_id=draw.task_id)
             self._warn_once(f"skip:{draw.label}", f"label {draw.label}'s backlog is full: skipping drawn rows")
 
     def _start_draw(self, draw: BoundDraw, now: float, decisions: list[Any]) -> None:
-        self._take_label(draw.label)
-        self._reserve(PendingStart(PendingKind.DRAW, self._new_lease(draw.group_size, draw), draw=draw), now, decisions)
+        self.mixture.take_label(draw.label)
+        self._reserve(PendingStart(PendingKind.DRAW, self._new_lease(draw.group_size, draw), draw=draw), now,
+                      decisions)
+
+    def _start_token(self, token: Token, now: float, decisions: list[Any]) -> None:
+        lease = self._new_lease(self.pool.entries[token.entry].group_size)
+        self._reserve(PendingStart(PendingKind.TOKEN, lease, token=token), now, decisions)
 
     def _reserve(self, pending: PendingStart, now: float, decisions: list[Any]) -> None:
-        self.pipeline += 1
+        self.horizon.reserved()
         self.pending = pending
         decisions += self._granted(self.permits.reserve(pending.lease, now=now), now)
 
@@ -513,9 +459,9 @@ class Dispatcher:
             draw = self._adaptive(pending, now)
             if draw is None:
                 self.permits.release(pending.lease, now=now)
-                self.pipeline -= 1
+                self.horizon.released()
                 if pending.token is not None:
-                    self.tokens[pending.token.entry].appendleft((self.next_ticket(), pending.token))
+                    self.mixture.requeue_token(pending.token)
                 self.pending = None
                 return None
         self.pending = None
@@ -532,7 +478,7 @@ class Dispatcher:
         def eligible(task_id: str) -> bool:
             row = self.pool.rows[self.pool.first_index(task_id)]
             if row.label not in room:
-                room[row.label] = self._has_room(row.label)
+                room[row.label] = self.mixture.has_room(row.label)
             return room[row.label] and row.group_size <= size
 
         self.recorder.flush()
@@ -550,7 +496,7 @@ class Dispatcher:
         pending.lease.key, pending.lease.task_id = draw.key, draw.task_id
         if draw.group_size != size:
             self._granted(self.permits.resize(pending.lease, draw.group_size, now=now), now)
-        self._take_label(draw.label)
+        self.mixture.take_label(draw.label)
         return draw
 
     def _bind(self, bound: Bound, position: int) -> BoundDraw:
@@ -569,27 +515,8 @@ class Dispatcher:
         return DrawLease(key, size, rolling=self.rolling, active=self.active_lease,
                          task_id=draw.task_id if draw is not None else "")
 
-    def _take_label(self, label: str | None) -> None:
-        if label is not None and label in self.config.label_limits:
-            self.active_labels[label] = self.active_labels.get(label, 0) + 1
-
-    def _entry_can_start(self, entry: str) -> bool:
-        if not self.config.label_limits:
-            return True
-        labels = self._entry_labels.get(entry)
-        if labels is None:
-            labels = self._entry_labels[entry] = list(dict.fromkeys(r.label for r in self.pool.by_entry(entry)))
-        return any(self._has_room(label) for label in labels)
-
-    def _entry_group_size(self, entry: str) -> int:
-        return self.pool.entries[entry].group_size
-
     def _largest_group(self) -> int:
         return max(e.group_size for e in self.pool.entries.values())
-
-    def next_ticket(self) -> int:
-        self.ticket += 1
-        return self.ticket
 
     def _skip_slot(self, position: int, entry: str, why: str) -> None:
         self.skipped_slots += 1
@@ -620,7 +547,7 @@ class Dispatcher:
                                               entry=draw.entry)
         if verdict.admit:
             return SettledGroup(item.key, item.task_id, item.entry, item.position, item.output, item.record,
-                                "admitted", verdict.reason)
+                                SettledKind.ADMITTED, verdict.reason)
         held = not carries_datums(item.output)
         fate = "failed" if item.output is None else "rejected"
         self.recorder.fate(*draw.key, fate, task_id=draw.task_id, rule=rule, admission=verdict.reason)
@@ -631,52 +558,18 @@ class Dispatcher:
         else:
             self.admission.note("failed", label=draw.entry, reason=verdict.reason, informative=None)
         emptied = None if item.output is None else GroupOutput(item.output.verdict, item.output.members, ())
-        if not held:
-            self.pipeline -= 1
-            self.markers_now += 1
-        return SettledGroup(item.key, item.task_id, item.entry, item.position, emptied, item.record, "marker",
+        self.horizon.rejected(held=held)
+        return SettledGroup(item.key, item.task_id, item.entry, item.position, emptied, item.record, SettledKind.MARKER,
                             verdict.reason, self.step, held)
 
     def _dequeue(self, item: SettledGroup) -> None:
         kind = item.kind
-        if kind == "admitted" and self._is_stale(item):
-            kind = "stale"
+        if kind == SettledKind.ADMITTED and self.horizon.is_stale(item, version=self.version):
+            kind = SettledKind.STALE
         item = SettledGroup(item.key, item.task_id, item.entry, item.position, item.output, item.record, kind,
                             item.reason, item.window, item.held)
-        if self.admission is None:
-            self.pipeline -= 1
-            self.admitted += 1
-            self.step_counted += 1
-            self.step_admitted += kind == "admitted"
-        elif kind == "marker":
-            if item.held:
-                self.pipeline -= 1
-            if item.window == self.step:
-                if not item.held:
-                    self.markers_now -= 1
-                self.step_counted += 1
-        else:
-            self.pipeline -= 1
-            if kind == "admitted":
-                self.admitted += 1
-                self.step_admitted += 1
-            self.step_counted += 1
+        self.horizon.dequeued(item, step=self.step)
         self.step_items.append(item)
-
-    def _is_stale(self, item: SettledGroup) -> bool:
-        bound = self.config.entry_staleness.get(item.entry) if item.entry is not None else None
-        if bound is None:
-            bound = self.config.max_staleness
-        if bound is None or item.output is None or not len(item.output):
-            return False
-        oldest = item.record.oldest_version()
-        return oldest is not None and self.version - oldest > bound
-
-    def _step_complete(self) -> bool:
-        B = self.config.batch_size
-        if self.admission is None:
-            return self.step_counted >= B
-        return self.step_admitted >= B or self.step_counted >= self.cap
 
 
 def dispatch_config(cfg: Any) -> DispatchConfig:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from platoon.policy.stats import GroupRecord, MemberResult
@@ -41,6 +42,15 @@ def _tuplify(value: Any) -> Any:
     return tuple(_tuplify(v) for v in value) if isinstance(value, list) else value
 
 
+class SettledKind(StrEnum):
+    """What a settled group is to a step: trained (admitted), dropped as stale, failed, or a rule's marker."""
+
+    ADMITTED = "admitted"
+    STALE = "stale"
+    FAILED = "failed"
+    MARKER = "marker"
+
+
 @dataclass(frozen=True)
 class SettledGroup:
     """A settled group as a step sees it: its draw, its output (None: the workflow failed) and its record."""
@@ -51,7 +61,7 @@ class SettledGroup:
     position: int
     output: GroupOutput | None
     record: GroupRecord
-    kind: str = "admitted"  # admitted | stale | failed | marker
+    kind: SettledKind = SettledKind.ADMITTED
     reason: str | None = None  # the admission rule's reason (rejections and admits under a rule)
     window: int = 0  # the step during which it was rejected (markers)
     held: bool = False  # a marker that keeps its horizon place until a step takes it
@@ -66,7 +76,7 @@ class SettledGroup:
     def from_json(cls, d: dict) -> SettledGroup:
         return cls(tuple(d["key"]), d["task_id"], d["entry"], d["position"],
                    None if d["output"] is None else GroupOutput.from_json(d["output"]),
-                   GroupRecord.from_json(d["record"]), d["kind"], d["reason"], d["window"], d["held"])
+                   GroupRecord.from_json(d["record"]), SettledKind(d["kind"]), d["reason"], d["window"], d["held"])
 
 
 @dataclass(frozen=True)

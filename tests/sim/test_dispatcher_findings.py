@@ -102,7 +102,7 @@ def test_a_dequeue_that_frees_the_horizon_starts_a_group():
         d.on_block_exited(a, i, now=1.0)
     assert starts(d.on_group_finished(a, None, now=1.0)) == []  # its place is held: nothing else may start
     assert d.take_step(now=1.0) is None  # the marker is taken: the place is free, the step still needs a group
-    assert d._horizon_room() is None  # room for another group ...
+    assert d.horizon.room(d.step) is None  # room for another group ...
     assert starts(d.poll(now=1.0))  # ... so the poll after take_step starts one
 
 
@@ -125,4 +125,4 @@ def test_markers_of_an_earlier_step_stop_counting():
     d.publish(now=3.0)
     d.take_step(now=3.0)  # step 1 takes B's marker
     current = sum(1 for g in d.queue if g.kind == "marker" and not g.held and g.window == d.step)
-    assert d.markers_now == current == 0
+    assert d.horizon.markers_now == current == 0
