@@ -1,6 +1,6 @@
 """``check_group_admission``: the contract check a group admission rule's author runs in their own tests.
 
-What this module owns (semantics 3.8): a fixed fixture of settled groups and per-task statistics, and the five checks
+What this module owns (docs/group-admission.md): a fixed fixture of settled groups and per-task statistics, and the five checks
 of ``CHECKS`` -- protocol, options, answers, pure, fast -- run against a rule given as a class, a registered name or
 ``module:Class``. Every failed check is listed by name in one AssertionError, with what it saw and what to change.
 

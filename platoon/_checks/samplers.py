@@ -1,4 +1,4 @@
-"""`check_task_sampler`: a task sampler checked against the contract a plug-in author must keep (semantics 2.8).
+"""`check_task_sampler`: a task sampler checked against the contract a plug-in author must keep (docs/task-samplers.md).
 
 The checks, by name: protocol, options, pool-task-or-nothing, fast, deterministic, static, state, observe, metrics.
 Every failed check is listed in one AssertionError, each line naming the check, the level and case it ran under, and

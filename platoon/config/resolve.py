@@ -1,7 +1,7 @@
 """What a config means for a run: each entry's effective settings, and stage 2, the resolution of every task
 sampler and group admission rule before a run starts.
 
-Two stages (semantics 2.5):
+Two stages (docs/configuration.md):
 - stage 1, ``platoon.config.loader.config_problems(cfg)``, runs when a config loads (and through ``check_config``
   for configs built in code): names nothing could resolve, core components' options, the rules between fields.
   It imports nothing;
@@ -165,7 +165,7 @@ def config_warnings(cfg: RunConfig) -> list[str]:
 
 @dataclass(frozen=True)
 class SamplerCheckContext:
-    """What a task sampler's static ``check(options, ctx)`` sees when the run resolves it (semantics 2.1)."""
+    """What a task sampler's static ``check(options, ctx)`` sees when the run resolves it (docs/task-samplers.md)."""
 
     level: str
     entry: str | None
@@ -179,7 +179,7 @@ class SamplerCheckContext:
 
 @dataclass(frozen=True)
 class AdmissionCheckContext:
-    """What a group admission rule's static ``check(options, ctx)`` sees when the run resolves it (semantics 3.1)."""
+    """What a group admission rule's static ``check(options, ctx)`` sees when the run resolves it (docs/group-admission.md)."""
 
     level: str
     entry: str | None
@@ -192,7 +192,7 @@ class AdmissionCheckContext:
 
 @dataclass(frozen=True)
 class ComponentRecord:
-    """One resolved component, as lock.json records it (semantics 6.6).
+    """One resolved component, as lock.json records it (docs/run-directory.md).
 
     A run-level record lists every entry it serves and keeps its options under ``"train"``; an entry-level record
     groups the entries that name the same component and keeps each one's options under its label. Options are

@@ -1,6 +1,6 @@
 """Stage 1's rules between fields: the problems of a config that no single field's own check can see.
 
-What this module owns: ``config_problems`` (semantics 2.5, 3.3, 4.1), in four groups: names that nothing could
+What this module owns: ``config_problems`` (docs/configuration.md, docs/group-admission.md, docs/dispatch.md), in four groups: names that nothing could
 resolve (with a did-you-mean), task samplers that cannot go together, admission rules and their options, and the
 entries (duplicate names, group sizes against the permits and the quorum, label limits, the model's shape).
 
@@ -31,7 +31,7 @@ _Ok = Callable[..., bool]
 
 
 def config_problems(cfg: RunConfig, *, invalid: frozenset[str] = frozenset()) -> list[Problem]:
-    """Stage 1's rules between fields (semantics 2.5, 3.3, 4.1), every problem in one list.
+    """Stage 1's rules between fields (docs/configuration.md, docs/group-admission.md, docs/dispatch.md), every problem in one list.
 
     ``invalid`` holds dotted paths whose values failed their own checks (the loader validated defaults in their
     place): a rule that reads such a path, or a path above or below it, is skipped, so no problem is reported

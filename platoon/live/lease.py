@@ -5,7 +5,7 @@ block a member's rollout runs in, and the background teardowns a block registers
 index may enter, which permit goes where) is the dispatcher's (``platoon.policy.permits``); a block only asks the
 runtime (its ``LeaseHost``), which feeds the dispatcher and answers when the block's ``GrantPermit`` comes back.
 
-Rules it keeps (semantics 4.3, 4.6):
+Rules it keeps (docs/dispatch.md, docs/live-runtime.md):
 
 - The runtime sets the lease around a training group's ``arun_episode``; asyncio tasks the workflow creates inherit
   it, executor threads do not. Outside a training draw (an evaluation, a test, a direct call) ``rollout_lease()`` is

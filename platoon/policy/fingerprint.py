@@ -5,7 +5,7 @@ sampler, other entries, other tasks, another seed, another admission rule) the d
 the run would have made. The resume still goes on — the user may mean it — but warns with one line per change and
 records them in ``lock.json`` under ``sampling_changed``.
 
-Keys are written only for what can change draws (semantics 6.5): each entry's seed only where seeds matter (the run
+Keys are written only for what can change draws (docs/run-directory.md): each entry's seed only where seeds matter (the run
 hands slots by weight, or some sampler is not uniform), an entry's own sampler only when it is not ``uniform``, the
 run sampler's options only for a sampler that takes them, ``admission`` only in rule mode.
 """

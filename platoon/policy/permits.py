@@ -1,6 +1,6 @@
 """Rollout permits: a first-come-first-served pool and the lease of each training draw.
 
-Rules this module keeps (semantics: permits and leases):
+Rules this module keeps (docs/dispatch.md: permits and leases):
 - ``PermitPool`` grants leases in FIFO order; only the head can be partly granted and nothing overtakes it, so a
   large draw at the head is never starved by small ones. A *rolling* lease (its workflow runs its rollouts on the
   lease) is granted one permit at a time and can start on its first; a whole lease needs all its permits.

@@ -1,6 +1,6 @@
 """`StatsRecorder`: draw and fate bookkeeping, settled records held and applied in draw order, snapshots.
 
-Rules it keeps (semantics 1.8-1.10):
+Rules it keeps (docs/task-samplers.md):
 - a settled group's record is held, not applied; ``flush()`` applies the held records sorted by ``(start, seq)``
   and calls every listener (the adaptive samplers' ``observe``) after each, in that order. So the statistics do not
   depend on the order in which groups completed between two flush points. Flush points are the runtime's: before

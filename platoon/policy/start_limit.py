@@ -1,7 +1,7 @@
 """The start limit: at most N rollouts setting up at once (``train.max_starting_rollouts``, experimental).
 
 What this module owns: the slots of one start of training, shared by the training and the evaluation workflow's
-rollouts, first come, first served (semantics 4.8). A ``GroupRolloutWorkflow`` member asks for a slot inside its
+rollouts, first come, first served (docs/start-limit.md). A ``GroupRolloutWorkflow`` member asks for a slot inside its
 lease block, once it holds its permit, and gives it back at the first of: its first model call (``first_call``),
 the normal end of its block (``end``), a cancellation of its block (``cancelled``), or ``timer_s`` after it took the
 slot (``timer``; ``worker_startup_budget_seconds + 300`` s, see ``start_timer_s``).

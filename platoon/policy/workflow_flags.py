@@ -4,7 +4,7 @@ What this module owns: reading the two class flags a training workflow declares,
 the config check rely on. It reads classes only (``__dict__`` and ``__mro__``); it never instantiates a workflow
 and imports nothing from the live runtime, so the base class is passed in or found by name in the MRO.
 
-Rules it keeps (semantics 4.5, 3.3):
+Rules it keeps (docs/live-runtime.md, docs/group-admission.md):
 
 - ``runs_rollouts_on_lease`` is read by **MRO ownership**, not by plain attribute lookup. A subclass that overrides
   ``arun_episode``, ``_run_group_rollouts`` or ``_run_group_member`` -- in its own body, through a mixin, or down a
@@ -65,7 +65,7 @@ def runs_rollouts_on_lease(cls: type, *, base: type | None = None) -> bool:
     ``base`` is the class whose own methods run members on the lease (the live backend's
     ``GroupRolloutWorkflow``); when None it is found by name in ``cls``'s MRO (``find_base``).
 
-    The rule (semantics 4.5):
+    The rule (docs/live-runtime.md):
 
     - if ``cls``'s own body sets the flag, that value;
     - else let ``D`` be the nearest class in the MRO whose body sets it (none: False). For each method ``m`` of

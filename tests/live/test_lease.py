@@ -1,4 +1,4 @@
-"""The lease face a workflow sees (semantics 4.3, 4.6): rollout_lease(), RolloutLease.rollout(i), teardowns."""
+"""The lease face a workflow sees (docs/dispatch.md, docs/live-runtime.md): rollout_lease(), RolloutLease.rollout(i), teardowns."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``platoon train --resume``: a run that died goes on from its last full checkpoint, loses no step, and its event
-log holds every group once (semantics 6.4): in process (a run that raises mid-training, a corrupt newest checkpoint)
+log holds every group once (docs/dispatch.md): in process (a run that raises mid-training, a corrupt newest checkpoint)
 and for real (``SIGKILL`` of a ``platoon train`` subprocess)."""
 
 from __future__ import annotations

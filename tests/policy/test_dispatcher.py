@@ -1,4 +1,4 @@
-"""Literal-time unit tests of the dispatcher's rules (semantics sections 3-5)."""
+"""Literal-time unit tests of the dispatcher's rules (docs/group-admission.md, docs/dispatch.md)."""
 
 import pytest
 from dispatch_harness import Script, build, output_of

@@ -1,6 +1,6 @@
 """Dispatcher behaviours the simulator exposed, each shown by driving the dispatcher alone (no SimPy).
 
-Each test states what the release notes and the reference semantics expect; all four were found by the simulator
+Each test states what the release notes and docs/dispatch.md expect; all four were found by the simulator
 and are fixed in the dispatcher (rollouts in flight counted under either setting and at releases; ``poll`` after
 ``take_step``; ``markers_now`` reset at ``publish``).
 """

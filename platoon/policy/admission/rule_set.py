@@ -1,6 +1,6 @@
 """The run's admission rules for one start (``AdmissionSet``): deciding at each settle, counting, recording.
 
-What this module owns (semantics 3): ``AdmissionSet``, which the dispatcher asks at each settle and which keeps the
+What this module owns (docs/group-admission.md): ``AdmissionSet``, which the dispatcher asks at each settle and which keeps the
 step's ``train/admission/*`` counts, the warnings outbox and the ``lock.json`` records of the rules; and the two
 step rules the dispatcher shares with it, ``step_cap`` and ``carries_datums``.
 
@@ -215,7 +215,7 @@ class AdmissionSet:
         return "other"
 
     def metrics(self, *, draws: float | None) -> dict[str, float]:
-        """The step's ``train/admission/*``, then reset (semantics 3.7).
+        """The step's ``train/admission/*``, then reset (docs/metrics.md).
 
         Per label, under ``train/admission/environment/<label>/`` (``/`` in a label becomes ``--``), every known
         label even at 0: ``admitted``, ``admitted/<reason>`` (reasons other than admitted), ``rejected``,
@@ -275,7 +275,7 @@ class AdmissionSet:
         )
 
     def records(self) -> list[dict[str, Any]]:
-        """``lock.json`` component records (semantics 6.6): none outside rule mode; one per (rule, class, level),
+        """``lock.json`` component records (docs/run-directory.md): none outside rule mode; one per (rule, class, level),
         rules named ``all`` skipped. The run's lists the entries that inherit it, with ``options: {"train": ...}``;
         an entry rule's lists the entries that set it, with ``options: {label: ...}``.
 

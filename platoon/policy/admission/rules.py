@@ -1,6 +1,6 @@
 """The admission rule API: the verdict a rule gives, what it is built with, and the built-in rules.
 
-What this module owns (semantics 3): the verdict type ``Admission`` and the check of a rule's answer
+What this module owns (docs/group-admission.md): the verdict type ``Admission`` and the check of a rule's answer
 (``accept_answer``); the rule API (``AdmissionRule``, the ``GroupAdmission`` protocol, ``AdmissionSetup``, and
 ``AdmissionCheckContext`` from the config layer, the one a rule's check sees at load and at run); the built-in rules
 ``all`` (``AdmitAll``) and ``informative`` (``Informative``) and their registration by name (``CORE_RULES``).

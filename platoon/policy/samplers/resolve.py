@@ -1,6 +1,6 @@
 """Resolving a task sampler reference to its class, parsing its options, and naming it.
 
-``resolve_task_sampler(ref)`` works in this order (semantics 2.4):
+``resolve_task_sampler(ref)`` works in this order (docs/task-samplers.md):
 1. core names map to fixed classes (``weighted``, ``uniform``, ``pass_rate``); nothing registered shadows them;
 2. ``auto`` is an error here: it names no class (the config resolves it);
 3. a name without ``:`` must be registered (``@task_sampler``), else ``unknown task sampler '<x>'`` with a

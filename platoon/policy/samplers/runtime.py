@@ -3,7 +3,7 @@
 Owns resolution of the run's and the entries' samplers, asking them, accepting their answers, the fallback of
 non-core samplers, decision counts, per-step metrics, and their saved state (format 2's ``samplers`` record).
 
-Rules it keeps (semantics 2.3, 2.7, 6.4.1):
+Rules it keeps (docs/task-samplers.md, docs/dispatch.md):
 - a decision's key is ``decision_key(setup.seed, qualified name, count)``; the count advances by one whenever a
   decision binds a draw or a slot (fallbacks included), never for "nothing eligible";
 - an answer is accepted only when it is a pool task (eligible, for an adaptive decision), an internal `Row` from a
