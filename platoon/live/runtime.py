@@ -353,7 +353,7 @@ class LiveRuntime:
                     d = driver.dispatcher
                     raise RuntimeStalled(
                         f"the run stalled at step {d.step}: no group runs and no step can complete "
-                        f"({len(d.queue)} settled groups queued, {d.pipeline} in the pipeline)")
+                        f"({len(d.queue)} settled groups queued, {d.horizon.pipeline} in the pipeline)")
                 await self._settled.wait()
                 continue
             await self._train(step)
