@@ -16,10 +16,11 @@ Every quantity is computed from the per-step metrics both runtimes write under t
 a number means the same in a simulated run's column and a live run's. Time is the run's own clock, the ``time``
 column (simulated seconds, or wall seconds): a step's length ``dt`` is its ``time`` less the previous step's, and
 the run's hours are the sum of its steps' lengths, from the start to the last step's row (a final evaluation row
-after it is not counted: it costs a live run wall time and a simulated one none). A ``time`` below the previous
-step's begins a new start whose clock began at 0, so that step's length is its ``time``. Throughput is per such
-hour; shares of time are weighted by ``dt``. A row that only one runtime can know (``ONLY``) reads ``sim only`` or
-``live only`` in the other's column of ``summary.md``.
+after it is not counted: it costs a live run wall time and a simulated one none). A resumed start's clock goes on
+from its checkpoint's, so ``time`` never drops; in a live run of platoon 0.4.0 or older, whose clock began at 0 at
+each resume, a ``time`` below the previous step's begins a new start, so that step's length is its ``time``.
+Throughput is per such hour; shares of time are weighted by ``dt``. A row that only one runtime can know
+(``ONLY``) reads ``sim only`` or ``live only`` in the other's column of ``summary.md``.
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ def _col(frame: pd.DataFrame, name: str) -> pd.Series:
 
 def step_lengths(times: pd.Series) -> pd.Series:
     """Each step's length on the run's clock: its ``time`` less the previous step's (the first step's: its
-    ``time``). A ``time`` below the previous one begins a new start whose clock began at 0 (a live run's clock
-    restarts at each start), so that step's length is its ``time``."""
+    ``time``). A ``time`` below the previous one (only in a live run of platoon 0.4.0 or older, whose clock began at
+    0 again at each resume) begins a new start, so that step's length is its ``time``."""
     times = pd.to_numeric(times, errors="coerce")
     dt = times - times.shift(1, fill_value=0.0)
     return dt.where(dt.isna() | (dt >= 0), times)

@@ -1,5 +1,6 @@
 """``platoon report`` and ``platoon.report.summarize`` on run directories written by hand in the vocabulary of
-docs/metrics.md: a simulated run, and a live run resumed once (its clock restarts at 0 with the new start)."""
+docs/metrics.md: a simulated run, and a live run resumed once: its clock goes on from its checkpoint's, or, as
+platoon 0.4.0 wrote it, restarts at 0 with the new start."""
 
 from __future__ import annotations
 
@@ -52,26 +53,30 @@ def simulated(path):
     return path
 
 
-def live(path):
+def live(path, clock_s: float = 0.0):
     """Five steps over two starts: the first writes steps 0-2 (wall seconds 10, 20, 30) and step 3 (at 40) before
-    it dies; the second goes on from the checkpoint after step 2 on a clock that starts again at 0, writes steps 3
-    and 4 (at 5 and 15) and the final evaluation (at 18). No group admission rule."""
+    it dies; the second goes on from the checkpoint after step 2, taken at ``clock_s`` on the run's clock (0: as
+    platoon 0.4.0 wrote it, the clock starts again at 0), writes steps 3 and 4 (5 and 15 s into the new start) and
+    the final evaluation (18 s in). No group admission rule."""
     rd = RunDir.create(path)
     rd.write_lock({"train": {"steps": 5}}, [], {"runtime": "live"})
     with rd.metrics_writer() as w:
         for step, t, dt, busy in ((0, 10.0, 10.0, 0.5), (1, 20.0, 10.0, 0.5), (2, 30.0, 10.0, 0.5),
-                                  (3, 40.0, 10.0, 0.0), (3, 5.0, 5.0, 1.0), (4, 15.0, 10.0, 1.0)):
+                                  (3, 40.0, 10.0, 0.0), (3, clock_s + 5.0, 5.0, 1.0),
+                                  (4, clock_s + 15.0, 10.0, 1.0)):
             w.write(metrics_row(step, t, {
                 **both(step, busy=busy, rollouts=8.0, dt=dt),
                 "trainer/loss": 0.1, "trainer/grad_norm": 1.0,
                 **({"eval/pass@1": 0.2, "eval/pass@1_ci_low": 0.1, "eval/pass@1_ci_high": 0.3,
                     "eval/episodes": 64.0} if step == 0 else {})}))
-        w.write(metrics_row(5, 18.0, {"eval/pass@1": 0.4, "eval/pass@1_ci_low": 0.3, "eval/pass@1_ci_high": 0.5,
+        w.write(metrics_row(5, clock_s + 18.0, {"eval/pass@1": 0.4, "eval/pass@1_ci_low": 0.3, "eval/pass@1_ci_high": 0.5,
                                       "eval/episodes": 64.0}))
     return path
 
 
 def test_step_lengths_on_the_runs_clock():
+    assert step_lengths(pd.Series([10.0, 20.0, 30.0, 37.0, 47.0])).tolist() == [10.0, 10.0, 10.0, 7.0, 10.0]
+    # a drop (a live run of platoon 0.4.0, whose clock began at 0 again at each resume) begins a new start
     times = [10.0, 20.0, 30.0, 5.0, 15.0]
     assert step_lengths(pd.Series(times)).tolist() == [10.0, 10.0, 10.0, 5.0, 10.0]
 
@@ -91,7 +96,17 @@ def test_summary_of_a_simulated_run(tmp_path):
     assert s["gpu_hours"] == pytest.approx(400 / 3600 * 8)
 
 
-def test_summary_of_a_resumed_live_run_counts_each_starts_clock(tmp_path):
+def test_summary_of_a_resumed_live_run_on_one_clock(tmp_path):
+    s = summarize(load_run(live(tmp_path / "live", clock_s=32.0)))
+    # the second start's clock began at the checkpoint's, 32 s: step 3 took 30 -> 37 s (the checkpoint's capture
+    # after step 2's row included), step 4 37 -> 47 s; the time the run was down is on no clock
+    assert s["steps"] == 5
+    assert s["hours"] == pytest.approx(47 / 3600)
+    assert s["rollouts_per_hour"] == pytest.approx(5 * 8 / (47 / 3600))
+    assert s["permit_busy_share"] == pytest.approx((0.5 * 30 + 1.0 * 17) / 47)
+
+
+def test_summary_of_a_resumed_live_run_of_platoon_0_4_counts_each_starts_clock(tmp_path):
     s = summarize(load_run(live(tmp_path / "live")))
     assert s["steps"] == 5
     # 10 + 10 + 10 s in the first start, 5 + 10 s in the second (its clock restarted at 0); the step the first start

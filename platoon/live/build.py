@@ -143,6 +143,7 @@ class LiveRun:
     service: Any
     workflow: Any
     eval_episodes: int = EVAL_EPISODES
+    clock_start_s: float = 0.0  # the run's clock when this start begins (its policy's clock begins there too)
 
     @property
     def dispatcher(self) -> Any:
@@ -185,9 +186,10 @@ def default_service(model: Any, cfg: RunConfig, version: int = 0) -> Any:
 def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None = None,
                workflow_cls: type = GroupRolloutWorkflow,
                service_factory: Callable[..., Any] | None = None, eval_episodes: int = EVAL_EPISODES,
-               trainer_state: bytes | None = None, version: int = 0) -> LiveRun:
+               trainer_state: bytes | None = None, version: int = 0, clock_start_s: float = 0.0) -> LiveRun:
     """Everything one start of a live run drives. ``start``: this start's number; ``trainer_state``: the bytes of a
     checkpoint's ``trainer.pt`` to go on from, whose weights the model service serves as policy ``version``;
+    ``clock_start_s``: the run's clock when this start begins (a resume's: its checkpoint's ``clock_s``);
     ``service_factory(model, cfg, version)``: the model service (default: the built-in batching one);
     ``eval_episodes``: per ``eval/pass@1``."""
     from platoon.live.trainer import GRPOTrainer
@@ -195,7 +197,7 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
     envs = dict(envs) if envs is not None else build_environments(cfg)
     pool = build_pool(cfg, envs)
     policy = build_policy(cfg, pool, start=start, rolling=workflow_runs_on_lease(workflow_cls),
-                          clock=time.perf_counter, runtime="live")
+                          clock=time.perf_counter, runtime="live", now=clock_start_s)
     model = build_model(cfg, envs)
     trainer = GRPOTrainer.from_config(model, cfg.train, cfg.model)
     if trainer_state is not None:
@@ -207,4 +209,4 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
     workflow = workflow_cls(envs, service, seed=cfg.train.seed, temperature=cfg.model.temperature,
                             max_new_tokens=cfg.model.max_new_tokens, straggler_timeout_s=straggler.timeout_s,
                             quorum=straggler.quorum)
-    return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes)
+    return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes, clock_start_s)

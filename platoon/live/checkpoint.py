@@ -9,13 +9,14 @@ checkpoint ``checkpoints/<step>/`` holds
 - ``trainer.pt``: the trainer's state (model, optimizer, generator, step count) as bytes;
 
 and its row in ``checkpoints.jsonl`` records ``batch`` and ``policy_version`` (the steps done), ``start``, the
-``tasks`` and ``dispatch`` records ``{file, sha256, format, start}``, ``next_position`` in rule mode, and ``logs``:
-the lengths of ``metrics.jsonl`` and ``tasks/events.jsonl`` when the state was taken.
+``tasks`` and ``dispatch`` records ``{file, sha256, format, start}``, ``next_position`` in rule mode, ``clock_s``: the
+run's clock when the state was taken, and ``logs``: the lengths of ``metrics.jsonl`` and ``tasks/events.jsonl`` then.
 
 Rules it keeps:
 
 - The files and row come from the driver (``Driver.checkpoint``: the same fields as a simulated run's), with
-  ``trainer.pt`` and ``logs`` added here.
+  ``trainer.pt`` added here and ``clock_s`` and ``logs`` by the runtime (a simulated run keeps its clock in its own
+  state file instead).
 - The state is captured on the event loop, between two dispatcher calls (every event drained and flushed, so the
   log lengths match the state); only the writing may happen off the loop.
 - A resume takes the newest checkpoint that reads back whole (``load_latest_checkpoint``; each newer one passed
@@ -23,10 +24,13 @@ Rules it keeps:
   recorded: what the killed start wrote after its checkpoint (draws, fates, steps) is done again by the resumed one,
   so the logs end with every step once and every draw key with exactly one fate, a reissue's old key excepted (its
   ``draw`` event names it in ``reissues``).
+- The resumed start's clock begins at the row's ``clock_s`` (at or after every row and event the logs keep), so
+  ``metrics.jsonl``'s ``time`` never drops; a row without it (platoon 0.4.0 and older) begins at 0.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,7 +48,7 @@ from platoon.runs import (
 
 TRAINER_FILE = "trainer.pt"
 
-__all__ = ["LiveRunDir", "ResumePoint", "TRAINER_FILE", "next_start_number"]
+__all__ = ["LiveRunDir", "ResumePoint", "TRAINER_FILE", "clock_of", "next_start_number"]
 
 
 def _size(path: Path) -> int:
@@ -65,10 +69,22 @@ def next_start_number(rows: list[dict]) -> int:
     return max(starts) + 1
 
 
+def clock_of(row: Mapping[str, Any]) -> tuple[float, str | None]:
+    """The run's clock that the checkpoint ``row`` recorded (``clock_s``), and a note when it cannot be used: 0
+    without a note for a row that has none (platoon 0.4.0 and older), 0 with a note for one that is not seconds."""
+    value = row.get("clock_s")
+    if value is None:
+        return 0.0, None
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return float(value), None
+    return 0.0, f"checkpoint row's clock_s {value!r} is not a number of seconds: the run's clock begins again at 0"
+
+
 @dataclass(frozen=True)
 class ResumePoint:
     """What a resume goes on from: the checkpoint's step, its dispatch state, statistics and trainer state, the new
-    start number, and a note for each newer checkpoint passed over."""
+    start number, a note for each newer checkpoint passed over, and the run's clock at the checkpoint (``clock_s``,
+    where the resumed start's clock begins; ``clock_of``)."""
 
     step: int
     name: str
@@ -78,6 +94,7 @@ class ResumePoint:
     start: int
     notes: list[str]
     row: dict
+    clock_s: float = 0.0
 
 
 class LiveRunDir:
@@ -106,13 +123,14 @@ class LiveRunDir:
         dispatch = ckpt.files.get(f"tasks/dispatch-{name}.json")
         snapshot = ckpt.files.get(f"tasks/state-{name}.json")
         trainer = ckpt.files.get(TRAINER_FILE)
+        clock_s, note = clock_of(ckpt.row)
         return ResumePoint(
             step=ckpt.step, name=name,
             dispatch=dispatch if isinstance(dispatch, dict) else None,
             snapshot=snapshot if isinstance(snapshot, dict) else None,
             trainer_state=trainer if isinstance(trainer, bytes) else None,
             start=next_start_number(read_checkpoint_rows(self.rd)),
-            notes=list(ckpt.passed_over), row=ckpt.row)
+            notes=[*ckpt.passed_over, *([note] if note else [])], row=ckpt.row, clock_s=clock_s)
 
     def cut_logs(self, row: Mapping[str, Any]) -> None:
         """Cut ``metrics.jsonl`` and ``tasks/events.jsonl`` back to the lengths the checkpoint ``row`` recorded."""

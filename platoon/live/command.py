@@ -3,8 +3,9 @@
 - ``train``: a new run of a config (no config: the embedded default, ``build.EMBEDDED_DEFAULT`` over the config
   defaults) into a new run directory, or ``--resume RUN``: RUN's newest full checkpoint that reads back, a new start
   number, the statistics' snapshot, the dispatcher resumed by reissue (``dispatch_state.resume``: kept groups first),
-  the trainer's state, both logs cut back to the checkpoint, then on to ``train.steps`` (``--steps`` sets a new
-  total). A rich progress bar and a line per step (reward, pass rate, informative share, staleness, permits busy).
+  the trainer's state, both logs cut back to the checkpoint, the run's clock going on from the checkpoint's
+  ``clock_s``, then on to ``train.steps`` (``--steps`` sets a new total). A rich progress bar and a line per step
+  (reward, pass rate, informative share, staleness, permits busy).
 - ``evaluate``: held-out pass@1, with its 95% interval, of a config's initial policy or a run's last checkpoint.
 
 Errors: a configuration problem raises ``ConfigError`` (exit 78); a run directory that cannot be used raises
@@ -108,7 +109,8 @@ def _runtime(live: LiveRun, run_dir: LiveRunDir, console: Console | None, checkp
     return LiveRuntime(live.policy.driver, live.workflow, live.trainer, live.service, run_dir=run_dir,
                        evaluate=live.evaluate, trainer_state=live.trainer_state,
                        log=console.log if console is not None else None,
-                       on_step=console.step if console is not None else None, checkpoint_name=checkpoint)
+                       on_step=console.step if console is not None else None, checkpoint_name=checkpoint,
+                       clock_start_s=live.clock_start_s)
 
 
 def start_run(cfg: RunConfig, out: Path, **build: Any) -> tuple[LiveRun, LiveRunDir]:
@@ -149,7 +151,8 @@ def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
         raise TrainError(f"cannot resume {path}: checkpoint {point.name} holds no trainer state (trainer.pt)")
     run_dir.cut_logs(point.row)
     try:
-        live = build_live(cfg, start=point.start, trainer_state=point.trainer_state, version=point.step, **build)
+        live = build_live(cfg, start=point.start, trainer_state=point.trainer_state, version=point.step,
+                          clock_start_s=point.clock_s, **build)
     except (ConfigError, ExtensionError):
         raise
     except (RuntimeError, ValueError, KeyError) as exc:  # torch.load's or load_state_dict's refusal

@@ -1,9 +1,11 @@
 """The asyncio runtime of the live backend: drives the policy layer's driver on the event loop's clock.
 
 Thin by rule: every rule is ``platoon.policy``'s (the driver: dispatch, start slots, a failing group's cancel order,
-straggler deadlines, the step cycle, the metrics). This module tells the driver what happened, with
-``now = loop.time() - start`` (seconds since this start of the run), carries out its decisions, keeps one
-``loop.call_at`` timer at its ``next_deadline()``, and writes what its outbox holds. What it owns is the I/O:
+straggler deadlines, the step cycle, the metrics). This module tells the driver what happened, with ``now`` on the
+run's clock (``clock_start_s + loop.time() - t0``: a first start's clock begins at 0, a resumed one's at the clock
+its checkpoint recorded, so ``metrics.jsonl``'s ``time`` never drops; docs/run-directory.md), carries out its
+decisions, keeps one ``loop.call_at`` timer at its ``next_deadline()``, and writes what its outbox holds. What it
+owns is the I/O:
 
 - ``StartGroup`` -> a task running the workflow's ``arun_episode(row)`` with the group's lease in its context
   (``platoon.live.lease``); its end -> ``on_group_finished(key, output)`` (None when the workflow raised);
@@ -11,7 +13,8 @@ straggler deadlines, the step cycle, the metrics). This module tells the driver 
   report their start and end, and ``CancelRollout`` cancels the member's task;
 - the trainer task: ``take_step`` (woken at each settle), the update **off the event loop**
   (``asyncio.to_thread``; an ``async def train_step`` is awaited) while rollouts go on, ``finish_step``, the metrics
-  row, a full checkpoint when due, the new weights published to the model service, ``publish``;
+  row, a full checkpoint when due (the driver's row, plus ``clock_s``, the run's clock at the capture, and ``logs``),
+  the new weights published to the model service, ``publish``;
 - ``eval/pass@1`` (``evaluate()``, off the loop) before the steps the driver says (``eval_due``) and once more for
   the final policy (a row ``{"step": steps, ...}``).
 
@@ -63,12 +66,17 @@ class LiveRuntime:
     ``service`` has ``publish(weights, version)`` (plain or awaitable). ``run_dir`` None keeps events and metrics
     in memory (``events``, ``rows``) and writes no checkpoint. ``evaluate()`` returns the ``eval/...`` metrics of
     the trainer's current policy; it runs off the loop. ``trainer_state()`` returns the bytes of ``trainer.pt``.
+    ``clock_start_s`` is the run's clock when this start begins: 0 for a new run, the checkpoint's ``clock_s`` for a
+    resumed one, whose policy must be built with its clock there (``build_policy(now=)``).
     """
 
     def __init__(self, driver: Driver, workflow: Any, trainer: Any, service: Any, *,
                  run_dir: LiveRunDir | None = None, evaluate: Callable[[], Mapping[str, float]] | None = None,
                  trainer_state: Callable[[], bytes] | None = None, log: Logger | None = None,
-                 on_step: Callable[[dict], None] | None = None, checkpoint_name: str | None = None) -> None:
+                 on_step: Callable[[dict], None] | None = None, checkpoint_name: str | None = None,
+                 clock_start_s: float = 0.0) -> None:
+        if not (math.isfinite(clock_start_s) and clock_start_s >= 0):
+            raise ValueError(f"clock_start_s must be a finite number of seconds, at least 0, got {clock_start_s!r}")
         self.driver = driver
         self.workflow, self.trainer, self.service = workflow, trainer, service
         self.run_dir = run_dir
@@ -76,6 +84,7 @@ class LiveRuntime:
         self.log = log or _default_log
         self.on_step = on_step
         self.resumed_from = checkpoint_name
+        self.clock_start_s = float(clock_start_s)
         self.events: list[dict] = []
         self.rows: list[dict] = []
         self.trained: list[TrainStep] = []
@@ -89,14 +98,14 @@ class LiveRuntime:
         self._settled: asyncio.Event | None = None
         self._fatal: BaseException | None = None
         self._stopping = False
-        self._now = 0.0
-        self._t0 = 0.0
+        self._now = self.clock_start_s
+        self._t0 = 0.0  # the loop's time when this start began, at clock_start_s on the run's clock
         self.loop: asyncio.AbstractEventLoop | None = None
 
     def now(self) -> float:
-        """Seconds since this start began, never going backwards."""
+        """The run's clock: ``clock_start_s`` plus the seconds since this start began, never going backwards."""
         assert self.loop is not None
-        self._now = max(self._now, self.loop.time() - self._t0)
+        self._now = max(self._now, self.clock_start_s + (self.loop.time() - self._t0))
         return self._now
 
     # -------------------------------------------------------------------------------------------------- run
@@ -106,7 +115,7 @@ class LiveRuntime:
         self._t0 = self.loop.time()
         self._settled = asyncio.Event()
         try:
-            decisions = self.driver.start(now=0.0, checkpoint=self.resumed_from)
+            decisions = self.driver.start(now=self.clock_start_s, checkpoint=self.resumed_from)
             self._drain()
             if self.run_dir is not None:
                 await self._checkpoint(self.driver.dispatcher.step)  # the launch save: a start that dies resumes here
@@ -186,7 +195,8 @@ class LiveRuntime:
             return
         if self._armed is not None:
             self._armed[1].cancel()
-        self._armed = None if due is None else (due, self.loop.call_at(self._t0 + due, self._on_deadline, due))
+        self._armed = None if due is None else (
+            due, self.loop.call_at(self._t0 + (due - self.clock_start_s), self._on_deadline, due))
 
     def _on_deadline(self, due: float) -> None:
         self._armed = None
@@ -400,6 +410,7 @@ class LiveRuntime:
         assert self.run_dir is not None
         data = await asyncio.to_thread(self.trainer_state) if self.trainer_state is not None else None
         files, row = self.driver.checkpoint(checkpoint_name(done), done)
+        row["clock_s"] = self.now()  # at or after every row and event logged so far: a resume's clock goes on here
         if data is not None:
             files[TRAINER_FILE] = data
         self._drain()

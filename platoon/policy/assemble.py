@@ -2,7 +2,9 @@
 dispatcher, and the driver that holds them with the start limit and the member watch.
 
 Both runtimes call ``build_policy``; only the pool differs (the simulator's tasks are synthetic, the live backend's
-come from its environments), so the driver they drive is the same object built the same way.
+come from its environments), so the driver they drive is the same object built the same way. A start's clock begins
+at 0, or where its checkpoint's left off for a resumed live start (``now=``, ``begin_clock``): the dispatcher's time
+and every metrics window begin there, so the first step after a resume is measured from the resume.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from platoon.config.models import RunConfig
 from platoon.config.resolve import effective_group_size
 from platoon.policy.admission import AdmissionSet
+from platoon.policy.dispatch_metrics import DispatchGauges
 from platoon.policy.dispatcher import Dispatcher, dispatch_config
 from platoon.policy.driver import Driver
 from platoon.policy.members import MemberWatch
@@ -35,10 +38,11 @@ class Policy:
 
 
 def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1, rolling: bool = True,
-                 clock: Callable[[], float] | None = None, runtime: str = "sim") -> Policy:
+                 clock: Callable[[], float] | None = None, runtime: str = "sim", now: float = 0.0) -> Policy:
     """The driver and what it drives, built from ``cfg`` over ``pool``. ``rolling``: the training workflow runs
     its rollouts on the lease; ``clock`` times sampler decisions (``train/sampler/decision_ms``; None: untimed);
-    ``runtime`` (``sim`` or ``live``) is recorded in checkpoint rows."""
+    ``runtime`` (``sim`` or ``live``) is recorded in checkpoint rows; ``now``: the run's clock when this start
+    begins (``begin_clock``)."""
     train = cfg.train
     samplers = SamplerSet(
         pool, run_sampler=train.task_sampler, run_options=train.task_sampler_options,
@@ -52,6 +56,7 @@ def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1, rolling: boo
         entries=pool.entries, batch_size=train.batch_size, label_column=train.label_by)
     dispatcher = Dispatcher(dispatch_config(cfg), pool, samplers, recorder, admission, rolling=rolling,
                             start=start)
+    begin_clock(dispatcher, now=now)
     limit = train.max_starting_rollouts
     start_limit = (StartLimit(limit, timer_s=start_timer_s(train.workflow_config.worker_startup_budget_seconds))
                    if limit is not None else None)
@@ -59,3 +64,14 @@ def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1, rolling: boo
     driver = Driver(dispatcher, start_limit=start_limit, members=members, checkpoint_every=train.checkpoint_every,
                     eval_every=train.eval_every, runtime=runtime)
     return Policy(pool, samplers, recorder, admission, dispatcher, driver)
+
+
+def begin_clock(dispatcher: Dispatcher, *, now: float) -> None:
+    """Begin the fresh ``dispatcher``'s clock at ``now`` rather than 0: its time and its gauges' windows (a resumed
+    live start goes on from its checkpoint's ``clock_s``; docs/run-directory.md). Call it before building the
+    ``Driver``, whose step window begins at the dispatcher's time. Time never goes backwards: an earlier ``now``
+    than the dispatcher's is an error."""
+    if now < dispatcher.now:
+        raise ValueError(f"begin_clock: time went backwards: now={now} after {dispatcher.now}")
+    dispatcher.now = now
+    dispatcher.gauges = DispatchGauges(configured=dispatcher.gauges.configured, now=now)

@@ -85,6 +85,37 @@ def test_a_run_that_dies_mid_training_resumes_without_losing_a_step(tmp_path, mo
     check_event_log(events, steps=7, batch_size=4)
     rows = read_checkpoint_rows(run)
     assert [(r["step"], r["start"]) for r in rows] == [(0, 1), (2, 1), (4, 1), (4, 2), (6, 2), (7, 2)]
+    # the resumed start's clock goes on from checkpoint 000004's: the time column never drops, and each checkpoint
+    # records the run's clock at or after every row logged before it
+    times = [r["time"] for r in metrics]
+    assert times == sorted(times) and times[4] >= rows[2]["clock_s"] >= times[3]
+    assert [r["clock_s"] for r in rows] == sorted(r["clock_s"] for r in rows)
+
+
+def test_a_checkpoint_row_without_a_clock_resumes_with_the_clock_at_0(tmp_path):
+    run = tmp_path / "run"
+    command.train(None, [*SMALL, "train.steps=2"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
+    path = run / "checkpoints.jsonl"
+    rows = read_jsonl(path)
+    path.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "clock_s"}) + "\n" for r in rows))
+    assert command.LiveRunDir(run).resume_point().clock_s == 0.0  # as platoon 0.4.0 wrote it
+    command.train(resume=run, steps=4, progress=False, service_factory=fake_service, eval_episodes=64)
+    metrics = read_jsonl(run / "metrics.jsonl")
+    assert [r["step"] for r in metrics] == [0, 1, 2, 3, 4]
+    # the old behaviour: the resumed start's clock began at 0, so its launch save comes before step 1's row
+    (launch,) = [r for r in read_checkpoint_rows(run) if r["start"] == 2 and r["step"] == 2]
+    assert launch["clock_s"] < metrics[1]["time"]
+
+
+def test_a_checkpoint_clock_that_is_not_seconds_is_a_note_and_the_clock_begins_at_0(tmp_path):
+    run = tmp_path / "run"
+    command.train(None, [*SMALL, "train.steps=2"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
+    path = run / "checkpoints.jsonl"
+    rows = read_jsonl(path)
+    rows[-1]["clock_s"] = "soon"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    point = command.LiveRunDir(run).resume_point()
+    assert point.clock_s == 0.0 and any("clock_s 'soon' is not a number of seconds" in n for n in point.notes)
 
 
 def test_a_corrupt_newest_checkpoint_is_passed_over_with_a_note(tmp_path, capsys):
@@ -146,8 +177,11 @@ def test_sigkill_mid_training_then_resume(tmp_path):
     resumed = subprocess.run([sys.executable, "-m", "platoon", "train", "--resume", str(run)],
                              capture_output=True, text=True, env=env, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    steps = [r["step"] for r in read_jsonl(metrics)]
+    rows = read_jsonl(metrics)
+    steps = [r["step"] for r in rows]
     assert steps == list(range(13)), steps  # every step once, and the final evaluation
+    times = [r["time"] for r in rows]
+    assert times == sorted(times), times  # the resumed start's clock went on from its checkpoint's
     events = read_jsonl(run / "tasks" / "events.jsonl")
     check_event_log(events, steps=12, batch_size=16)
     starts = [e for e in events if e["event"] == "start"]

@@ -20,6 +20,7 @@ from live_harness import (
 
 from platoon.live.checkpoint import LiveRunDir
 from platoon.live.runtime import RuntimeStalled
+from platoon.policy.assemble import begin_clock
 from platoon.policy.start_limit import StartLimit
 from platoon.runs import load_latest_checkpoint, read_checkpoint_rows
 
@@ -209,3 +210,44 @@ def test_the_trainer_may_be_a_coroutine_and_the_service_publish_too():
     assert service.published == [1, 2]
     # step 0: rollouts 1 s, train 2 s (commit at 3), publish 1 s; step 1 starts at 4 and commits at 7
     assert [r["time"] for r in runtime.rows] == pytest.approx([3.0, 7.0])
+
+
+def test_a_resumed_start_goes_on_from_its_clock(tmp_path):
+    # the run above, begun at 500 s on the run's clock (a resume's checkpoint clock_s): its rows, checkpoints and
+    # windows read on from 500, while its rollouts and deadlines run on the loop's clock as before
+    service = SleepyService(publish_s=1.0)
+    d = dispatch_harness.build(tasks=8, group_size=2, batch_size=2, steps=2, max_staleness=0)
+    begin_clock(d, now=500.0)
+    run_dir = LiveRunDir.create(tmp_path / "run", config={}, components=[], pool=[])
+    runtime = live_runtime(d, ScriptedWorkflow(lambda row: Outcome(1.0, reward=float(row.member))),
+                           AsyncTrainer(duration=lambda n: 2.0), service, run_dir=run_dir, checkpoint_every=1,
+                           trainer_state=lambda: b"weights", clock_start_s=500.0)
+    run_virtual(runtime.run())
+    rows = runtime.rows
+    assert [r["time"] for r in rows] == pytest.approx([503.0, 507.0])
+    assert rows[0]["train/rollouts_per_hour"] == pytest.approx(rows[0]["train/rollouts"] * 3600 / 3.0)
+    assert rows[0]["rollout_client/rollouts_in_flight_mean"] == pytest.approx(4 * 1.0 / 3.0)
+    # the launch save, then one after each step, each at the run's clock when it was taken
+    assert [(r["step"], r["clock_s"]) for r in read_checkpoint_rows(tmp_path / "run")] == \
+        [(0, 500.0), (1, 503.0), (2, 507.0)]
+
+
+def test_a_resumed_starts_deadlines_fire_on_its_clock():
+    # the teardown wait of the test above, begun at 500 s: the permit still comes back 60 s after the block's exit
+    script = {0: Outcome(1.0, teardown_s=100.0), 1: Outcome(2.0, reward=1.0)}
+    d = dispatch_harness.build(tasks=4, group_size=2, batch_size=2, steps=1, permits=2)
+    begin_clock(d, now=500.0)
+    wf = ScriptedWorkflow(lambda row: script[row.member] if row.key == (1, 0) else Outcome(100.0, float(row.member)))
+    runtime = live_runtime(d, wf, FakeTrainer(), SleepyService(), log=lambda lv, m: None, clock_start_s=500.0)
+    run_virtual(runtime.run())
+    starts = sorted(t for t, what, key, _ in wf.log if what == "start" and key == (1, 1))
+    assert starts == pytest.approx([2.0, 61.0])  # on the loop's clock, which this start began at 0
+    assert runtime.rows[0]["time"] > 561.0
+
+
+def test_a_clock_start_before_the_dispatchers_time_is_refused():
+    d = dispatch_harness.build(tasks=4, group_size=2, batch_size=2, steps=1)
+    begin_clock(d, now=500.0)
+    runtime = live_runtime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService(), clock_start_s=100.0)
+    with pytest.raises(ValueError, match="time went backwards"):
+        run_virtual(runtime.run())
