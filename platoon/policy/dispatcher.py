@@ -393,7 +393,7 @@ class Dispatcher:
                 continue
             if self._start_waiting(now, decisions):
                 continue
-            reason = self.horizon.room(self.step)
+            reason = self.horizon.room(self.step, held=self.mixture.held(self.config.max_staleness))
             if reason is not None:
                 self.gauges.blocked.set(reason, now=now)
                 return decisions
@@ -406,10 +406,13 @@ class Dispatcher:
             self._draw_static(now, decisions)
 
     def _start_waiting(self, now: float, decisions: list[Any]) -> bool:
-        """Start the waiting draw or token with the smallest ticket whose label/entry can start; True if one did."""
+        """Start the waiting draw or token with the smallest ticket whose label/entry can start, and for which the
+        horizon has room (the places held for its labels released for it); True if one did."""
         if self.horizon.room(self.step) is not None:
             return False
-        waiting = self.mixture.pop_next()
+        k = self.config.max_staleness
+        waiting = self.mixture.pop_next(
+            lambda labels: self.horizon.room(self.step, held=self.mixture.held(k, release=labels)) is None)
         if waiting is None:
             return False
         if isinstance(waiting, Token):
