@@ -90,6 +90,7 @@ def _exact(d: Dispatcher) -> dict[str, Any]:
         "stale_watch": d.stale_watch.state_dict(),
         "said": sorted(d.said),
         "skipped_slots": d.skipped_slots,
+        "skipped_rows": [[_label_key(lb), n] for lb, n in d.skipped_rows.items()],
     }
 
 
@@ -139,6 +140,7 @@ def restore_exact(d: Dispatcher, state: Mapping[str, Any]) -> None:
     d.stale_watch = StaleWatch.from_state(x["stale_watch"])
     d.said = set(x["said"])
     d.skipped_slots = x["skipped_slots"]
+    d.skipped_rows = {None if lb == "" else lb: int(n) for lb, n in x.get("skipped_rows", [])}
 
 
 def resume(d: Dispatcher, state: Mapping[str, Any], *, step: int, kept_outputs: bool = True) -> list[str]:

@@ -122,6 +122,7 @@ class Dispatcher:
         self._warnings: list[str] = []
         self._infos: list[str] = []
         self.skipped_slots = 0
+        self.skipped_rows: dict[str | None, int] = {}  # drawn rows skipped by a full backlog since the last step
 
     # ----------------------------------------------------------------------------------------------- events
     def start(self, *, now: float, checkpoint: str | None = None, state_lost: str | None = None) -> list[Any]:
@@ -314,6 +315,8 @@ class Dispatcher:
             metrics.update(censoring_metrics(self.step_items, self.threshold))
         metrics["train/sampler/skipped_slots"] = float(self.skipped_slots)
         self.skipped_slots = 0
+        metrics.update(self.mixture.row_metrics(self.skipped_rows))
+        self.skipped_rows = {}
         for entry, queue in self.mixture.tokens.items():
             waiting = len(queue) + (self.pending is not None and self.pending.token is not None
                                     and self.pending.token.entry == entry)
@@ -437,7 +440,9 @@ class Dispatcher:
         elif not self.mixture.park_draw(draw):
             self.outstanding.pop(draw.key)
             self.recorder.fate(*draw.key, "skipped", task_id=draw.task_id)
-            self._warn_once(f"skip:{draw.label}", f"label {draw.label}'s backlog is full: skipping drawn rows")
+            self.skipped_rows[draw.label] = self.skipped_rows.get(draw.label, 0) + 1
+            self._warn_once(f"skip:{draw.label}", f"label {draw.label}'s backlog is full: skipping drawn rows "
+                                                  "(counted in train/batch/skipped_rows)")
 
     def _start_draw(self, draw: BoundDraw, now: float, decisions: list[Any]) -> None:
         self.mixture.take_label(draw.label)

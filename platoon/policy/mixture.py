@@ -6,7 +6,8 @@ limit waits in that label's backlog; a slot handed to an entry whose own sampler
 that entry's queue until one of the entry's labels has room. Every waiting draw or token holds a ticket (a counter
 that only grows), and the one with the smallest ticket among those that may start goes first, so nothing overtakes
 what waited longer. A backlog or token queue holds at most ``BACKLOG_BATCHES x batch_size``; past that the draw is
-skipped (fate ``skipped``) or the slot dropped, by the dispatcher.
+skipped (fate ``skipped``) or the slot dropped, by the dispatcher; each step logs the rows skipped and parked
+(``row_metrics``).
 
 It also says how many horizon places to hold for capped labels (docs/dispatch.md, "The horizon"): with
 ``max_staleness = k``, ``running`` counts the groups of capped labels that have draws or tokens waiting, and
@@ -21,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from platoon.policy.dispatch_records import BoundDraw
-from platoon.policy.pool import TaskPool
+from platoon.policy.pool import TaskPool, label_prefix
 from platoon.policy.samplers.runtime import Token
 
 BACKLOG_BATCHES = 4
@@ -139,6 +140,33 @@ class Mixture:
                     and fits(tuple(self.entry_labels(entry)))):
                 best = (queue[0][0], queue)
         return None if best is None else best[1].popleft()[1]
+
+    # ------------------------------------------------------------------------------------------- metrics
+    def parked(self) -> dict[str | None, int]:
+        """Rows waiting for their label's room, by label: the waiting draws, and the tokens of entries whose tasks
+        share one label."""
+        out: dict[str | None, int] = {}
+        for label, backlog in self.backlogs.items():
+            out[label] = out.get(label, 0) + len(backlog)
+        for entry, queue in self.tokens.items():
+            labels = self.entry_labels(entry)
+            if len(labels) == 1:
+                out[labels[0]] = out.get(labels[0], 0) + len(queue)
+        return out
+
+    def row_metrics(self, skipped: Mapping[str | None, int]) -> dict[str, float]:
+        """With label limits: ``train/batch/{skipped_rows,parked_rows}``, run-wide and for each capped label
+        (``train/batch/<column>/<label>/``); ``skipped``: the drawn rows skipped in the step's window, by label."""
+        if not self.label_limits:
+            return {}
+        parked = self.parked()
+        out = {"train/batch/skipped_rows": float(sum(skipped.values())),
+               "train/batch/parked_rows": float(sum(parked.values()))}
+        for label in self.label_limits:
+            prefix = f"train/batch/{label_prefix(self.pool.label_column, label)}/"
+            out[f"{prefix}skipped_rows"] = float(skipped.get(label, 0))
+            out[f"{prefix}parked_rows"] = float(parked.get(label, 0))
+        return out
 
     # --------------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
