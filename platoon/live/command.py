@@ -149,7 +149,7 @@ def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
         raise TrainError(f"cannot resume {path}: checkpoint {point.name} holds no trainer state (trainer.pt)")
     run_dir.cut_logs(point.row)
     try:
-        live = build_live(cfg, start=point.start, trainer_state=point.trainer_state, version=point.step, **build)
+        live = build_live(cfg, start=point.start, trainer_state=point.trainer_state, version=point.version, **build)
     except (ConfigError, ExtensionError):
         raise
     except (RuntimeError, ValueError, KeyError) as exc:  # torch.load's or load_state_dict's refusal
@@ -176,7 +176,7 @@ def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
     else:
         log("warning", f"checkpoint {point.name} holds no dispatcher state: its outstanding draws are lost")
         d.recorder.lose_outstanding()
-        d.step = d.version = point.step
+        d.step, d.version = point.step, point.version
         position = point.row.get("next_position")
         d.next_position = position if isinstance(position, int) else point.step * cfg.train.batch_size
         for warning in d.samplers.restore(None, d.next_position):

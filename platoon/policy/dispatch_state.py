@@ -58,6 +58,7 @@ def state_dict(d: Dispatcher) -> dict[str, Any]:
         "sampler": d.samplers.run_name,
         "fingerprint": sampling_fingerprint(d),
         "next_position": d.next_position,
+        "policy_version": d.next_version,
         "outstanding": [[*dr.key, dr.task_id, dr.position] for dr in d.outstanding.values()],
         "drawn": [[*dr.key, dr.row, dr.sampler] for dr in d.outstanding.values()],
         "waiting": {_label_key(lb): [list(dr.key) for _, dr in q] for lb, q in d.mixture.backlogs.items() if q},
@@ -146,12 +147,15 @@ def restore_exact(d: Dispatcher, state: Mapping[str, Any]) -> None:
 def resume(d: Dispatcher, state: Mapping[str, Any], *, step: int, kept_outputs: bool = True) -> list[str]:
     """Set up the fresh dispatcher ``d`` (a new start) to go on from ``state``, reissuing what was in flight.
 
-    ``step`` is the checkpoint's step (the next step to assemble; the policy version equals it). Returns warnings.
+    ``step`` is the checkpoint's step (the next step to assemble); the policy version is the state's
+    ``policy_version`` (less than ``step`` after steps that trained no group), else ``step``. Returns warnings.
     The statistics must already hold the checkpoint's snapshot (their outstanding draws are moved to new keys).
     """
     fmt = check_format(state)
     warnings: list[str] = []
-    d.step = d.version = step
+    d.step = step
+    version = state.get("policy_version")
+    d.version = version if isinstance(version, int) and not isinstance(version, bool) else step
     d.next_position = int(state.get("next_position", step * d.config.batch_size))
     if fmt >= 2 and "samplers" in state:
         warnings += d.samplers.restore(state["samplers"], d.next_position)

@@ -28,7 +28,13 @@ from typing import Any
 
 from platoon.policy import dispatch_state
 from platoon.policy.admission import AdmissionSet, carries_datums, step_cap
-from platoon.policy.dispatch_metrics import DispatchGauges, StaleWatch, batch_kind_metrics, censoring_metrics
+from platoon.policy.dispatch_metrics import (
+    DispatchGauges,
+    StaleWatch,
+    batch_kind_metrics,
+    censoring_metrics,
+    short_step_warning,
+)
 from platoon.policy.dispatch_records import BoundDraw, PendingKind, PendingStart, StepPhase
 from platoon.policy.horizon import Horizon
 from platoon.policy.mixture import Mixture
@@ -257,13 +263,28 @@ class Dispatcher:
                                              self.config.max_staleness)
         if warning:
             self._warnings.append(warning)
+        if self.admission is not None:
+            short = short_step_warning(self.step_items, step=self.step, admitted=self.horizon.step_admitted,
+                                       counted=self.horizon.step_counted, batch_size=self.config.batch_size,
+                                       version=self.version)
+            if short is not None:
+                self._warn_once(f"{short[0]}_step", short[1])
         self.recorder.flush()
 
+    @property
+    def next_version(self) -> int:
+        """The policy version the next step trains from: one more than ``version`` once a step that trains some
+        group is taken; a step that trains none takes no optimizer update, so the version stays."""
+        trains = self.phase in (StepPhase.TRAINING, StepPhase.COMMITTED) and any(
+            item.kind == SettledKind.ADMITTED for item in self.step_items)
+        return self.version + trains
+
     def publish(self, *, now: float) -> list[Any]:
-        """New weights are live: the version moves on and the next step begins (or the run is done)."""
+        """New weights are live: the version moves on (unless the step trained no group: in-flight groups do not age
+        without an update) and the next step begins (or the run is done)."""
         self._tick(now)
         self._expect("publish")
-        self.version += 1
+        self.version = self.next_version
         self.step += 1
         self.horizon.published()
         self.step_items = []

@@ -50,12 +50,14 @@ class Outbox:
 
 @dataclass(frozen=True)
 class StepReport:
-    """A committed step: its metrics row (without ``step``/``time``), the steps done, whether to checkpoint."""
+    """A committed step: its metrics row (without ``step``/``time``), the steps done, whether to checkpoint, and
+    the policy version to publish (``step.version + 1``, or ``step.version`` when the step trained no group)."""
 
     step: TrainStep
     metrics: dict[str, float]
     done: int
     checkpoint_due: bool
+    version: int
 
 
 class Driver:
@@ -203,7 +205,7 @@ class Driver:
         row.update(metrics or {})
         done = step.step + 1
         due = self.checkpoint_every is not None and (done % self.checkpoint_every == 0 or done == self.steps)
-        return StepReport(step, row, done, due)
+        return StepReport(step, row, done, due, d.next_version)
 
     def publish(self, *, now: float) -> list[Any]:
         """The new weights are live: the next step begins (or the run is finished)."""
@@ -230,7 +232,8 @@ class Driver:
         start = d.start_number
         dispatch_file = f"tasks/dispatch-{name}.json"
         files: dict[str, object] = {dispatch_file: d.state_dict(), f"driver-{name}.json": self.state_dict()}
-        row: dict[str, Any] = {"batch": done, "policy_version": done, "runtime": self.runtime, "start": start,
+        row: dict[str, Any] = {"batch": done, "policy_version": d.next_version, "runtime": self.runtime,
+                               "start": start,
                                "dispatch": {"file": dispatch_file, "format": STATE_FORMAT, "start": start}}
         snapshot = d.recorder.snapshot()
         if snapshot is not None:
