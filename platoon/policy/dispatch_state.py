@@ -189,16 +189,33 @@ def resume(d: Dispatcher, state: Mapping[str, Any], *, step: int, kept_outputs: 
             continue
         sampler = drawn.get(key, (None, None))[1] or d.samplers.run_name
         _reissue(d, key, row_index, position, sampler)
-    for entry, positions in state.get("tokens", {}).items():
-        fallback = set(state.get("fallback_slots", []))
-        if d.pool.by_entry(entry) and d.samplers.entry_adaptive(entry):
-            for pos in positions:
-                d.mixture.park_token(Token(pos, entry, pos in fallback), bounded=False)
-        else:
-            for pos in positions:
-                d.emit({"event": "slot_skipped", "start": d.start_number, "position": pos,
-                                  "entry": entry, "why": "no_slots" if d.pool.by_entry(entry) else "entry_left"})
-            warnings.append(f"dropped {len(positions)} slot(s) of environment {entry} at resume")
+    warnings += _restore_tokens(d, state.get("tokens", {}), set(state.get("fallback_slots", [])))
+    return warnings
+
+
+def _restore_tokens(d: Dispatcher, tokens: Mapping[str, list[int]], fallback: set[int]) -> list[str]:
+    """The slots that waited for an entry's adaptive sampler: re-queued in order while it is adaptive; drawn at once
+    by its sampler if that is static now (a fallback slot's draw is the run's fallback), the draws waiting for their
+    label's room before any new position; dropped (``slot_skipped``) when the entry has no sampler any more (the
+    run's sampler no longer hands slots, ``no_slots``, or the entry left the run, ``entry_left``)."""
+    warnings: list[str] = []
+    for entry, positions in tokens.items():
+        has_rows = bool(d.pool.by_entry(entry))
+        if has_rows and d.samplers.entry_sampler_name(entry) is not None:
+            if d.samplers.entry_adaptive(entry):
+                for pos in positions:
+                    d.mixture.park_token(Token(pos, entry, pos in fallback), bounded=False)
+                continue
+            bounds = d.samplers.restore_static_tokens(entry, positions, {p for p in positions if p in fallback})
+            for bound, pos in zip(bounds, positions, strict=True):
+                d.mixture.park_draw(d.bind(bound, pos), bounded=False)
+            continue
+        why = "no_slots" if has_rows else "entry_left"
+        for pos in positions:
+            d.emit({"event": "slot_skipped", "start": d.start_number, "position": pos, "entry": entry, "why": why})
+        reason = ("the run's task sampler no longer hands it slots" if has_rows
+                  else "it is no longer an environment of the run")
+        warnings.append(f"dropped {len(positions)} slot(s) of environment {entry} at resume: {reason}")
     return warnings
 
 

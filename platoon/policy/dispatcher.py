@@ -455,7 +455,7 @@ class Dispatcher:
             elif not self.mixture.park_token(answer):
                 self._skip_slot(position, answer.entry, "backlog")
             return
-        draw = self._bind(answer, position)
+        draw = self.bind(answer, position)
         if self.mixture.has_room(draw.label):
             self._start_draw(draw, now, decisions)
         elif not self.mixture.park_draw(draw):
@@ -521,14 +521,15 @@ class Dispatcher:
         else:
             position = self.next_position
             self.next_position += 1
-        draw = self._bind(bound, position)
+        draw = self.bind(bound, position)
         pending.lease.key, pending.lease.task_id = draw.key, draw.task_id
         if draw.group_size != size:
             self._granted(self.permits.resize(pending.lease, draw.group_size, now=now), now)
         self.mixture.take_label(draw.label)
         return draw
 
-    def _bind(self, bound: Bound, position: int) -> BoundDraw:
+    def bind(self, bound: Bound, position: int) -> BoundDraw:
+        """A decision's row becomes draw ``(start, next_seq)`` at ``position``: outstanding, and recorded."""
         row: TaskRow = bound.row
         key = (self.start_number, self.next_seq)
         self.next_seq += 1
