@@ -34,7 +34,7 @@ from platoon.policy.members import CANCELLED, STRAGGLER_KILLED, CancelRollout, M
 from platoon.policy.outputs import GroupOutput, Key, TrainStep
 from platoon.policy.permits import GrantPermit
 from platoon.policy.run_metrics import StepWindow, batch_metrics
-from platoon.policy.start_limit import SlotGranted, StartLimit
+from platoon.policy.start_limit import SlotGranted, StartLimit, announcement
 
 DRIVER_STATE_FORMAT = 1
 
@@ -61,19 +61,22 @@ class StepReport:
 
 
 class Driver:
-    """See the module docstring. ``runtime`` (``sim`` or ``live``) is recorded in checkpoint rows."""
+    """See the module docstring. ``runtime`` (``sim`` or ``live``) is recorded in checkpoint rows;
+    ``group_workflow``: the training workflow is a GroupRolloutWorkflow, whose members alone take start slots."""
 
     def __init__(self, dispatcher: Dispatcher, *, start_limit: StartLimit | None = None,
                  members: MemberWatch | None = None, checkpoint_every: int | None = None,
-                 eval_every: int | None = None, runtime: str = "sim") -> None:
+                 eval_every: int | None = None, runtime: str = "sim", group_workflow: bool = True) -> None:
         self.dispatcher = dispatcher
         self.start_limit = start_limit
+        self.group_workflow = group_workflow
         self.members = members if members is not None else MemberWatch()
         self.checkpoint_every = checkpoint_every
         self.eval_every = eval_every
         self.runtime = runtime
         self.window = StepWindow(dispatcher.now)
         self._infos: list[str] = []
+        self._warnings: list[str] = []
 
     # ------------------------------------------------------------------------------------------- inspection
     @property
@@ -97,7 +100,15 @@ class Driver:
 
     # ----------------------------------------------------------------------------------------------- events
     def start(self, *, now: float, checkpoint: str | None = None, state_lost: str | None = None) -> list[Any]:
-        """The start begins (``checkpoint``: the one a resume loaded)."""
+        """The start begins (``checkpoint``: the one a resume loaded); it announces the start limit, if any
+        (docs/start-limit.md)."""
+        if self.start_limit is not None:
+            d = self.dispatcher
+            for level, message in announcement(
+                    self.start_limit.limit, group_workflow=self.group_workflow,
+                    largest_group_size=max(e.group_size for e in d.pool.entries.values()),
+                    concurrent_rollouts=d.config.max_concurrent_rollouts):
+                (self._warnings if level == "warning" else self._infos).append(message)
         return self._seen(self.dispatcher.start(now=now, checkpoint=checkpoint, state_lost=state_lost), now)
 
     def on_block_entered(self, key: Key, index: int, *, now: float) -> list[Any]:
@@ -220,6 +231,7 @@ class Driver:
         if self.start_limit is not None:
             warnings += self.start_limit.take_warnings()
         warnings += self.members.take_warnings()
+        warnings, self._warnings = self._warnings + warnings, []
         infos, self._infos = self._infos + d.take_infos(), []
         return Outbox(d.take_events(), infos, warnings)
 
