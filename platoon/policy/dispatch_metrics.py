@@ -105,8 +105,9 @@ class StaleWatch:
         else:
             fix = f"max_staleness: {k + 1} also lets rollouts run one more step ahead"
         return (f"{stale_total / groups:.1%} of the groups the last {STALE_WINDOW_STEPS} steps consumed went stale "
-                f"({stale_total} of {groups}); {held}; raise train.max_staleness by one: {fix}. Dropping long "
-                f"groups biases what trains toward short rollouts.")
+                f"({stale_total} of {groups}); {held}; raise train.max_staleness by one: {fix}. A stale filter per "
+                f"datum, which would drop only a group's stale datums, is planned; until then dropping long groups "
+                f"biases what trains toward short rollouts.")
 
     def state_dict(self) -> dict:
         return {"window": [[c, s, b] for c, s, b in self.window], "warned": self.warned}

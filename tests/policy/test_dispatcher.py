@@ -283,3 +283,18 @@ def test_the_checkpoint_and_a_resume_keep_the_version_of_a_step_that_trained_not
     again.recorder.load_snapshot(files["tasks/state-000001.json"])
     resume(again, state, step=1)
     assert (again.step, again.version) == (1, 0)
+
+
+def test_the_stale_warning_names_what_held_the_dispatcher_back_and_closes_on_the_bias():
+    from platoon.policy.dispatch_metrics import StaleWatch
+
+    watch = StaleWatch()
+    blocked = {"permits": 0.5, "horizon": 0.25, "labels": 0.0, "plan": 0.0, "sampler": 0.0}
+    said = [watch.note_step(10, 1, blocked, 1) for _ in range(10)]
+    assert said[:9] == [None] * 9  # from the 10th step on
+    assert said[9] == (
+        "10.0% of the groups the last 10 steps consumed went stale (10 of 100); what held the dispatcher back most "
+        "was permits (50% of the time); raise train.max_staleness by one: max_staleness: 2 also lets rollouts run "
+        "one more step ahead. A stale filter per datum, which would drop only a group's stale datums, is planned; "
+        "until then dropping long groups biases what trains toward short rollouts.")
+    assert watch.note_step(10, 10, blocked, 1) is None  # once per start
