@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from platoon.policy import dispatch_state
@@ -35,7 +35,15 @@ from platoon.policy.dispatch_metrics import (
     censoring_metrics,
     short_step_warning,
 )
-from platoon.policy.dispatch_records import BoundDraw, PendingKind, PendingStart, StepPhase
+from platoon.policy.dispatch_records import (
+    TEARDOWN_WAIT_S,
+    BoundDraw,
+    DispatchConfig,
+    PendingKind,
+    PendingStart,
+    StepPhase,
+    dispatch_config,
+)
 from platoon.policy.horizon import Horizon
 from platoon.policy.mixture import Mixture
 from platoon.policy.outputs import GroupOutput, Key, SettledGroup, SettledKind, TrainStep, draw_order
@@ -47,7 +55,6 @@ from platoon.policy.samplers.runtime import Bound, SamplerSet, Token
 from platoon.policy.stats import GroupRecord
 from platoon.policy.task_table import task_metrics
 
-TEARDOWN_WAIT_S = 60.0
 ROLLOUT_NOTICE = (
     "Each rollout returns its permit as it ends (train.permit_release: rollout); a group's rollouts {how}"
 )
@@ -58,26 +65,6 @@ _TRANSITIONS = {
     ("commit_step", StepPhase.TRAINING): StepPhase.COMMITTED,
     ("publish", StepPhase.COMMITTED): StepPhase.ASSEMBLING,
 }
-
-
-@dataclass(frozen=True)
-class DispatchConfig:
-    """The run's dispatch settings (built from the config by ``dispatch_config``)."""
-
-    batch_size: int
-    steps: int
-    max_concurrent_rollouts: int
-    permit_release: str = "rollout"
-    max_staleness: int | None = 1
-    entry_staleness: Mapping[str, int | None] = field(default_factory=dict)
-    max_groups_per_step: float = 3.0
-    label_limits: Mapping[str, int] = field(default_factory=dict)
-    teardown_wait_s: float = TEARDOWN_WAIT_S
-    straggler_policy: bool = False  # a straggler timeout applies: log what it censors (train/batch/censoring/*)
-
-    def __post_init__(self) -> None:
-        if self.permit_release not in ("rollout", "group"):
-            raise ValueError(f"permit_release must be rollout or group, got {self.permit_release!r}")
 
 
 @dataclass(frozen=True)
@@ -602,19 +589,5 @@ class Dispatcher:
         self.step_items.append(item)
 
 
-def dispatch_config(cfg: Any) -> DispatchConfig:
-    """The dispatch settings of a ``RunConfig``."""
-    train = cfg.train
-    largest = max(e.group_size for e in cfg.environments)
-    budget = train.max_concurrent_rollouts or train.batch_size * largest
-    return DispatchConfig(
-        batch_size=train.batch_size, steps=train.steps, max_concurrent_rollouts=budget,
-        permit_release=train.permit_release, max_staleness=train.max_staleness,
-        entry_staleness={e.name: e.max_staleness for e in cfg.environments if e.max_staleness is not None},
-        max_groups_per_step=train.refill.max_groups_per_step,
-        label_limits=dict(train.rollout_group_limits),
-        straggler_policy=train.straggler.timeout_s is not None)
-
-
-__all__ = ["Dispatcher", "DispatchConfig", "StartGroup", "GrantPermit", "TrainStep", "StepPhase",
+__all__ = ["Dispatcher", "DispatchConfig", "TEARDOWN_WAIT_S", "StartGroup", "GrantPermit", "TrainStep", "StepPhase",
            "dispatch_config"]
