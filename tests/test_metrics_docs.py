@@ -2,8 +2,9 @@
 prefix, and its example runs as written.
 
 The doc's metric tables (headed ``| metric | runtime |``) give a name or pattern in backticks in their first cell
-and ``both``, ``sim`` or ``live`` in their second. In a pattern ``<label>``, ``<k>``, ``<reason>`` and ``<name>``
-stand for a part of a name, ``{a,b}`` for one of the words and ``[...]`` for a part that may be left out.
+and ``both``, ``sim`` or ``live`` in their second. In a pattern ``<label>``, ``<column>``, ``<k>``, ``<reason>``
+and ``<name>`` stand for a part of a name, ``{a,b}`` for one of the words and ``[...]`` for a part that may be left
+out.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from platoon.cli import app
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 RUNTIMES = ("both", "sim", "live")
-PLACEHOLDERS = {"<label>": r"[^/]+", "<k>": r"[0-9]+", "<reason>": r"[a-z][a-z0-9_]*", "<name>": r"[^/]+"}
+PLACEHOLDERS = {"<label>": r"[^/]+", "<column>": r"[^/]+", "<k>": r"[0-9]+", "<reason>": r"[a-z][a-z0-9_]*", "<name>": r"[^/]+"}
 
 # The quantities both runtimes measure, by the names the simulator and the live runtime wrote before they shared one
 # vocabulary: none of them may be documented, nor match a documented pattern.

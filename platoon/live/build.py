@@ -197,7 +197,8 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
     envs = dict(envs) if envs is not None else build_environments(cfg)
     pool = build_pool(cfg, envs)
     policy = build_policy(cfg, pool, start=start, rolling=workflow_runs_on_lease(workflow_cls),
-                          clock=time.perf_counter, runtime="live", now=clock_start_s)
+                          clock=time.perf_counter, runtime="live", now=clock_start_s,
+                          group_workflow=issubclass(workflow_cls, GroupRolloutWorkflow))
     model = build_model(cfg, envs)
     trainer = GRPOTrainer.from_config(model, cfg.train, cfg.model)
     if trainer_state is not None:

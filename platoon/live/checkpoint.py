@@ -8,9 +8,10 @@ checkpoint ``checkpoints/<step>/`` holds
 - ``tasks/state-<step>.json``: the per-task statistics' snapshot (absent once the recorder stopped);
 - ``trainer.pt``: the trainer's state (model, optimizer, generator, step count) as bytes;
 
-and its row in ``checkpoints.jsonl`` records ``batch`` and ``policy_version`` (the steps done), ``start``, the
-``tasks`` and ``dispatch`` records ``{file, sha256, format, start}``, ``next_position`` in rule mode, ``clock_s``: the
-run's clock when the state was taken, and ``logs``: the lengths of ``metrics.jsonl`` and ``tasks/events.jsonl`` then.
+and its row in ``checkpoints.jsonl`` records ``batch`` (the steps done) and ``policy_version`` (the steps that
+trained a group), ``start``, the ``tasks`` and ``dispatch`` records ``{file, sha256, format, start}``,
+``next_position`` in rule mode, ``clock_s``: the run's clock when the state was taken, and ``logs``: the lengths of
+``metrics.jsonl`` and ``tasks/events.jsonl`` then.
 
 Rules it keeps:
 
@@ -95,6 +96,13 @@ class ResumePoint:
     notes: list[str]
     row: dict
     clock_s: float = 0.0
+
+    @property
+    def version(self) -> int:
+        """The policy version the checkpoint's weights are: its row's ``policy_version`` (fewer than its steps when
+        some step trained no group), else its step."""
+        version = self.row.get("policy_version")
+        return version if isinstance(version, int) and not isinstance(version, bool) else self.step
 
 
 class LiveRunDir:

@@ -151,7 +151,7 @@ def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
         raise TrainError(f"cannot resume {path}: checkpoint {point.name} holds no trainer state (trainer.pt)")
     run_dir.cut_logs(point.row)
     try:
-        live = build_live(cfg, start=point.start, trainer_state=point.trainer_state, version=point.step,
+        live = build_live(cfg, start=point.start, trainer_state=point.trainer_state, version=point.version,
                           clock_start_s=point.clock_s, **build)
     except (ConfigError, ExtensionError):
         raise
@@ -179,7 +179,7 @@ def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
     else:
         log("warning", f"checkpoint {point.name} holds no dispatcher state: its outstanding draws are lost")
         d.recorder.lose_outstanding()
-        d.step = d.version = point.step
+        d.step, d.version = point.step, point.version
         position = point.row.get("next_position")
         d.next_position = position if isinstance(position, int) else point.step * cfg.train.batch_size
         for warning in d.samplers.restore(None, d.next_position):

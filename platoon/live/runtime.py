@@ -386,7 +386,7 @@ class LiveRuntime:
         self._write_row(step.step, self.now(), report.metrics)
         if self.run_dir is not None and report.checkpoint_due:
             await self._checkpoint(report.done)
-        await self._publish(step.version + 1)
+        await self._publish(report.version)
         self._feed(self.driver.publish)
 
     def _write_row(self, step: int, now: float, metrics: dict) -> None:

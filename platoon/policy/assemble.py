@@ -38,11 +38,13 @@ class Policy:
 
 
 def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1, rolling: bool = True,
-                 clock: Callable[[], float] | None = None, runtime: str = "sim", now: float = 0.0) -> Policy:
+                 clock: Callable[[], float] | None = None, runtime: str = "sim", now: float = 0.0,
+                 group_workflow: bool = True) -> Policy:
     """The driver and what it drives, built from ``cfg`` over ``pool``. ``rolling``: the training workflow runs
     its rollouts on the lease; ``clock`` times sampler decisions (``train/sampler/decision_ms``; None: untimed);
     ``runtime`` (``sim`` or ``live``) is recorded in checkpoint rows; ``now``: the run's clock when this start
-    begins (``begin_clock``)."""
+    begins (``begin_clock``); ``group_workflow``: the training workflow is a GroupRolloutWorkflow (the start
+    limit's announcement warns when it is not)."""
     train = cfg.train
     samplers = SamplerSet(
         pool, run_sampler=train.task_sampler, run_options=train.task_sampler_options,
@@ -62,7 +64,7 @@ def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1, rolling: boo
                    if limit is not None else None)
     members = MemberWatch(timeout_s=train.straggler.timeout_s, quorum=train.straggler.quorum)
     driver = Driver(dispatcher, start_limit=start_limit, members=members, checkpoint_every=train.checkpoint_every,
-                    eval_every=train.eval_every, runtime=runtime)
+                    eval_every=train.eval_every, runtime=runtime, group_workflow=group_workflow)
     return Policy(pool, samplers, recorder, admission, dispatcher, driver)
 
 

@@ -1,4 +1,5 @@
-"""The dispatcher's step metrics: blocked shares, permits and rollouts in flight, batch kinds, the stale warning.
+"""The dispatcher's step metrics: blocked shares, permits and rollouts in flight, batch kinds, the stale and the
+short-step warnings.
 
 Names are the release's: ``train/dispatch/blocked_share/<reason>``, ``rollout_client/permits_held_mean``,
 ``rollout_client/concurrency_achieved_fraction`` (= rollouts in flight, time-weighted, over the configured
@@ -104,8 +105,9 @@ class StaleWatch:
         else:
             fix = f"max_staleness: {k + 1} also lets rollouts run one more step ahead"
         return (f"{stale_total / groups:.1%} of the groups the last {STALE_WINDOW_STEPS} steps consumed went stale "
-                f"({stale_total} of {groups}); {held}; raise train.max_staleness by one: {fix}. Dropping long "
-                f"groups biases what trains toward short rollouts.")
+                f"({stale_total} of {groups}); {held}; raise train.max_staleness by one: {fix}. A stale filter per "
+                f"datum, which would drop only a group's stale datums, is planned; until then dropping long groups "
+                f"biases what trains toward short rollouts.")
 
     def state_dict(self) -> dict:
         return {"window": [[c, s, b] for c, s, b in self.window], "warned": self.warned}
@@ -116,6 +118,30 @@ class StaleWatch:
         watch.window.extend((c, st, dict(b)) for c, st, b in s["window"])
         watch.warned = s["warned"]
         return watch
+
+
+def short_step_warning(items: Sequence[SettledGroup], *, step: int, admitted: int, counted: int, batch_size: int,
+                       version: int) -> tuple[str, str] | None:
+    """Under an admission rule, a step that admitted fewer than ``batch_size`` groups: ``("empty", message)`` when
+    it admitted none (it takes no optimizer update and the version stays), ``("short", message)`` otherwise; None
+    for a full step. The message counts the step's rejected, stale and failed groups and says what to change: the
+    environment when more failed than were rejected, else the cap or the sampler."""
+    if admitted >= batch_size:
+        return None
+    rejected = sum(g.kind == "marker" and g.output is not None for g in items)
+    failed = sum((g.kind == "marker" and g.output is None) or g.kind == "failed" for g in items)
+    stale = sum(g.kind == "stale" for g in items)
+    counts = f"{rejected} rejected, {stale} stale, {failed} failed"
+    if failed > rejected:
+        advice = "more of them failed than were rejected: look at the environment, whose workflow raised"
+    else:
+        advice = ("raise train.refill.max_groups_per_step, or draw the tasks likely to mix passes and failures with "
+                  "train.task_sampler: pass_rate")
+    if admitted == 0:
+        return "empty", (f"step {step} admitted none of the {counted} groups it counted ({counts}): it takes no "
+                         f"optimizer update, and the policy version stays {version}; {advice}")
+    return "short", (f"step {step} admitted {admitted} of {batch_size} groups before it counted its cap of {counted} "
+                     f"({counts}): it trains on fewer groups than train.batch_size; {advice}")
 
 
 def batch_kind_metrics(items: Sequence[SettledGroup], threshold: Callable[[str | None], float]) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""Plain records of the dispatcher's state: the step cycle's phases, bound draws, and the one pending start.
+"""Plain records of the dispatcher: its settings, the step cycle's phases, bound draws, and the one pending start.
 
 They live apart from ``platoon.policy.dispatcher`` so that its serialiser (``platoon.policy.dispatch_state``) can
 read and rebuild them without importing the dispatcher itself.
@@ -6,12 +6,36 @@ read and rebuild them without importing the dispatcher itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from platoon.policy.outputs import Key
 from platoon.policy.permits import DrawLease
 from platoon.policy.samplers.runtime import Token
+
+TEARDOWN_WAIT_S = 60.0
+
+
+@dataclass(frozen=True)
+class DispatchConfig:
+    """The run's dispatch settings (built from the config by ``dispatch_config``)."""
+
+    batch_size: int
+    steps: int
+    max_concurrent_rollouts: int
+    permit_release: str = "rollout"
+    max_staleness: int | None = 1
+    entry_staleness: Mapping[str, int | None] = field(default_factory=dict)
+    max_groups_per_step: float = 3.0
+    label_limits: Mapping[str, int] = field(default_factory=dict)
+    teardown_wait_s: float = TEARDOWN_WAIT_S
+    straggler_policy: bool = False  # a straggler timeout applies: log what it censors (train/batch/censoring/*)
+
+    def __post_init__(self) -> None:
+        if self.permit_release not in ("rollout", "group"):
+            raise ValueError(f"permit_release must be rollout or group, got {self.permit_release!r}")
 
 
 class StepPhase(Enum):
@@ -65,4 +89,19 @@ class PendingStart:
     token: Token | None = None
 
 
-__all__ = ["BoundDraw", "PendingKind", "PendingStart", "StepPhase"]
+def dispatch_config(cfg: Any) -> DispatchConfig:
+    """The dispatch settings of a ``RunConfig``."""
+    train = cfg.train
+    largest = max(e.group_size for e in cfg.environments)
+    budget = train.max_concurrent_rollouts or train.batch_size * largest
+    return DispatchConfig(
+        batch_size=train.batch_size, steps=train.steps, max_concurrent_rollouts=budget,
+        permit_release=train.permit_release, max_staleness=train.max_staleness,
+        entry_staleness={e.name: e.max_staleness for e in cfg.environments if e.max_staleness is not None},
+        max_groups_per_step=train.refill.max_groups_per_step,
+        label_limits=dict(train.rollout_group_limits),
+        straggler_policy=train.straggler.timeout_s is not None)
+
+
+__all__ = ["TEARDOWN_WAIT_S", "BoundDraw", "DispatchConfig", "PendingKind", "PendingStart", "StepPhase",
+           "dispatch_config"]

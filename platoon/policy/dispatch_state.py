@@ -58,6 +58,7 @@ def state_dict(d: Dispatcher) -> dict[str, Any]:
         "sampler": d.samplers.run_name,
         "fingerprint": sampling_fingerprint(d),
         "next_position": d.next_position,
+        "policy_version": d.next_version,
         "outstanding": [[*dr.key, dr.task_id, dr.position] for dr in d.outstanding.values()],
         "drawn": [[*dr.key, dr.row, dr.sampler] for dr in d.outstanding.values()],
         "waiting": {_label_key(lb): [list(dr.key) for _, dr in q] for lb, q in d.mixture.backlogs.items() if q},
@@ -90,6 +91,7 @@ def _exact(d: Dispatcher) -> dict[str, Any]:
         "stale_watch": d.stale_watch.state_dict(),
         "said": sorted(d.said),
         "skipped_slots": d.skipped_slots,
+        "skipped_rows": [[_label_key(lb), n] for lb, n in d.skipped_rows.items()],
     }
 
 
@@ -139,17 +141,21 @@ def restore_exact(d: Dispatcher, state: Mapping[str, Any]) -> None:
     d.stale_watch = StaleWatch.from_state(x["stale_watch"])
     d.said = set(x["said"])
     d.skipped_slots = x["skipped_slots"]
+    d.skipped_rows = {None if lb == "" else lb: int(n) for lb, n in x.get("skipped_rows", [])}
 
 
 def resume(d: Dispatcher, state: Mapping[str, Any], *, step: int, kept_outputs: bool = True) -> list[str]:
     """Set up the fresh dispatcher ``d`` (a new start) to go on from ``state``, reissuing what was in flight.
 
-    ``step`` is the checkpoint's step (the next step to assemble; the policy version equals it). Returns warnings.
+    ``step`` is the checkpoint's step (the next step to assemble); the policy version is the state's
+    ``policy_version`` (less than ``step`` after steps that trained no group), else ``step``. Returns warnings.
     The statistics must already hold the checkpoint's snapshot (their outstanding draws are moved to new keys).
     """
     fmt = check_format(state)
     warnings: list[str] = []
-    d.step = d.version = step
+    d.step = step
+    version = state.get("policy_version")
+    d.version = version if isinstance(version, int) and not isinstance(version, bool) else step
     d.next_position = int(state.get("next_position", step * d.config.batch_size))
     if fmt >= 2 and "samplers" in state:
         warnings += d.samplers.restore(state["samplers"], d.next_position)
@@ -183,16 +189,33 @@ def resume(d: Dispatcher, state: Mapping[str, Any], *, step: int, kept_outputs: 
             continue
         sampler = drawn.get(key, (None, None))[1] or d.samplers.run_name
         _reissue(d, key, row_index, position, sampler)
-    for entry, positions in state.get("tokens", {}).items():
-        fallback = set(state.get("fallback_slots", []))
-        if d.pool.by_entry(entry) and d.samplers.entry_adaptive(entry):
-            for pos in positions:
-                d.mixture.park_token(Token(pos, entry, pos in fallback), bounded=False)
-        else:
-            for pos in positions:
-                d.emit({"event": "slot_skipped", "start": d.start_number, "position": pos,
-                                  "entry": entry, "why": "no_slots" if d.pool.by_entry(entry) else "entry_left"})
-            warnings.append(f"dropped {len(positions)} slot(s) of environment {entry} at resume")
+    warnings += _restore_tokens(d, state.get("tokens", {}), set(state.get("fallback_slots", [])))
+    return warnings
+
+
+def _restore_tokens(d: Dispatcher, tokens: Mapping[str, list[int]], fallback: set[int]) -> list[str]:
+    """The slots that waited for an entry's adaptive sampler: re-queued in order while it is adaptive; drawn at once
+    by its sampler if that is static now (a fallback slot's draw is the run's fallback), the draws waiting for their
+    label's room before any new position; dropped (``slot_skipped``) when the entry has no sampler any more (the
+    run's sampler no longer hands slots, ``no_slots``, or the entry left the run, ``entry_left``)."""
+    warnings: list[str] = []
+    for entry, positions in tokens.items():
+        has_rows = bool(d.pool.by_entry(entry))
+        if has_rows and d.samplers.entry_sampler_name(entry) is not None:
+            if d.samplers.entry_adaptive(entry):
+                for pos in positions:
+                    d.mixture.park_token(Token(pos, entry, pos in fallback), bounded=False)
+                continue
+            bounds = d.samplers.restore_static_tokens(entry, positions, {p for p in positions if p in fallback})
+            for bound, pos in zip(bounds, positions, strict=True):
+                d.mixture.park_draw(d.bind(bound, pos), bounded=False)
+            continue
+        why = "no_slots" if has_rows else "entry_left"
+        for pos in positions:
+            d.emit({"event": "slot_skipped", "start": d.start_number, "position": pos, "entry": entry, "why": why})
+        reason = ("the run's task sampler no longer hands it slots" if has_rows
+                  else "it is no longer an environment of the run")
+        warnings.append(f"dropped {len(positions)} slot(s) of environment {entry} at resume: {reason}")
     return warnings
 
 

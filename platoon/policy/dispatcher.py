@@ -23,13 +23,27 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from platoon.policy import dispatch_state
 from platoon.policy.admission import AdmissionSet, carries_datums, step_cap
-from platoon.policy.dispatch_metrics import DispatchGauges, StaleWatch, batch_kind_metrics, censoring_metrics
-from platoon.policy.dispatch_records import BoundDraw, PendingKind, PendingStart, StepPhase
+from platoon.policy.dispatch_metrics import (
+    DispatchGauges,
+    StaleWatch,
+    batch_kind_metrics,
+    censoring_metrics,
+    short_step_warning,
+)
+from platoon.policy.dispatch_records import (
+    TEARDOWN_WAIT_S,
+    BoundDraw,
+    DispatchConfig,
+    PendingKind,
+    PendingStart,
+    StepPhase,
+    dispatch_config,
+)
 from platoon.policy.horizon import Horizon
 from platoon.policy.mixture import Mixture
 from platoon.policy.outputs import GroupOutput, Key, SettledGroup, SettledKind, TrainStep, draw_order
@@ -41,7 +55,6 @@ from platoon.policy.samplers.runtime import Bound, SamplerSet, Token
 from platoon.policy.stats import GroupRecord
 from platoon.policy.task_table import task_metrics
 
-TEARDOWN_WAIT_S = 60.0
 ROLLOUT_NOTICE = (
     "Each rollout returns its permit as it ends (train.permit_release: rollout); a group's rollouts {how}"
 )
@@ -52,26 +65,6 @@ _TRANSITIONS = {
     ("commit_step", StepPhase.TRAINING): StepPhase.COMMITTED,
     ("publish", StepPhase.COMMITTED): StepPhase.ASSEMBLING,
 }
-
-
-@dataclass(frozen=True)
-class DispatchConfig:
-    """The run's dispatch settings (built from the config by ``dispatch_config``)."""
-
-    batch_size: int
-    steps: int
-    max_concurrent_rollouts: int
-    permit_release: str = "rollout"
-    max_staleness: int | None = 1
-    entry_staleness: Mapping[str, int | None] = field(default_factory=dict)
-    max_groups_per_step: float = 3.0
-    label_limits: Mapping[str, int] = field(default_factory=dict)
-    teardown_wait_s: float = TEARDOWN_WAIT_S
-    straggler_policy: bool = False  # a straggler timeout applies: log what it censors (train/batch/censoring/*)
-
-    def __post_init__(self) -> None:
-        if self.permit_release not in ("rollout", "group"):
-            raise ValueError(f"permit_release must be rollout or group, got {self.permit_release!r}")
 
 
 @dataclass(frozen=True)
@@ -122,6 +115,7 @@ class Dispatcher:
         self._warnings: list[str] = []
         self._infos: list[str] = []
         self.skipped_slots = 0
+        self.skipped_rows: dict[str | None, int] = {}  # drawn rows skipped by a full backlog since the last step
 
     # ----------------------------------------------------------------------------------------------- events
     def start(self, *, now: float, checkpoint: str | None = None, state_lost: str | None = None) -> list[Any]:
@@ -256,13 +250,28 @@ class Dispatcher:
                                              self.config.max_staleness)
         if warning:
             self._warnings.append(warning)
+        if self.admission is not None:
+            short = short_step_warning(self.step_items, step=self.step, admitted=self.horizon.step_admitted,
+                                       counted=self.horizon.step_counted, batch_size=self.config.batch_size,
+                                       version=self.version)
+            if short is not None:
+                self._warn_once(f"{short[0]}_step", short[1])
         self.recorder.flush()
 
+    @property
+    def next_version(self) -> int:
+        """The policy version the next step trains from: one more than ``version`` once a step that trains some
+        group is taken; a step that trains none takes no optimizer update, so the version stays."""
+        trains = self.phase in (StepPhase.TRAINING, StepPhase.COMMITTED) and any(
+            item.kind == SettledKind.ADMITTED for item in self.step_items)
+        return self.version + trains
+
     def publish(self, *, now: float) -> list[Any]:
-        """New weights are live: the version moves on and the next step begins (or the run is done)."""
+        """New weights are live: the version moves on (unless the step trained no group: in-flight groups do not age
+        without an update) and the next step begins (or the run is done)."""
         self._tick(now)
         self._expect("publish")
-        self.version += 1
+        self.version = self.next_version
         self.step += 1
         self.horizon.published()
         self.step_items = []
@@ -314,6 +323,8 @@ class Dispatcher:
             metrics.update(censoring_metrics(self.step_items, self.threshold))
         metrics["train/sampler/skipped_slots"] = float(self.skipped_slots)
         self.skipped_slots = 0
+        metrics.update(self.mixture.row_metrics(self.skipped_rows))
+        self.skipped_rows = {}
         for entry, queue in self.mixture.tokens.items():
             waiting = len(queue) + (self.pending is not None and self.pending.token is not None
                                     and self.pending.token.entry == entry)
@@ -393,7 +404,7 @@ class Dispatcher:
                 continue
             if self._start_waiting(now, decisions):
                 continue
-            reason = self.horizon.room(self.step)
+            reason = self.horizon.room(self.step, held=self.mixture.held(self.config.max_staleness))
             if reason is not None:
                 self.gauges.blocked.set(reason, now=now)
                 return decisions
@@ -406,10 +417,13 @@ class Dispatcher:
             self._draw_static(now, decisions)
 
     def _start_waiting(self, now: float, decisions: list[Any]) -> bool:
-        """Start the waiting draw or token with the smallest ticket whose label/entry can start; True if one did."""
+        """Start the waiting draw or token with the smallest ticket whose label/entry can start, and for which the
+        horizon has room (the places held for its labels released for it); True if one did."""
         if self.horizon.room(self.step) is not None:
             return False
-        waiting = self.mixture.pop_next()
+        k = self.config.max_staleness
+        waiting = self.mixture.pop_next(
+            lambda labels: self.horizon.room(self.step, held=self.mixture.held(k, release=labels)) is None)
         if waiting is None:
             return False
         if isinstance(waiting, Token):
@@ -428,13 +442,15 @@ class Dispatcher:
             elif not self.mixture.park_token(answer):
                 self._skip_slot(position, answer.entry, "backlog")
             return
-        draw = self._bind(answer, position)
+        draw = self.bind(answer, position)
         if self.mixture.has_room(draw.label):
             self._start_draw(draw, now, decisions)
         elif not self.mixture.park_draw(draw):
             self.outstanding.pop(draw.key)
             self.recorder.fate(*draw.key, "skipped", task_id=draw.task_id)
-            self._warn_once(f"skip:{draw.label}", f"label {draw.label}'s backlog is full: skipping drawn rows")
+            self.skipped_rows[draw.label] = self.skipped_rows.get(draw.label, 0) + 1
+            self._warn_once(f"skip:{draw.label}", f"label {draw.label}'s backlog is full: skipping drawn rows "
+                                                  "(counted in train/batch/skipped_rows)")
 
     def _start_draw(self, draw: BoundDraw, now: float, decisions: list[Any]) -> None:
         self.mixture.take_label(draw.label)
@@ -492,14 +508,15 @@ class Dispatcher:
         else:
             position = self.next_position
             self.next_position += 1
-        draw = self._bind(bound, position)
+        draw = self.bind(bound, position)
         pending.lease.key, pending.lease.task_id = draw.key, draw.task_id
         if draw.group_size != size:
             self._granted(self.permits.resize(pending.lease, draw.group_size, now=now), now)
         self.mixture.take_label(draw.label)
         return draw
 
-    def _bind(self, bound: Bound, position: int) -> BoundDraw:
+    def bind(self, bound: Bound, position: int) -> BoundDraw:
+        """A decision's row becomes draw ``(start, next_seq)`` at ``position``: outstanding, and recorded."""
         row: TaskRow = bound.row
         key = (self.start_number, self.next_seq)
         self.next_seq += 1
@@ -572,19 +589,5 @@ class Dispatcher:
         self.step_items.append(item)
 
 
-def dispatch_config(cfg: Any) -> DispatchConfig:
-    """The dispatch settings of a ``RunConfig``."""
-    train = cfg.train
-    largest = max(e.group_size for e in cfg.environments)
-    budget = train.max_concurrent_rollouts or train.batch_size * largest
-    return DispatchConfig(
-        batch_size=train.batch_size, steps=train.steps, max_concurrent_rollouts=budget,
-        permit_release=train.permit_release, max_staleness=train.max_staleness,
-        entry_staleness={e.name: e.max_staleness for e in cfg.environments if e.max_staleness is not None},
-        max_groups_per_step=train.refill.max_groups_per_step,
-        label_limits=dict(train.rollout_group_limits),
-        straggler_policy=train.straggler.timeout_s is not None)
-
-
-__all__ = ["Dispatcher", "DispatchConfig", "StartGroup", "GrantPermit", "TrainStep", "StepPhase",
+__all__ = ["Dispatcher", "DispatchConfig", "TEARDOWN_WAIT_S", "StartGroup", "GrantPermit", "TrainStep", "StepPhase",
            "dispatch_config"]

@@ -34,7 +34,7 @@ from platoon.policy.members import CANCELLED, STRAGGLER_KILLED, CancelRollout, M
 from platoon.policy.outputs import GroupOutput, Key, TrainStep
 from platoon.policy.permits import GrantPermit
 from platoon.policy.run_metrics import StepWindow, batch_metrics
-from platoon.policy.start_limit import SlotGranted, StartLimit
+from platoon.policy.start_limit import SlotGranted, StartLimit, announcement
 
 DRIVER_STATE_FORMAT = 1
 
@@ -50,28 +50,33 @@ class Outbox:
 
 @dataclass(frozen=True)
 class StepReport:
-    """A committed step: its metrics row (without ``step``/``time``), the steps done, whether to checkpoint."""
+    """A committed step: its metrics row (without ``step``/``time``), the steps done, whether to checkpoint, and
+    the policy version to publish (``step.version + 1``, or ``step.version`` when the step trained no group)."""
 
     step: TrainStep
     metrics: dict[str, float]
     done: int
     checkpoint_due: bool
+    version: int
 
 
 class Driver:
-    """See the module docstring. ``runtime`` (``sim`` or ``live``) is recorded in checkpoint rows."""
+    """See the module docstring. ``runtime`` (``sim`` or ``live``) is recorded in checkpoint rows;
+    ``group_workflow``: the training workflow is a GroupRolloutWorkflow, whose members alone take start slots."""
 
     def __init__(self, dispatcher: Dispatcher, *, start_limit: StartLimit | None = None,
                  members: MemberWatch | None = None, checkpoint_every: int | None = None,
-                 eval_every: int | None = None, runtime: str = "sim") -> None:
+                 eval_every: int | None = None, runtime: str = "sim", group_workflow: bool = True) -> None:
         self.dispatcher = dispatcher
         self.start_limit = start_limit
+        self.group_workflow = group_workflow
         self.members = members if members is not None else MemberWatch()
         self.checkpoint_every = checkpoint_every
         self.eval_every = eval_every
         self.runtime = runtime
         self.window = StepWindow(dispatcher.now)
         self._infos: list[str] = []
+        self._warnings: list[str] = []
 
     # ------------------------------------------------------------------------------------------- inspection
     @property
@@ -95,7 +100,15 @@ class Driver:
 
     # ----------------------------------------------------------------------------------------------- events
     def start(self, *, now: float, checkpoint: str | None = None, state_lost: str | None = None) -> list[Any]:
-        """The start begins (``checkpoint``: the one a resume loaded)."""
+        """The start begins (``checkpoint``: the one a resume loaded); it announces the start limit, if any
+        (docs/start-limit.md)."""
+        if self.start_limit is not None:
+            d = self.dispatcher
+            for level, message in announcement(
+                    self.start_limit.limit, group_workflow=self.group_workflow,
+                    largest_group_size=max(e.group_size for e in d.pool.entries.values()),
+                    concurrent_rollouts=d.config.max_concurrent_rollouts):
+                (self._warnings if level == "warning" else self._infos).append(message)
         return self._seen(self.dispatcher.start(now=now, checkpoint=checkpoint, state_lost=state_lost), now)
 
     def on_block_entered(self, key: Key, index: int, *, now: float) -> list[Any]:
@@ -203,7 +216,7 @@ class Driver:
         row.update(metrics or {})
         done = step.step + 1
         due = self.checkpoint_every is not None and (done % self.checkpoint_every == 0 or done == self.steps)
-        return StepReport(step, row, done, due)
+        return StepReport(step, row, done, due, d.next_version)
 
     def publish(self, *, now: float) -> list[Any]:
         """The new weights are live: the next step begins (or the run is finished)."""
@@ -218,6 +231,7 @@ class Driver:
         if self.start_limit is not None:
             warnings += self.start_limit.take_warnings()
         warnings += self.members.take_warnings()
+        warnings, self._warnings = self._warnings + warnings, []
         infos, self._infos = self._infos + d.take_infos(), []
         return Outbox(d.take_events(), infos, warnings)
 
@@ -230,7 +244,8 @@ class Driver:
         start = d.start_number
         dispatch_file = f"tasks/dispatch-{name}.json"
         files: dict[str, object] = {dispatch_file: d.state_dict(), f"driver-{name}.json": self.state_dict()}
-        row: dict[str, Any] = {"batch": done, "policy_version": done, "runtime": self.runtime, "start": start,
+        row: dict[str, Any] = {"batch": done, "policy_version": d.next_version, "runtime": self.runtime,
+                               "start": start,
                                "dispatch": {"file": dispatch_file, "format": STATE_FORMAT, "start": start}}
         snapshot = d.recorder.snapshot()
         if snapshot is not None:

@@ -5,9 +5,10 @@ sampler, other entries, other tasks, another seed, another admission rule) the d
 the run would have made. The resume still goes on — the user may mean it — but warns with one line per change and
 records them in ``lock.json`` under ``sampling_changed``.
 
-Keys are written only for what can change draws (docs/run-directory.md): each entry's seed only where seeds matter (the run
-hands slots by weight, or some sampler is not uniform), an entry's own sampler only when it is not ``uniform``, the
-run sampler's options only for a sampler that takes them, ``admission`` only in rule mode.
+Keys are written only for what can change draws (docs/run-directory.md): each entry's seed only where seeds matter
+(the run hands slots by weight, or some sampler is not uniform), ``train.seed`` only where a sampler reads decision
+keys (one not of the static core), an entry's own sampler only when it is not ``uniform``, the run sampler's options
+only for a sampler that takes them, ``admission`` only in rule mode.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def sampling_fingerprint(d: Dispatcher) -> dict[str, Any]:
         if ref != "uniform":
             entry["task_sampler"], entry["task_sampler_options"] = ref, options
         fp["entries"][label] = entry
+    if run_sampler not in STATIC_CORE or any(ref != "uniform" for ref, _ in entry_samplers.values()):
+        fp["seed"] = d.samplers.seed  # train.seed: the decision keys of every sampler but the static core's read it
     if run_sampler not in STATIC_CORE:
         fp["task_sampler_options"] = records[0]["options"]["train"]
     if d.admission is not None:
@@ -65,6 +68,8 @@ def fingerprint_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -
     lines = [f"train.{key}: {old.get(key)} -> {new.get(key)}"
              for key in ("task_sampler", "batch_size", "label_by", "task_sampler_options")
              if old.get(key) != new.get(key)]
+    if "seed" in old and "seed" in new and old["seed"] != new["seed"]:  # written only where it matters
+        lines.append(f"train.seed: {old['seed']} -> {new['seed']}")
     old_entries, new_entries = old.get("entries", {}), new.get("entries", {})
     lines += [f"environments[{e}] left the run" for e in old_entries if e not in new_entries]
     lines += [f"environments[{e}] joined the run" for e in new_entries if e not in old_entries]

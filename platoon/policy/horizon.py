@@ -5,7 +5,8 @@ move, and the rules they decide. ``pipeline`` counts the groups dispatched and n
 group counts whole), ``admitted`` the groups the current step dequeued toward its batch; ``in_use`` is their sum.
 
 - **Plan and staleness.** Nothing starts when ``in_use >= steps_left * B``; with ``max_staleness = k`` nothing
-  starts when ``in_use >= (k + 1) * B``. Under an admission rule at ``k = 0`` (or in the last step) nothing starts
+  starts when ``in_use + held >= (k + 1) * B``, ``held`` being the places kept for capped labels' next groups
+  (``platoon.policy.mixture``). Under an admission rule at ``k = 0`` (or in the last step) nothing starts
   once the groups this step counted, the pipeline and this step's rejections reach the step's cap.
 - **A step** under ``all`` is complete at ``B`` groups dequeued; under a rule at ``B`` admitted or ``cap`` counted.
   A rejected group with datums frees its place at once and counts toward the current step's cap as a marker; a
@@ -36,14 +37,15 @@ class Horizon:
     def in_use(self) -> int:
         return self.pipeline + self.admitted
 
-    def room(self, step: int) -> str | None:
-        """None when another group may start during ``step``, else why not: ``plan`` or ``horizon``."""
+    def room(self, step: int, *, held: int = 0) -> str | None:
+        """None when another group may start during ``step``, else why not: ``plan`` or ``horizon``. ``held``:
+        the places kept free for capped labels' next groups (they bound staleness, not the plan)."""
         B = self.batch_size
         steps_left = self.steps - step
         if self.in_use() >= steps_left * B:
             return "plan"
         k = self.max_staleness
-        if k is not None and self.in_use() >= (k + 1) * B:
+        if k is not None and self.in_use() + held >= (k + 1) * B:
             return "horizon"
         if self.rule_mode and (k == 0 or steps_left == 1):
             if self.step_counted + self.pipeline + self.markers_now >= self.cap:

@@ -23,6 +23,13 @@ DEFAULT_LABEL_COLUMN = "_platoon_environment"
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
+def label_prefix(column: str, label: str) -> str:
+    """The metric prefix of ``label``, saying what it groups by: ``environment/<label>`` for the default column (a
+    label is an entry's name), else ``<column>/<label>`` (``train.label_by``); ``/`` in either is written ``--``."""
+    by = "environment" if column == DEFAULT_LABEL_COLUMN else column.replace("/", "--")
+    return f"{by}/{label.replace('/', '--')}"
+
+
 def label_value(value: Any) -> str | None:
     """A row's label from its ``train.label_by`` column: booleans read ``true``/``false``, numbers as strings, and
     an empty or missing value is None (no label)."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from platoon.policy.pool import label_prefix
 from platoon.policy.stats import BANDS, FATES, TaskStore, informative_at, pass_at
 
 TASK_COLUMNS = (
@@ -85,7 +86,8 @@ def show_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def task_metrics(store: TaskStore, version: int) -> dict[str, float]:
-    """``train/tasks/*`` at ``version``: over all tasks, then per label (``train/tasks/environment/<label>/``).
+    """``train/tasks/*`` at ``version``: over all tasks, then per label (``train/tasks/<column>/<label>/``, the
+    column being ``environment`` when labels are entries' names, else ``train.label_by``'s: ``label_prefix``).
 
     "Seen" tasks have a reported group; ``pass_at_1``/``pass_at_G`` are means over them (left out when none is
     seen), ``coverage`` is seen / all, ``bands/<band>`` counts seen tasks by posterior mean, ``no_evidence`` counts
@@ -105,7 +107,7 @@ def task_metrics(store: TaskStore, version: int) -> dict[str, float]:
     for label in store.labels():
         in_label = store.label_mask(label)
         mask = in_label[seen] if len(seen) else np.zeros(0, dtype=bool)
-        prefix = f"train/tasks/environment/{label.replace('/', '--')}/"
+        prefix = f"train/tasks/{label_prefix(store.column, label)}/"
         metrics.update(_metrics(prefix, int(in_label.sum()), p1[mask], pg[mask], bands[mask],
                                 int(in_label[no_evidence].sum()) if len(no_evidence) else 0))
     return metrics

@@ -378,8 +378,9 @@ class SimRuntime:
 
     def _t_published(self) -> None:
         self.learner.publish()
-        self.version += 1
-        self._carry(self.driver.publish(now=self.now))
+        decisions = self.driver.publish(now=self.now)
+        self.version = self.driver.dispatcher.version  # a step that trained no group leaves it
+        self._carry(decisions)
         if self.driver.finished:
             self.trainer, self.done = Trainer.DONE, True
             if self.finish is not None:

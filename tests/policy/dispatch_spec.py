@@ -166,14 +166,17 @@ class StepModel:
         return sorted((i.key, fate[k]) for i, k in self.items if k != "marker")
 
     def publish(self) -> None:
+        """The next step begins; the version moves on only when the step trained a group (docs/dispatch.md: a step
+        that trains none takes no update)."""
         assert self.phase == "committed"
+        trained = sum(k == "admitted" for _, k in self.items)
         if self.rule_mode:
-            self.open -= sum(k == "admitted" for _, k in self.items)
+            self.open -= trained
         else:
             self.open -= len(self.items)
         self.items, self.counted, self.admitted = [], 0, 0
         self.step += 1
-        self.version += 1
+        self.version += trained > 0
         self.phase = "finished" if self.step >= self.steps else "assembling"
 
 

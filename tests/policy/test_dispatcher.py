@@ -180,3 +180,121 @@ def test_the_start_event_names_the_checkpoint_a_resume_loaded():
     (event,) = [e for e in d.take_events() if e["event"] == "start"]
     assert event == {"event": "start", "start": 1, "batch": 0, "checkpoint": "000010", "state_lost": None,
                      "loaded": "000010"}
+
+
+def settle_all(d, script, passes, now):
+    """Settle every running group, each member passing as ``passes(task_id)`` says; the decisions carried out."""
+    for key in list(d.running):
+        draw, _ = d.running[key]
+        for i in range(draw.group_size):
+            d.on_block_exited(key, i, now=now)
+        out = output_of(draw.task_id, passes(draw.task_id), d.version)
+        script.carry_out(d.on_group_finished(key, out, now=now), now)
+
+
+def test_a_step_that_admits_nothing_keeps_the_version_and_warns_once():
+    d = build(batch_size=2, group_size=2, permits=100, max_staleness=1, steps=4, admission="informative",
+              max_groups_per_step=1.5)
+    script = Script(d)
+    script.carry_out(d.start(now=0.0), 0.0)
+    for now in (1.0, 2.0, 3.0):  # every group uniform: rejected
+        if d.take_step(now=now) is not None:
+            break
+        settle_all(d, script, lambda task: [False, False], now)
+    else:
+        raise AssertionError("the step never closed at its cap")
+    assert d.phase is StepPhase.TRAINING and d.next_version == 0
+    d.commit_step(now=now)
+    [warning] = d.take_warnings()
+    assert warning.startswith("step 0 admitted none of the 3 groups it counted (3 rejected, 0 stale, 0 failed): "
+                              "it takes no optimizer update, and the policy version stays 0; raise "
+                              "train.refill.max_groups_per_step")
+    d.step_metrics(now=now)
+    script.carry_out(d.publish(now=now), now)
+    assert (d.step, d.version) == (1, 0)  # a step, but no update: what runs has not aged
+    since = len(script.trace)
+    while d.take_step(now=now) is None:  # the next step admits nothing either: no second warning
+        now += 1.0
+        settle_all(d, script, lambda task: [True, True], now)
+    assert starts(script.trace[since:]) and all(g.version == 0 for g in starts(script.trace[since:]))
+    d.commit_step(now=now)
+    assert d.take_warnings() == []
+    d.step_metrics(now=now)
+    d.publish(now=now)
+    assert (d.step, d.version) == (2, 0)
+
+
+def test_a_short_step_warns_once_and_its_update_moves_the_version():
+    d = build(batch_size=2, group_size=2, permits=100, max_staleness=1, steps=4, admission="informative",
+              max_groups_per_step=1.5)
+    script = Script(d)
+    script.carry_out(d.start(now=0.0), 0.0)
+    mixed = {d.running[k][0].task_id for k in list(d.running)[:1]}  # one mixed group, the others uniform
+    now = 1.0
+    while d.take_step(now=now) is None:
+        settle_all(d, script, lambda task: [True, False] if task in mixed else [False, False], now)
+        now += 1.0
+    d.commit_step(now=now)
+    [warning] = d.take_warnings()
+    assert warning.startswith("step 0 admitted 1 of 2 groups before it counted its cap of 3 (2 rejected, 0 stale, "
+                              "0 failed): it trains on fewer groups than train.batch_size")
+    assert d.next_version == 1
+    d.step_metrics(now=now)
+    d.publish(now=now)
+    assert (d.step, d.version) == (1, 1)
+
+
+def test_a_failing_environment_is_named_when_more_groups_fail_than_are_rejected():
+    from platoon.policy.dispatch_metrics import short_step_warning
+    from platoon.policy.outputs import SettledGroup, SettledKind
+    from platoon.policy.stats import GroupRecord
+
+    def item(kind, output):
+        return SettledGroup((1, 0), "t", "env", 0, output, GroupRecord(1, 0, "t", "env"), kind)
+
+    failed = [item(SettledKind.MARKER, None), item(SettledKind.MARKER, None), item(SettledKind.FAILED, None)]
+    kind, message = short_step_warning(failed, step=3, admitted=0, counted=3, batch_size=2, version=2)
+    assert kind == "empty" and "(0 rejected, 0 stale, 3 failed)" in message and "look at the environment" in message
+    assert short_step_warning(failed, step=3, admitted=2, counted=5, batch_size=2, version=2) is None
+
+
+def test_the_checkpoint_and_a_resume_keep_the_version_of_a_step_that_trained_nothing():
+    import json
+
+    from platoon.policy.dispatch_state import resume
+    from platoon.policy.driver import Driver
+
+    d = build(batch_size=2, group_size=2, permits=100, max_staleness=1, steps=4, admission="informative",
+              max_groups_per_step=1.5)
+    driver, script = Driver(d, checkpoint_every=1), Script(d)
+    script.carry_out(driver.start(now=0.0), 0.0)
+    now = 1.0
+    while (step := driver.take_step(now=now)[0]) is None:
+        settle_all(d, script, lambda task: [False, False], now)
+        now += 1.0
+    report = driver.finish_step(step, now=now)
+    assert (report.done, report.version) == (1, 0)
+    files, row = driver.checkpoint("000001", report.done)
+    assert (row["batch"], row["policy_version"]) == (1, 0)
+    state = json.loads(json.dumps(files["tasks/dispatch-000001.json"]))
+    assert state["policy_version"] == 0
+    again = build(batch_size=2, group_size=2, permits=100, max_staleness=1, steps=4, admission="informative",
+                  max_groups_per_step=1.5, start=2)
+    again.recorder.load_snapshot(files["tasks/state-000001.json"])
+    resume(again, state, step=1)
+    assert (again.step, again.version) == (1, 0)
+
+
+def test_the_stale_warning_names_what_held_the_dispatcher_back_and_closes_on_the_bias():
+    from platoon.policy.dispatch_metrics import StaleWatch
+
+    watch = StaleWatch()
+    blocked = {"permits": 0.5, "horizon": 0.25, "labels": 0.0, "plan": 0.0, "sampler": 0.0}
+    said = [watch.note_step(10, 1, blocked, 1) for _ in range(10)]
+    assert said[:9] == [None] * 9  # from the 10th step on
+    assert said[9] == (
+        "10.0% of the groups the last 10 steps consumed went stale (10 of 100); what held the dispatcher back most "
+        "was permits (50% of the time); raise train.max_staleness by one: max_staleness: 2 also lets rollouts run "
+        "one more step ahead. A stale filter per datum, which would drop only a group's stale datums, is planned; "
+        "until then dropping long groups biases what trains toward short rollouts.")
+    assert watch.note_step(10, 10, blocked, 1) is None  # once per start

@@ -31,3 +31,11 @@ def test_each_change_that_alters_draws_is_named():
 
 def test_a_state_without_a_fingerprint_reads_as_unchanged():
     assert sampling_changes(build(), {"format": 1}) == []
+
+
+def test_the_runs_seed_is_named_where_a_sampler_reads_it():
+    state = state_dict(build(entries=entries(), sampler="pass_rate"))
+    assert sampling_changes(build(entries=entries(), sampler="pass_rate", seed=7), state) == ["train.seed: 0 -> 7"]
+    state = state_dict(build(entries=entries()))  # weighted over uniform entries: no decision key is read
+    assert "seed" not in state["fingerprint"]
+    assert sampling_changes(build(entries=entries(), seed=7), state) == []

@@ -1,17 +1,14 @@
-"""Label limits and the horizon: a capped label's next group keeps a place (a divergence the spec review found).
+"""Label limits and the horizon: a capped label's next group keeps a place (docs/dispatch.md, "The horizon").
 
 With ``max_staleness: k`` and ``train.rollout_group_limits``, the horizon should hold places for the next groups of
 a capped label that runs a group and has draws waiting for room: another group may start only while
 ``in_use + held < (k + 1) * B``, where ``running`` counts the running groups of capped labels that have draws
 waiting and ``held = min(running, max(0, k * B - running))`` (0 at ``k = 0`` or without limits); a waiting draw of
 such a label gets the places held for it. Without these places, groups of unlimited labels fill the horizon, and the
-capped label's waiting draw, once its label has room, still waits for a step to free a place. docs/dispatch.md does
-not describe the held places yet (its "The horizon" gives only ``(k + 1) × batch_size``).
+capped label's waiting draw, once its label has room, still waits for a step to free a place.
 """
 
 from __future__ import annotations
-
-import pytest
 
 from platoon.policy.admission import AdmissionSet
 from platoon.policy.dispatcher import DispatchConfig, Dispatcher, StartGroup
@@ -35,8 +32,6 @@ def capped_dispatcher() -> tuple[Dispatcher, TaskPool]:
     return Dispatcher(config, pool, samplers, recorder, rules), pool
 
 
-@pytest.mark.xfail(strict=True, reason="the dispatcher's horizon holds no places for a capped label's waiting draws: "
-                                       "unlimited labels fill it, and the waiting draw waits for a step")
 def test_a_capped_labels_waiting_draw_keeps_a_place_in_the_horizon():
     d, pool = capped_dispatcher()
     now = 0.0
@@ -57,3 +52,27 @@ def test_a_capped_labels_waiting_draw_keeps_a_place_in_the_horizon():
                     for i in range(2))
     after = d.on_group_finished(x_group.key, GroupOutput("trained", members, ((0, 0.0), (1, 1.0))), now=now)
     assert [g.task_id for g in after if isinstance(g, StartGroup)] == ["t2"]
+
+
+def test_the_places_held_follow_the_running_groups_of_capped_labels_with_draws_waiting():
+    from platoon.policy.dispatch_records import BoundDraw
+    from platoon.policy.mixture import Mixture
+
+    pool = TaskPool.from_entries([EntrySpec("e", [f"t{i}" for i in range(4)], 2, label=["x", "y"] * 2)],
+                                 label_column="tier")
+    m = Mixture(pool, {"x": 1, "y": 3}, batch_size=2)
+
+    def wait(label, seq):
+        assert m.park_draw(BoundDraw((1, seq), 0, "t0", "e", label, seq, 2, 0, "uniform", "order", None))
+
+    m.take_label("x")
+    assert m.held(1) == 0  # x runs a group, but nothing of x waits
+    wait("x", 0)
+    assert (m.held(0), m.held(None), m.held(1), m.held(1, release=("x",))) == (0, 0, 1, 0)
+    for _ in range(3):
+        m.take_label("y")
+    wait("y", 1)
+    assert m.held(1) == 0  # running = 4 leaves no room under k x B = 2: min(4, max(0, 2 - 4))
+    assert m.held(3) == 2  # min(4, 6 - 4)
+    assert m.held(3, release=("y",)) == 0 and m.held(3, release=("x",)) == 1
+    assert Mixture(pool, {}, batch_size=2).held(1) == 0  # no limits, nothing held

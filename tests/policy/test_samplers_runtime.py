@@ -463,3 +463,18 @@ def test_state_dict_leaves_out_a_state_that_is_not_json():
     rec = s.state_dict()["entries"]["a"]
     assert "state" not in rec and "non-string key" in s.take_warnings()[0]
     assert Counter(s.component_records()[1]["environments"]) == Counter(["a", "b"])
+
+
+def test_the_runs_seed_enters_every_samplers_decision_keys():
+    """``train.seed`` plus, at entry level, the entry's seed, plus the options' seed (docs/task-samplers.md)."""
+    s = sset(run="weighted", entries={"a": ("pass_rate", {"seed": 2}), "b": ("pass_rate", {})}, seed=11)
+    assert s.sampler("pass_rate@a").setup.seed == 11 + 3 + 2  # entry a's seed is 3
+    assert s.sampler("pass_rate@b").setup.seed == 11 + 5
+    assert sset(run="pass_rate", run_options={"seed": 2}, seed=11).sampler().setup.seed == 13
+
+    def draws(seed):
+        t = sset(run="weighted", entries={"a": ("pass_rate", {})}, seed=seed)
+        view = StatsRecorder.for_pool(t.pool).view(0)
+        return [t.adaptive_decision("a", eligible=yes, view=view, step=0, version=0).row.task_id for _ in range(6)]
+
+    assert draws(0) == draws(0) and draws(0) != draws(1)

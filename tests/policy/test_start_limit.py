@@ -307,3 +307,34 @@ def test_the_guide_example_runs(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("a start slot (train.max_starting_rollouts) came back on its")
     assert f"'{PREFIX}releases/timer': 1.0" in out[1]
+
+
+def announced(overrides, **build):
+    from platoon.config.loader import load_config
+    from platoon.policy.assemble import build_policy
+    from platoon.policy.pool import EntrySpec, TaskPool
+
+    cfg = load_config(None, ["train.batch_size=2", "environments.0.group_size=4", *overrides])
+    pool = TaskPool.from_entries([EntrySpec("number-search", ["a", "b", "c"], group_size=4)])
+    driver = build_policy(cfg, pool, **build).driver
+    driver.start(now=0.0)
+    first, again = driver.take_outbox(), driver.take_outbox()
+    assert again.infos == [] and again.warnings == []  # once per start
+    return first
+
+
+def test_each_start_of_training_announces_the_limit_through_the_outbox():
+    out = announced(["train.max_starting_rollouts=2"], group_workflow=False)
+    assert "At most 2 rollouts start at once (train.max_starting_rollouts, experimental)" in out.infos
+    assert [w for w in out.warnings if "max_starting_rollouts" in w] == [
+        "train.max_starting_rollouts has no effect on training: its workflow is not a GroupRolloutWorkflow, whose "
+        "members alone take start slots",
+        "train.max_starting_rollouts (2) is below the largest group size (4): a group's members start in waves, and "
+        "each keeps its full straggler grace"]
+    out = announced(["train.max_starting_rollouts=8"])  # the default budget, 2 x 4 rollouts, never binds it
+    assert [m for m in out.infos if "max_starting_rollouts" in m] == [
+        "At most 8 rollouts start at once (train.max_starting_rollouts, experimental)",
+        "train.max_starting_rollouts (8) can never bind: it is at least the 8 rollouts that can run at once"]
+    assert not [w for w in out.warnings if "max_starting_rollouts" in w]
+    out = announced([])  # no limit, nothing said
+    assert not [m for m in out.infos + out.warnings if "max_starting_rollouts" in m]

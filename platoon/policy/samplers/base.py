@@ -105,8 +105,8 @@ class SamplerSetup:
 
     ``name`` is the qualified name (``pass_rate``, ``pkg.mod:Cls``, ``<name>@<entry>``); ``level`` is ``run`` or
     ``entry``; ``task_ids`` the sampler's pool in listing order (the entry's tasks at entry level); ``entries`` the
-    entries that have training tasks, in config order; ``seed`` the entry's seed (0 at run level) plus the options'
-    integer ``seed``.
+    entries that have training tasks, in config order; ``seed`` is the run's ``train.seed``, plus the entry's
+    ``seed`` at entry level, plus the options' integer ``seed``: the seed of the sampler's decision keys.
     """
 
     name: str

@@ -74,8 +74,10 @@ class SamplerSet:
     ``run_sampler`` is ``train.task_sampler`` as configured (``auto``: uniform for one entry whose own sampler is
     uniform, else weighted); ``entry_samplers`` maps an entry to its ``(name, options)`` (default uniform), used
     only when the run sampler hands slots. Qualified names: the run's as configured, an entry's
-    ``<name>@<entry>``. Seeds: the run's is ``seed`` plus its options' ``seed``; an entry's is its
-    ``EntryInfo.seed`` plus its options' ``seed``. ``clock`` (e.g. ``time.perf_counter``) times each ``next``.
+    ``<name>@<entry>``. Seeds (``SamplerSetup.seed``, the decision keys' seed): ``seed`` (``train.seed``) plus the
+    options' ``seed`` for the run's; ``seed`` plus the entry's ``EntryInfo.seed`` plus the options' ``seed`` for
+    an entry's, so that ``train.seed`` varies every sampler's draws. ``clock`` (e.g. ``time.perf_counter``) times
+    each ``next``.
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class SamplerSet:
         if len(pool) == 0:
             raise ValueError("the run has no training tasks to sample")
         self.pool = pool
+        self.seed = seed
         self.run_name = run_sampler or "auto"
         self._clock = clock
         self._warnings: list[str] = []
@@ -131,7 +134,7 @@ class SamplerSet:
                     rows=pool.entry_indices(name),
                     pool=pool,
                     batch_size=batch_size,
-                    seed=info.seed,
+                    seed=seed + info.seed,
                 )
         self._by_name = {m.name: m for m in self._members()}
         self._slot_weights = [

@@ -5,7 +5,8 @@ a pool that repeats an id is drawn row by row. Pass ``p``:
 - entry level: ``list(range(N))`` shuffled by ``random.Random(S + 101 p).shuffle``, ``S = entry.seed + 10007 *
   entry.index``;
 - run level: ``numpy.random.default_rng(42 + 101 p).permutation(N)``.
-Two passes are cached (the current one and the one before), so it is a cheap pure function of ``n``.
+Two passes are cached (the current one and the one before), so it is a cheap pure function of ``n``. It reads no
+decision key, so ``train.seed`` does not change its passes (docs/task-samplers.md).
 """
 
 from __future__ import annotations
