@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from platoon.config.bounds import INT64_MAX, INT64_MIN
 from platoon.config.models import Problem, describe_errors
 
 CORE_TASK_SAMPLERS = ("auto", "weighted", "uniform", "pass_rate")
@@ -70,6 +71,8 @@ class PassRateOptions(BaseModel):
     def _seed(cls, v: object) -> object:
         if isinstance(v, bool) or not isinstance(v, int):
             raise ValueError(f"must be an integer, got {v!r}")
+        if not INT64_MIN <= v <= INT64_MAX:
+            raise ValueError(f"must be a 64-bit integer, from -2**63 to 2**63 - 1, got {v!r}")
         return v
 
 
