@@ -7,7 +7,7 @@ parts live beside it: ``platoon.config.overrides`` (``--set``), ``platoon.config
 ``config_problems`` and ``to_yaml``.
 
 Rules it keeps:
-- ``load_config`` gathers every problem of a file (YAML syntax, wrong types, missing and unknown keys at every
+- ``load_config`` gathers every problem of a file (YAML syntax, duplicate keys, wrong types, missing and unknown keys at every
   level, out-of-range values, names nothing could resolve, core components' options, the rules between fields)
   and raises one ``ConfigError``, each line starting with its dotted key path; it never lets a traceback out;
 - a value that fails its own check is replaced by its default for the rules between fields, and a rule that reads
@@ -32,6 +32,7 @@ from platoon.config.overrides import apply_override, with_overrides
 from platoon.config.resolve import config_warnings, merge_sim, resolve_components
 from platoon.config.rules import config_problems
 from platoon.config.show import to_yaml
+from platoon.config.yaml_loader import describe_yaml_error, load_yaml
 
 __all__ = ["DEFAULT_SOURCE", "check_config", "config_problems", "load_config", "load_config_warnings", "to_yaml"]
 
@@ -94,12 +95,9 @@ def _read(path: Path | None, problems: list[Problem]) -> dict[str, Any] | None:
         problems.append(Problem("<file>", f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"))
         return None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        what = getattr(exc, "problem", None) or str(exc)
-        problems.append(Problem("<yaml>", f"{where}{what}"))
+        problems += [Problem(p.path or "<yaml>", p.message) for p in describe_yaml_error(exc)]
         return None
     if data is None:
         return {}
