@@ -112,6 +112,10 @@ def step_cap(cfg: RunConfig) -> int:
     return max(b, math.ceil(round(cfg.train.refill.max_groups_per_step * b, 9)))
 
 
+RUN_ONLY_SIM_KEYS = ("trainer", "gpus", "preset")
+"""Keys of ``sim`` that are the run's alone: an entry's ``sim`` may not set them."""
+
+
 def merge_sim(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """Deep-merge an entry's ``sim`` overrides onto a sim block; a mapping with a ``dist`` replaces whole, since
     one distribution's fields mean nothing to another."""
