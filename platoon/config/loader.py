@@ -1,9 +1,9 @@
 """Loading a run config: YAML, a preset, ``--set`` overrides, the files it names, and stage 1 of validation, as one
 report.
 
-What this module owns: ``load_config`` (read, merge the preset, override, validate), ``check_config`` (stage 1 for
-a config built in code) and the validation that turns pydantic's errors into problems, with defaults standing in for
-bad values. Its parts live beside it:
+What this module owns: ``load_config`` (read, merge the preset, override, validate), ``config_from_lock`` (a run's
+recorded config, validated the same way), ``check_config`` (stage 1 for a config built in code) and the validation
+that turns pydantic's errors into problems, with defaults standing in for bad values. Its parts live beside it:
 ``platoon.config.yaml_loader`` (the bounded YAML reader), ``platoon.config.presets``, ``platoon.config.overrides``
 (``--set``), ``platoon.config.rules`` (the rules between fields, ``config_problems``), ``platoon.config.sim_files``
 (the readers of the files a sim block names) and ``platoon.config.show`` (``to_yaml``, what ``config show``
@@ -42,9 +42,10 @@ from platoon.config.resolve import RUN_ONLY_SIM_KEYS, config_warnings, merge_sim
 from platoon.config.rules import config_problems
 from platoon.config.show import to_yaml
 from platoon.config.sim_files import read_durations, read_task_file
-from platoon.config.yaml_loader import describe_yaml_error, load_yaml
+from platoon.config.yaml_loader import MAX_DEPTH, describe_yaml_error, load_yaml, nesting_depth
 
-__all__ = ["DEFAULT_SOURCE", "check_config", "config_problems", "load_config", "load_config_warnings", "to_yaml"]
+__all__ = ["DEFAULT_SOURCE", "check_config", "config_from_lock", "config_problems", "load_config",
+           "load_config_warnings", "to_yaml"]
 
 DEFAULT_SOURCE = "<default>"
 
@@ -78,6 +79,23 @@ def load_config(
             resolve_components(cfg, source=source)
         except ConfigError as exc:
             raise ConfigError(with_overrides(exc.problems, applied), source) from None
+    return cfg
+
+
+def config_from_lock(lock: object, source: str) -> RunConfig:
+    """The config a run's ``lock.json`` (``lock``, read from ``source``) records, validated as a file's would be:
+    one ConfigError with every problem (a lock without a config, or whose config this release refuses)."""
+    data = lock.get("config") if isinstance(lock, dict) else None
+    if not isinstance(data, dict):
+        what = "no config" if data is None else f"a config that is a {type(data).__name__}, not a mapping"
+        raise ConfigError([f"config: {source} holds {what}; it is not a run's lock file"], source)
+    if nesting_depth(data) > MAX_DEPTH:
+        raise ConfigError([f"config: nested more than {MAX_DEPTH} levels deep"], source)
+    problems: list[Problem] = []
+    cfg = _validate(copy.deepcopy(data), problems)
+    if problems:
+        raise ConfigError([str(p) for p in problems], source)
+    assert cfg is not None
     return cfg
 
 
