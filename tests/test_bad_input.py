@@ -124,6 +124,9 @@ OUT_OF_RANGE = {
     "environments: [{name: a, seed: -9223372036854775809}]": "environments.0.seed: must be a 64-bit integer",
     "environments: [{name: a, group_size: 1000000000000}]": "environments.0.group_size: must be at most 4096",
     "sim: {population: {tasks: 100000000000}}": "sim.population.tasks: must be at most 1000000",
+    "train: {batch_size: 65536}\nenvironments: [{name: a, group_size: 4096}]":
+        "train.batch_size: 65536 groups of environments.0's 4096 rollouts make steps of 268435456 rollouts; a step "
+        "may train at most 1048576",
     "train: {batch_size: 1000000000000}": "train.batch_size: must be at most 65536",
     "train: {max_staleness: 1000000000000}": "train.max_staleness: must be at most 64",
     "model: {d_model: 1000000000}": "model.d_model: must be at most 1024",

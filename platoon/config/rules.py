@@ -2,7 +2,7 @@
 
 What this module owns: ``config_problems`` (docs/configuration.md, docs/group-admission.md, docs/dispatch.md), in four groups: names that nothing could
 resolve (with a did-you-mean), task samplers that cannot go together, admission rules and their options, and the
-entries (duplicate names, group sizes against the permits and the quorum, label limits, a core environment's options
+entries (duplicate names, group sizes against the batch, the permits and the quorum, label limits, a core environment's options
 and splits, the model's shape).
 
 Rules it keeps:
@@ -18,6 +18,7 @@ import difflib
 from collections.abc import Callable
 
 from platoon.config import registry
+from platoon.config.bounds import MAX_ROLLOUTS
 from platoon.config.components import (
     CORE_ENV_SPLITS,
     CORE_ENVIRONMENTS,
@@ -214,6 +215,14 @@ def _entry_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
     if sizes:
         biggest = max(sizes, key=lambda i: (sizes[i], -i))
         g, m = sizes[biggest], t.max_concurrent_rollouts
+        if t.batch_size * g > MAX_ROLLOUTS and ok("train.batch_size"):
+            out.append(
+                Problem(
+                    "train.batch_size",
+                    f"{t.batch_size} groups of environments.{biggest}'s {g} rollouts make steps of "
+                    f"{t.batch_size * g} rollouts; a step may train at most {MAX_ROLLOUTS}",
+                )
+            )
         if m is not None and m < g and ok("train.max_concurrent_rollouts"):
             out.append(
                 Problem(
