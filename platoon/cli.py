@@ -7,6 +7,7 @@ exit codes.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -85,6 +86,8 @@ def simulate(
         outcome = run_simulate(request, console)
     except UsageError as exc:
         fail(str(exc), EXIT_USAGE)
+    except (ConfigError, ExtensionError) as exc:
+        fail(str(exc), EXIT_CONFIG)
     except FileExistsError as exc:
         fail(f"{exc}; give another --out", EXIT_USAGE)
     except (CheckpointError, CorruptFileError, ResumeError, SimulationStalled) as exc:
@@ -152,6 +155,8 @@ def report(
         written = write_report(runs, out)
     except (FileNotFoundError, CorruptFileError) as exc:
         fail(str(exc), EXIT_RUNTIME)
+    except OSError as exc:
+        fail(f"cannot write the report: {exc.strerror or exc} ({exc.filename or out})", EXIT_RUNTIME)
     for path in written:
         typer.echo(str(path))
 
@@ -218,6 +223,8 @@ def _latest_snapshot(run: Path) -> tuple[dict, dict, list | None]:
     from platoon.runs.checkpoints import CheckpointError, load_latest_checkpoint
     from platoon.runs.rundir import RunDir
 
+    if not run.is_dir():
+        fail(f"{run}: not a run directory", EXIT_RUNTIME)
     try:
         loaded = load_latest_checkpoint(run)
     except CheckpointError as exc:
@@ -273,34 +280,39 @@ def tasks_export(
     if fmt not in ("csv", "jsonl", "parquet"):
         fail(f"cannot tell the format of {out}: give --format csv|jsonl|parquet", EXIT_USAGE)
     _, _, rows = _task_rows(run)
-    if fmt == "parquet":
-        import pandas as pd
+    try:
+        if fmt == "parquet":
+            import pandas as pd
 
-        try:
-            pd.DataFrame(rows, columns=list(TASK_COLUMNS)).to_parquet(out, index=False)
-        except ImportError as exc:
-            fail(f"Parquet needs pyarrow (pip install 'platoon[parquet]'): {exc}", EXIT_RUNTIME)
-        return
-    if fmt == "jsonl":
-        import json
+            try:
+                pd.DataFrame(rows, columns=list(TASK_COLUMNS)).to_parquet(out, index=False)
+            except ImportError as exc:
+                fail(f"Parquet needs pyarrow (pip install 'platoon[parquet]'): {exc}", EXIT_RUNTIME)
+            return
+        if fmt == "jsonl":
+            import json
 
-        write_atomic(out, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
-        return
-    import csv
-    import io
+            write_atomic(out, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
+            return
+        import csv
+        import io
 
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(TASK_COLUMNS), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_atomic(out, buffer.getvalue())
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=list(TASK_COLUMNS), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        write_atomic(out, buffer.getvalue())
+    except OSError as exc:
+        fail(f"cannot write {out}: {exc.strerror or exc}", EXIT_RUNTIME)
 
 
 def main() -> None:
     """Console entry point: run the app and turn its outcome into an exit code.
 
     Usage errors (an unknown option or command, a bad value, no arguments) print their message and exit 64; config
-    and extension errors print their report and exit 78; ``typer.Exit`` exits with its code; an abort exits 1.
+    and extension errors print their report and exit 78; ``typer.Exit`` exits with its code; an abort, an interrupt,
+    running out of memory and any other error exit 1 with one line: a user never sees a traceback (unless
+    ``PLATOON_TRACEBACK=1``, for a bug report).
     """
     # typer raises click's exceptions; from typer 0.2x on it vendors click, so the class is found through
     # typer's public BadParameter (a UsageError) rather than by importing click
@@ -321,6 +333,18 @@ def main() -> None:
     except typer.TyperException as exc:  # click's other errors (a file that cannot be opened): already worded
         typer.echo(f"platoon: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("platoon: interrupted", err=True)
+        sys.exit(EXIT_RUNTIME)
+    except MemoryError:
+        typer.echo("platoon: out of memory", err=True)
+        sys.exit(EXIT_RUNTIME)
+    except Exception as exc:  # the last resort: every error a user can cause has its own message above
+        if os.environ.get("PLATOON_TRACEBACK") == "1":
+            raise
+        typer.echo(f"platoon: internal error: {type(exc).__name__}: {exc} (a bug in platoon; run again with "
+                   "PLATOON_TRACEBACK=1 to see where)", err=True)
+        sys.exit(EXIT_RUNTIME)
     # without standalone mode, click returns an Exit's code instead of raising it; a command's return is ignored
     sys.exit(result if isinstance(result, int) and not isinstance(result, bool) else 0)
 

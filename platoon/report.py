@@ -301,7 +301,11 @@ def sweep_markdown(points: Sequence[Sequence[str]], runs: Sequence[Path]) -> str
 
 def report(paths: Sequence[Path], out: Path | None = None) -> list[Path]:
     """``platoon report``: load each run and write the report into ``out`` (default: the first run's
-    ``report/``)."""
+    ``report/``). A path that is not a run directory (none, or one without ``lock.json``) raises
+    FileNotFoundError before anything is written."""
+    for p in paths:
+        if Path(p).is_dir() and not (Path(p) / "lock.json").is_file():
+            raise FileNotFoundError(f"{p}: not a run directory (it holds no lock.json)")
     runs = [load_run(p) for p in paths]
     return write_report(runs, Path(out) if out is not None else Path(paths[0]) / "report")
 

@@ -7,7 +7,14 @@ re-exported here (``is_rule_mode``, ``entry_sampler``, ``max_concurrent_rollouts
 """
 
 from platoon.config.errors import EXIT_CONFIG, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, ConfigError, ExtensionError
-from platoon.config.loader import check_config, config_problems, load_config, load_config_warnings, to_yaml
+from platoon.config.loader import (
+    check_config,
+    config_from_lock,
+    config_problems,
+    load_config,
+    load_config_warnings,
+    to_yaml,
+)
 from platoon.config.models import (
     EnvironmentConfig,
     LossConfig,
@@ -56,6 +63,7 @@ __all__ = [
     "TrainConfig",
     "WorkflowConfig",
     "check_config",
+    "config_from_lock",
     "config_problems",
     "config_warnings",
     "effective_group_size",

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from platoon.config.bounds import INT64_MAX, INT64_MIN, MAX_TASKS
 from platoon.config.models import Problem, describe_errors
 
 CORE_TASK_SAMPLERS = ("auto", "weighted", "uniform", "pass_rate")
@@ -70,6 +71,8 @@ class PassRateOptions(BaseModel):
     def _seed(cls, v: object) -> object:
         if isinstance(v, bool) or not isinstance(v, int):
             raise ValueError(f"must be an integer, got {v!r}")
+        if not INT64_MIN <= v <= INT64_MAX:
+            raise ValueError(f"must be a 64-bit integer, from -2**63 to 2**63 - 1, got {v!r}")
         return v
 
 
@@ -98,6 +101,38 @@ class InformativeOptions(BaseModel):
         return tuple(float(x) for x in v)
 
 
+class NumberSearchOptions(BaseModel):
+    """``env_options`` of the built-in ``number_search`` environment (docs/live-backend.md), checked when a config
+    loads as its constructor checks them, within bounds that keep its vocabulary and task grid small."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    ranges: list[Annotated[int, Field(ge=2, le=1024)]] = Field(
+        default_factory=lambda: [4, 8, 12, 16, 24], min_length=1, max_length=64,
+        description="The ranges N of the task grid (each from 2 to 1024).",
+    )
+    guess_offsets: list[Annotated[int, Field(ge=-64, le=64)]] = Field(
+        default_factory=lambda: [-1, 0, 1, 2], min_length=1, max_length=64,
+        description="Guesses allowed, as offsets from binary search's (each from -64 to 64).",
+    )
+    heldout_fraction: float = Field(0.25, gt=0, lt=1, description="The share of each (N, g)'s targets held out.")
+    split_seed: int = Field(0, ge=INT64_MIN, le=INT64_MAX, description="The seed of the train/heldout split.")
+    reward: Literal["partial", "binary"] = Field("partial", description="partial credit, or 1 for a find else 0.")
+    partial_weight: float = Field(0.5, ge=0, lt=1, description="The weight of partial credit.")
+    show_range: bool = Field(False, description="Each answer also names the range still open.")
+
+    @model_validator(mode="after")
+    def _grid(self) -> NumberSearchOptions:
+        tasks = sum(set(self.ranges)) * len(set(self.guess_offsets))
+        if tasks > MAX_TASKS:
+            raise ValueError(f"ranges and guess_offsets make a grid of {tasks} tasks; at most {MAX_TASKS}")
+        return self
+
+
+CORE_ENV_SPLITS = {"number_search": ("train", "heldout")}
+"""The splits of each core environment."""
+
+
 CORE_OPTIONS: dict[tuple[str, str], type[BaseModel] | None] = {
     ("task_sampler", "auto"): None,
     ("task_sampler", "weighted"): None,
@@ -105,6 +140,7 @@ CORE_OPTIONS: dict[tuple[str, str], type[BaseModel] | None] = {
     ("task_sampler", "pass_rate"): PassRateOptions,
     ("group_admission", "all"): None,
     ("group_admission", "informative"): InformativeOptions,
+    ("environment", "number_search"): NumberSearchOptions,
 }
 """(kind, core name) -> options model; None means the component takes no options."""
 

@@ -1,15 +1,22 @@
-"""Loading a run config: YAML, ``--set`` overrides, and stage 1 of validation, as one report.
+"""Loading a run config: YAML, a preset, ``--set`` overrides, the files it names, and stage 1 of validation, as one
+report.
 
-What this module owns: ``load_config`` (read, override, validate), ``check_config`` (stage 1 for a config built in
-code) and the validation that turns pydantic's errors into problems, with defaults standing in for bad values. Its
-parts live beside it: ``platoon.config.overrides`` (``--set``), ``platoon.config.rules`` (the rules between fields,
-``config_problems``) and ``platoon.config.show`` (``to_yaml``, what ``config show`` prints); this module re-exports
-``config_problems`` and ``to_yaml``.
+What this module owns: ``load_config`` (read, merge the preset, override, validate), ``config_from_lock`` (a run's
+recorded config, validated the same way), ``check_config`` (stage 1 for a config built in code) and the validation
+that turns pydantic's errors into problems, with defaults standing in for bad values. Its parts live beside it:
+``platoon.config.yaml_loader`` (the bounded YAML reader), ``platoon.config.presets``, ``platoon.config.overrides``
+(``--set``), ``platoon.config.rules`` (the rules between fields, ``config_problems``), ``platoon.config.sim_files``
+(the readers of the files a sim block names) and ``platoon.config.show`` (``to_yaml``, what ``config show``
+prints); this module re-exports ``config_problems`` and ``to_yaml``.
 
 Rules it keeps:
-- ``load_config`` gathers every problem of a file (YAML syntax, wrong types, missing and unknown keys at every
-  level, out-of-range values, names nothing could resolve, core components' options, the rules between fields)
-  and raises one ``ConfigError``, each line starting with its dotted key path; it never lets a traceback out;
+- ``load_config`` gathers every problem of a file (YAML syntax, duplicate keys, wrong types, missing and unknown
+  keys at every level, out-of-range and non-finite values, an unknown preset, names nothing could resolve, core
+  components' options, the rules between fields, the files it names: task files, duration files, an hf checkpoint's
+  directory) and raises one ``ConfigError``, each line starting with its dotted key path; it never lets a traceback
+  out. What it passes, ``platoon simulate`` and ``platoon train`` accept (docs/configuration.md, "Validation");
+- ``sim.preset``'s sim block is merged under the config's own sim keys before the overrides apply, so every command
+  (``config validate`` and ``config show`` included) sees the block the simulator runs;
 - a value that fails its own check is replaced by its default for the rules between fields, and a rule that reads
   it is skipped, so one mistake is reported once;
 - a problem at a key an override set is prefixed ``override <key>=<value>: ``;
@@ -26,14 +33,19 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from platoon.config.bounds import MAX_TASKS
 from platoon.config.errors import ConfigError
 from platoon.config.models import MISSING_KEY, Problem, RunConfig, SimConfig, describe_errors
-from platoon.config.overrides import apply_override, with_overrides
-from platoon.config.resolve import config_warnings, merge_sim, resolve_components
+from platoon.config.overrides import apply_override, override_value, with_overrides
+from platoon.config.presets import preset_data, unknown_preset
+from platoon.config.resolve import RUN_ONLY_SIM_KEYS, config_warnings, merge_sim, resolve_components
 from platoon.config.rules import config_problems
 from platoon.config.show import to_yaml
+from platoon.config.sim_files import read_durations, read_task_file
+from platoon.config.yaml_loader import MAX_DEPTH, describe_yaml_error, load_yaml, nesting_depth
 
-__all__ = ["DEFAULT_SOURCE", "check_config", "config_problems", "load_config", "load_config_warnings", "to_yaml"]
+__all__ = ["DEFAULT_SOURCE", "check_config", "config_from_lock", "config_problems", "load_config",
+           "load_config_warnings", "to_yaml"]
 
 DEFAULT_SOURCE = "<default>"
 
@@ -53,11 +65,11 @@ def load_config(
     applied: dict[str, str] = {}
     if data is not None and path is not None:
         _absolute_files(data, Path(path).resolve().parent)
-    if data is not None:
-        for text in overrides:
-            apply_override(data, text, applied, problems)
     cfg = None
     if data is not None:
+        _merge_preset(data, overrides, problems)
+        for text in overrides:
+            apply_override(data, text, applied, problems)
         cfg = _validate(data, problems)
     if problems:
         raise ConfigError(with_overrides([str(p) for p in problems], applied), source)
@@ -67,6 +79,23 @@ def load_config(
             resolve_components(cfg, source=source)
         except ConfigError as exc:
             raise ConfigError(with_overrides(exc.problems, applied), source) from None
+    return cfg
+
+
+def config_from_lock(lock: object, source: str) -> RunConfig:
+    """The config a run's ``lock.json`` (``lock``, read from ``source``) records, validated as a file's would be:
+    one ConfigError with every problem (a lock without a config, or whose config this release refuses)."""
+    data = lock.get("config") if isinstance(lock, dict) else None
+    if not isinstance(data, dict):
+        what = "no config" if data is None else f"a config that is a {type(data).__name__}, not a mapping"
+        raise ConfigError([f"config: {source} holds {what}; it is not a run's lock file"], source)
+    if nesting_depth(data) > MAX_DEPTH:
+        raise ConfigError([f"config: nested more than {MAX_DEPTH} levels deep"], source)
+    problems: list[Problem] = []
+    cfg = _validate(copy.deepcopy(data), problems)
+    if problems:
+        raise ConfigError([str(p) for p in problems], source)
+    assert cfg is not None
     return cfg
 
 
@@ -94,12 +123,9 @@ def _read(path: Path | None, problems: list[Problem]) -> dict[str, Any] | None:
         problems.append(Problem("<file>", f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"))
         return None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        what = getattr(exc, "problem", None) or str(exc)
-        problems.append(Problem("<yaml>", f"{where}{what}"))
+        problems += [Problem(p.path or "<yaml>", p.message) for p in describe_yaml_error(exc)]
         return None
     if data is None:
         return {}
@@ -140,6 +166,28 @@ def _absolute_files(data: dict[str, Any], base: Path) -> None:
     fix(data.get("model"), "path")
 
 
+def _merge_preset(data: dict[str, Any], overrides: Sequence[str], problems: list[Problem]) -> None:
+    """Take the sim block of the preset ``sim.preset`` names (the last override of it, else the file's) as the base of
+    the config's own sim keys, before the overrides apply (so that they land on the preset's values); an unknown name
+    is a problem at ``sim.preset``."""
+    own = data.get("sim")
+    name = own.get("preset") if isinstance(own, dict) else None
+    for text in overrides:
+        key, sep, raw = text.partition("=")
+        if sep and key.strip() == "sim.preset":
+            value, ok = override_value(raw)
+            if ok:
+                name = value
+    if not isinstance(name, str) or (own is not None and not isinstance(own, dict)):
+        return  # no preset, or a value the models report in their own words
+    why = unknown_preset(name)
+    if why:
+        problems.append(Problem("sim.preset", why, ("sim", "preset")))
+        return
+    base = preset_data(name).get("sim")
+    data["sim"] = {**merge_sim(base if isinstance(base, dict) else {}, own or {}), "preset": name}
+
+
 # --- validation ------------------------------------------------------------------------------------------------
 
 
@@ -158,7 +206,60 @@ def _validate(data: dict[str, Any], problems: list[Problem]) -> RunConfig | None
     best = cfg if not found else _best_effort(data, found)
     if best is not None:
         problems += config_problems(best, invalid=invalid)
+        problems += _file_problems(best, invalid)
     return cfg if not problems else None
+
+
+def _file_problems(cfg: RunConfig, invalid: frozenset[str]) -> list[Problem]:
+    """The files the config names, read as the run will read them: each entry's task file and empirical duration
+    files (its sim block merged onto the run's), ``model.path`` for ``kind: hf``; and the run's tasks over every
+    entry, at most ``MAX_TASKS`` training and as many held-out."""
+    out: list[Problem] = []
+    base = cfg.sim.model_dump(mode="json")
+    read: dict[tuple[str, str], str | int] = {}  # (what, file) -> problem text, or the task file's rows
+
+    def once(what: str, file: str) -> str | int:
+        if (what, file) not in read:
+            try:
+                read[(what, file)] = len(read_task_file(file)) if what == "tasks" else len(read_durations(file))
+            except ValueError as exc:
+                read[(what, file)] = str(exc)
+        return read[(what, file)]
+
+    training = heldout = 0
+    for i, e in enumerate(cfg.environments):
+        at = f"environments.{i}"
+        if any(p == at or p.startswith(at + ".") for p in invalid):
+            continue
+        try:
+            sim = SimConfig.model_validate(merge_sim(base, e.sim)) if e.sim else cfg.sim
+        except ValidationError:
+            continue  # _entry_sim_problems reported it
+        rows: str | int | None = None
+        if sim.tasks is not None:
+            rows = once("tasks", sim.tasks)
+            if isinstance(rows, str):
+                out.append(Problem(f"{at}.sim.tasks" if "tasks" in e.sim else "sim.tasks", rows))
+                rows = None
+        training += len(e.tasks) if e.tasks is not None and sim.tasks is None else rows or sim.population.tasks
+        heldout += sim.population.heldout if sim.tasks is None else 0
+        own_rollout = e.sim.get("rollout") if isinstance(e.sim.get("rollout"), dict) else {}
+        for key in ("duration", "fail_duration", "first_call_s", "teardown_s"):
+            dist = getattr(sim.rollout, key)
+            if getattr(dist, "dist", None) == "empirical" and dist.file is not None:
+                why = once("durations", dist.file)
+                if isinstance(why, str):
+                    out.append(Problem(f"{at + '.sim' if key in own_rollout else 'sim'}.rollout.{key}.file", why))
+    out = list(dict.fromkeys(out))
+    for count, what in ((training, "training"), (heldout, "held-out")):
+        if count > MAX_TASKS and "environments" not in invalid:
+            out.append(Problem("environments", f"the entries hold {count} {what} tasks in all; a run may have at "
+                                               f"most {MAX_TASKS}"))
+    mdl = cfg.model
+    if mdl.kind == "hf" and mdl.path is not None and not any(p.startswith("model.") for p in invalid):
+        if not Path(mdl.path).expanduser().is_dir():
+            out.append(Problem("model.path", f"{mdl.path}: no such directory (kind hf loads a local checkpoint)"))
+    return out
 
 
 def _best_effort(data: dict[str, Any], found: list[Problem]) -> RunConfig | None:
@@ -218,6 +319,10 @@ def _entry_sim_problems(data: dict[str, Any]) -> list[Problem]:
         own = e.get("sim") if isinstance(e, dict) else None
         if not isinstance(own, dict) or not own:
             continue
+        for key in RUN_ONLY_SIM_KEYS:
+            if key in own:
+                out.append(Problem(f"environments.{i}.sim.{key}", "the run's alone; set it in the run's sim block",
+                                   ("environments", i, "sim", key)))
         merged = merge_sim(base, own)
         try:
             SimConfig.model_validate(merged)

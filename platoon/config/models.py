@@ -27,6 +27,21 @@ from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Union, get_arg
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from platoon.config.bounds import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_BATCH,
+    MAX_GROUP,
+    MAX_GROUPS_PER_STEP,
+    MAX_MODEL,
+    MAX_ROLLOUTS,
+    MAX_SECONDS,
+    MAX_STALENESS,
+    MAX_STEPS,
+    MAX_TASKS,
+    MAX_WEIGHT,
+    MIN_WEIGHT,
+)
 from platoon.config.sim import (
     Duration,
     EmpiricalDuration,
@@ -42,9 +57,9 @@ from platoon.config.sim import (
 
 
 class _Config(BaseModel):
-    """Base of every config model: frozen, strict, unknown keys refused (with the class's hints)."""
+    """Base of every config model: frozen, strict, unknown keys refused (with the class's hints), floats finite."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {}
     """Unknown key -> the whole message after ``<path>: `` (starting ``unknown key; ...``)."""
@@ -67,6 +82,8 @@ class RefillConfig(_Config):
     def _cap(cls, v: object) -> object:
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 1:
             raise ValueError(f"must be a finite number of at least 1 (a multiple of batch_size), got {v!r}")
+        if v > MAX_GROUPS_PER_STEP:
+            raise ValueError(f"must be at most {MAX_GROUPS_PER_STEP:g} (a multiple of batch_size), got {v!r}")
         return v
 
 
@@ -76,12 +93,12 @@ class LossConfig(_Config):
     objective: Literal["ppo", "importance_sampling", "cispo"] = Field(
         "ppo", description="The per-token objective: ppo (clipped ratio), importance_sampling, or cispo."
     )
-    clip_low_threshold: float = Field(0.2, ge=0, description="Lower clip of the importance ratio: 1 - this.")
+    clip_low_threshold: float = Field(0.2, ge=0, le=1, description="Lower clip of the importance ratio: 1 - this.")
     clip_high_threshold: float = Field(
-        0.28, ge=0, description="Upper clip of the importance ratio: 1 + this."
+        0.28, ge=0, le=100, description="Upper clip of the importance ratio: 1 + this."
     )
-    kl_coef: float = Field(0.0, ge=0, description="Weight of a KL penalty to the initial policy (0: none).")
-    entropy_coef: float = Field(0.0, ge=0, description="Weight of an entropy bonus (0: none).")
+    kl_coef: float = Field(0.0, ge=0, le=1e6, description="Weight of a KL penalty to the initial policy (0: none).")
+    entropy_coef: float = Field(0.0, ge=0, le=1e6, description="Weight of an entropy bonus (0: none).")
 
     @property
     def zero_at_zero_advantages(self) -> bool:
@@ -112,7 +129,7 @@ class WorkflowConfig(_Config):
         description="inprocess: rollouts run in the trainer's process; process: in worker processes.",
     )
     worker_startup_budget_seconds: float = Field(
-        300.0, gt=0, description="How long a worker may take to start before it counts as failed, in seconds."
+        300.0, gt=0, le=MAX_SECONDS, description="How long a worker may take to start before it counts as failed, in seconds."
     )
 
     @field_validator("worker_preload")
@@ -136,12 +153,14 @@ class StragglerConfig(_Config):
     timeout_s: float | None = Field(
         None,
         gt=0,
+        le=MAX_SECONDS,
         description="Cancel a rollout this many seconds after its start once the quorum has finished; "
         "null: no straggler policy (a deadline against runaway rollouts, not a throughput lever).",
     )
     quorum: int | None = Field(
         None,
         ge=1,
+        le=MAX_GROUP,
         description="Members of a group that must finish before stragglers are cut; null: group_size - 1.",
     )
 
@@ -157,11 +176,12 @@ class TrainConfig(_Config):
         "the step takes another in its place",
     }
 
-    steps: int = Field(100, ge=1, description="Training steps (policy updates) of the run.")
-    batch_size: int = Field(32, ge=1, description="Groups per step.")
+    steps: int = Field(100, ge=1, le=MAX_STEPS, description="Training steps (policy updates) of the run.")
+    batch_size: int = Field(32, ge=1, le=MAX_BATCH, description="Groups per step.")
     max_concurrent_rollouts: int | None = Field(
         None,
         ge=1,
+        le=MAX_ROLLOUTS,
         description="Rollout permits; null: batch_size x the largest group size. Must hold one group.",
     )
     permit_release: Literal["rollout", "group"] = Field(
@@ -172,12 +192,14 @@ class TrainConfig(_Config):
     max_staleness: int | None = Field(
         1,
         ge=0,
+        le=MAX_STALENESS,
         description="How many policy versions a group may lag when trained; null: only the plan bounds "
         "drawing ahead.",
     )
     max_starting_rollouts: int | None = Field(
         None,
         ge=1,
+        le=MAX_ROLLOUTS,
         description="At most this many rollouts setting up at once (experimental); null: no limit.",
     )
     task_sampler: str = Field(
@@ -198,18 +220,21 @@ class TrainConfig(_Config):
         default_factory=RefillConfig, description="Refill under a group admission rule."
     )
     num_minibatches: int = Field(
-        1, ge=1, description="Optimizer steps per batch; must be 1 beside an admission rule."
+        1, ge=1, le=MAX_BATCH, description="Optimizer steps per batch; must be 1 beside an admission rule."
     )
-    seed: int = Field(0, description="The run's seed: every random choice derives from it and a counter.")
-    checkpoint_every: int = Field(10, ge=1, description="Write a full checkpoint every this many steps.")
+    seed: int = Field(
+        0, ge=INT64_MIN, le=INT64_MAX,
+        description="The run's seed (a 64-bit integer): every random choice derives from it and a counter.",
+    )
+    checkpoint_every: int = Field(10, ge=1, le=MAX_STEPS, description="Write a full checkpoint every this many steps.")
     eval_every: int | None = Field(
-        10, ge=1, description="Evaluate held-out pass@1 every this many steps; null: never."
+        10, ge=1, le=MAX_STEPS, description="Evaluate held-out pass@1 every this many steps; null: never."
     )
     label_by: str | None = Field(
         None,
         description="The task column whose value labels a group (metrics, group limits); null: the entry's name.",
     )
-    rollout_group_limits: dict[str, Annotated[int, Field(ge=1)]] = Field(
+    rollout_group_limits: dict[str, Annotated[int, Field(ge=1, le=MAX_ROLLOUTS)]] = Field(
         default_factory=dict, description="Label -> at most this many of its groups in flight at once."
     )
     loss: LossConfig = Field(default_factory=LossConfig, description="The policy-gradient objective.")
@@ -241,15 +266,20 @@ class EnvironmentConfig(_Config):
         description="The entry's share of the slots under weighted: a positive number, or tasks (its number "
         "of training tasks).",
     )
-    group_size: int = Field(8, ge=1, description="Rollouts per group.")
+    group_size: int = Field(8, ge=1, le=MAX_GROUP, description="Rollouts per group.")
     success_threshold: float = Field(1.0, description="A rollout passes when its reward is at least this.")
-    seed: int = Field(0, description="The entry's seed, added to its sampler's decision key.")
+    seed: int = Field(
+        0, ge=INT64_MIN, le=INT64_MAX, description="The entry's seed (a 64-bit integer), added to its sampler's "
+        "decision key.",
+    )
     split: str = Field("train", description="The environment's split the entry trains on.")
     eval_split: str = Field("heldout", description="The split held-out pass@1 is measured on.")
-    tasks: list[str] | None = Field(None, description="Task ids to train on; null: the whole split.")
+    tasks: list[str] | None = Field(
+        None, max_length=MAX_TASKS, description="Task ids to train on, each once; null: the whole split."
+    )
     env_options: dict[str, Any] = Field(default_factory=dict, description="Passed to the environment as is.")
     max_staleness: int | None = Field(
-        None, ge=0, description="The entry's own staleness bound; null: the run's."
+        None, ge=0, le=MAX_STALENESS, description="The entry's own staleness bound; null: the run's."
     )
     task_sampler: str | None = Field(
         None,
@@ -275,6 +305,8 @@ class EnvironmentConfig(_Config):
             return v
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
             raise ValueError(f"must be a positive number or 'tasks', got {v!r}")
+        if not MIN_WEIGHT <= v <= MAX_WEIGHT:
+            raise ValueError(f"must be between {MIN_WEIGHT:g} and {MAX_WEIGHT:g} (only ratios matter), got {v!r}")
         return float(v)
 
     @field_validator("tasks", mode="before")
@@ -283,6 +315,16 @@ class EnvironmentConfig(_Config):
         # YAML reads an unquoted id such as 17 as an int; a task id is its text either way.
         if isinstance(v, list):
             return [str(x) if isinstance(x, int) and not isinstance(x, bool) else x for x in v]
+        return v
+
+    @field_validator("tasks")
+    @classmethod
+    def _once(cls, v: list[str] | None) -> list[str] | None:
+        first: dict[str, int] = {}
+        for i, task in enumerate(v or ()):
+            if task in first:
+                raise ValueError(f"task {task!r} is listed twice (items {first[task]} and {i}); list each task once")
+            first[task] = i
         return v
 
 
@@ -300,19 +342,19 @@ class ModelConfig(_Config):
     kind: Literal["tiny", "hf"] = Field(
         "tiny", description="tiny: the built-in small policy; hf: a local checkpoint."
     )
-    path: str | None = Field(None, description="For hf: a local directory holding the checkpoint.")
-    d_model: int = Field(64, ge=1, description="tiny: width of the transformer; a multiple of n_heads.")
-    n_layers: int = Field(2, ge=1, description="tiny: transformer layers.")
-    n_heads: int = Field(4, ge=1, description="tiny: attention heads.")
-    lr: float = Field(3e-3, gt=0, description="Adam learning rate.")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    path: str | None = Field(None, min_length=1, description="For hf: a local directory holding the checkpoint.")
+    d_model: int = Field(64, ge=1, le=MAX_MODEL["d_model"], description="tiny: width of the transformer; a multiple of n_heads.")
+    n_layers: int = Field(2, ge=1, le=MAX_MODEL["n_layers"], description="tiny: transformer layers.")
+    n_heads: int = Field(4, ge=1, le=MAX_MODEL["n_heads"], description="tiny: attention heads.")
+    lr: float = Field(3e-3, gt=0, le=10, description="Adam learning rate.")
+    weight_decay: float = Field(0.0, ge=0, le=10, description="AdamW weight decay.")
     grad_clip: float | None = Field(
-        1.0, gt=0, description="Clip the gradient's global norm to this; null: no clip."
+        1.0, gt=0, le=1e6, description="Clip the gradient's global norm to this; null: no clip."
     )
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature of training rollouts.")
-    max_new_tokens: int = Field(8, ge=1, description="Tokens a rollout's model call may generate.")
+    temperature: float = Field(1.0, gt=0, le=100, description="Sampling temperature of training rollouts.")
+    max_new_tokens: int = Field(8, ge=1, le=MAX_MODEL["max_new_tokens"], description="Tokens a rollout's model call may generate.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available, else cpu.")
-    max_batch: int = Field(256, ge=1, description="The model service's largest batch of sequences.")
+    max_batch: int = Field(256, ge=1, le=MAX_MODEL["max_batch"], description="The model service's largest batch of sequences.")
 
 
 # --- the run ---------------------------------------------------------------------------------------------------
@@ -436,8 +478,13 @@ def _message(err: Any, root: Any, loc: tuple[str | int, ...], data: Any) -> str:
         return f"needs a dist: one of {', '.join(_DIST_TAGS)}"
     if err["loc"] and err["loc"][-1] == "[key]":
         text = "a key here must be a string"
+    elif kind == "float_type" and _reads_as_float(err.get("input")):
+        return (f"must be a number; YAML reads {err['input']} as text, since its floats need a dot and a signed "
+                f"exponent: write {_as_yaml_float(err['input'])}")
     elif kind in _TYPE_WORDS:
         text = _TYPE_WORDS[kind]
+    elif kind in ("greater_than_equal", "less_than_equal") and ctx.get("ge", ctx.get("le")) in (INT64_MIN, INT64_MAX):
+        text = "must be a 64-bit integer, from -2**63 to 2**63 - 1"
     elif kind == "greater_than_equal":
         text = f"must be at least {ctx['ge']}"
     elif kind == "greater_than":
@@ -452,6 +499,24 @@ def _message(err: Any, root: Any, loc: tuple[str | int, ...], data: Any) -> str:
         msg = str(err["msg"])
         text = msg[:1].lower() + msg[1:]
     return f"{text}, got {show_value(err.get('input'))}"
+
+
+_EXPONENT_TEXT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _reads_as_float(v: object) -> bool:
+    """Whether ``v`` is text that YAML 1.2 would read as a float and PyYAML (YAML 1.1) reads as text: ``1e308``."""
+    return isinstance(v, str) and _EXPONENT_TEXT.fullmatch(v) is not None
+
+
+def _as_yaml_float(text: str) -> str:
+    """``1e308`` as YAML 1.1 reads it as a float: ``1.0e+308``."""
+    mantissa, _, exponent = text.strip().lower().partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    if exponent and exponent[0] not in "+-":
+        exponent = "+" + exponent
+    return f"{mantissa}e{exponent}" if exponent else mantissa
 
 
 def model_at(root: Any, loc: tuple[str | int, ...], data: Any) -> type[BaseModel] | None:

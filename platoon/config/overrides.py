@@ -4,7 +4,8 @@ What this module owns: parsing one override and applying it to the raw data (``a
 override in a problem at a key it set (``with_overrides``).
 
 Rules it keeps:
-- the value is YAML (``null`` for None, ``[1, 2]`` for a list, ``{a: 1}`` for a mapping);
+- the value is YAML (``null`` for None, ``[1, 2]`` for a list, ``{a: 1}`` for a mapping), read as a file is
+  (``platoon.config.yaml_loader``: plain data, no duplicate keys, bounded);
 - a list is indexed by a number, and an index one past the end appends; a key the data lacks on the way to the
   last one starts as a copy of its default when that is a list or a mapping, else as an empty mapping;
 - a malformed override is one problem keyed ``override <text>``, and is not recorded as applied;
@@ -21,6 +22,7 @@ from typing import Any
 import yaml
 
 from platoon.config.models import Problem, RunConfig
+from platoon.config.yaml_loader import describe_yaml_error, load_yaml
 
 _INDEX = re.compile(r"\d+")
 
@@ -36,9 +38,11 @@ def apply_override(
         problems.append(Problem(f"override {text}", "expected dotted.key=value"))
         return
     try:
-        value = yaml.safe_load(raw)
+        value = load_yaml(raw)
     except yaml.YAMLError as exc:
-        problems.append(Problem(f"override {text}", f"the value is not YAML: {getattr(exc, 'problem', exc)}"))
+        for p in describe_yaml_error(exc):
+            where = f"{p.path}: " if p.path else ""
+            problems.append(Problem(f"override {text}", f"the value is not YAML: {where}{p.message}"))
         return
     parts = key.split(".")
     defaults = RunConfig().model_dump(mode="json")
@@ -76,6 +80,14 @@ def apply_override(
             problems.append(Problem(f"override {text}", f"{here} is {_kind(node)}, not a mapping or a list"))
             return
     applied[key] = text
+
+
+def override_value(raw: str) -> tuple[Any, bool]:
+    """The value of an override's text after ``=``, and whether it reads (as ``apply_override`` reads it)."""
+    try:
+        return load_yaml(raw), True
+    except yaml.YAMLError:
+        return None, False
 
 
 def _at(data: Any, parts: Sequence[str]) -> Any:

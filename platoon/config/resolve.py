@@ -112,6 +112,10 @@ def step_cap(cfg: RunConfig) -> int:
     return max(b, math.ceil(round(cfg.train.refill.max_groups_per_step * b, 9)))
 
 
+RUN_ONLY_SIM_KEYS = ("trainer", "gpus", "preset")
+"""Keys of ``sim`` that are the run's alone: an entry's ``sim`` may not set them."""
+
+
 def merge_sim(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """Deep-merge an entry's ``sim`` overrides onto a sim block; a mapping with a ``dist`` replaces whole, since
     one distribution's fields mean nothing to another."""
@@ -441,6 +445,11 @@ class _Resolver:
                 continue
             if obj is None:
                 self.problems.append(Problem(path, registry.unknown_name_message("environment", e.env)))
+                continue
+            why = _environment_problem(obj, e.env_options)
+            if why:
+                self.problems.append(Problem(path if why[0] == "env" else f"environments.{i}.env_options",
+                                             f"{e.env}: {why[1]}"))
 
 
 def _record(
@@ -523,6 +532,26 @@ def _class_problem(kind: str, obj: Any) -> str | None:
             return f"{obj.__qualname__}.adaptive must be true or false, got {adaptive!r}"
         if adaptive and getattr(obj, "entry_slots", False):
             return f"{obj.__qualname__} is adaptive and hands slots (entry_slots); a sampler may be one or the other"
+    return None
+
+
+def _environment_problem(obj: Any, options: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Why ``obj`` cannot be an environment built with ``options`` (keyword arguments), as ``(key, message)``: it
+    must be a class with the protocol's methods (docs/live-backend.md) whose constructor takes those options. The
+    options' values are the environment's to check, when a live run builds it."""
+    if not isinstance(obj, type):
+        return "env", f"is a {type(obj).__name__}, not a class"
+    for method in ("task_ids", "task", "episode"):
+        if not callable(getattr(obj, method, None)):
+            return "env", f"{obj.__qualname__} is not an environment: it has no method {method}()"
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return None  # a constructor Python cannot describe: the run finds out
+    try:
+        signature.bind(**dict(options))
+    except TypeError as exc:
+        return "env_options", f"{obj.__qualname__}({', '.join(map(str, options))}): {exc}"
     return None
 
 

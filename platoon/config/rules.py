@@ -2,7 +2,8 @@
 
 What this module owns: ``config_problems`` (docs/configuration.md, docs/group-admission.md, docs/dispatch.md), in four groups: names that nothing could
 resolve (with a did-you-mean), task samplers that cannot go together, admission rules and their options, and the
-entries (duplicate names, group sizes against the permits and the quorum, label limits, the model's shape).
+entries (duplicate names, group sizes against the batch, the permits and the quorum, label limits, a core environment's options
+and splits, the model's shape).
 
 Rules it keeps:
 - it imports no extension: a name passes when it is core, ``module:Class``, registered already, or when some
@@ -17,7 +18,9 @@ import difflib
 from collections.abc import Callable
 
 from platoon.config import registry
+from platoon.config.bounds import MAX_ROLLOUTS
 from platoon.config.components import (
+    CORE_ENV_SPLITS,
     CORE_ENVIRONMENTS,
     CORE_GROUP_ADMISSIONS,
     CORE_TASK_SAMPLERS,
@@ -212,6 +215,14 @@ def _entry_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
     if sizes:
         biggest = max(sizes, key=lambda i: (sizes[i], -i))
         g, m = sizes[biggest], t.max_concurrent_rollouts
+        if t.batch_size * g > MAX_ROLLOUTS and ok("train.batch_size"):
+            out.append(
+                Problem(
+                    "train.batch_size",
+                    f"{t.batch_size} groups of environments.{biggest}'s {g} rollouts make steps of "
+                    f"{t.batch_size * g} rollouts; a step may train at most {MAX_ROLLOUTS}",
+                )
+            )
         if m is not None and m < g and ok("train.max_concurrent_rollouts"):
             out.append(
                 Problem(
@@ -234,6 +245,17 @@ def _entry_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
                         f"no environment entry is named {label!r} (while label_by is null, labels are entry names)",
                     )
                 )
+    for i, e in enumerate(cfg.environments):
+        at = f"environments.{i}"
+        if e.env not in CORE_ENV_SPLITS or not ok(f"{at}.env"):
+            continue
+        if ok(f"{at}.env_options"):
+            out += core_option_problems("environment", e.env, e.env_options, f"{at}.env_options")
+        for key in ("split", "eval_split"):
+            split = getattr(e, key)
+            if split not in CORE_ENV_SPLITS[e.env] and ok(f"{at}.{key}"):
+                out.append(Problem(f"{at}.{key}", f"{e.env} has no split {split!r}; its splits are "
+                                                  f"{', '.join(CORE_ENV_SPLITS[e.env])}"))
     mdl = cfg.model
     if mdl.kind == "hf" and mdl.path is None and ok("model.kind", "model.path"):
         out.append(Problem("model.path", "kind hf needs path: a local directory holding the checkpoint"))

@@ -22,11 +22,20 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from platoon.config.bounds import (
+    MAX_GPUS,
+    MAX_LOGIT,
+    MAX_SECONDS,
+    MAX_SIGMA,
+    MAX_TASKS,
+    MIN_STARTUP_CAPACITY,
+)
+
 
 class _SimModel(BaseModel):
-    """Base of the sim models: frozen, strict, unknown keys refused (as ``models._Config``)."""
+    """Base of the sim models: frozen, strict, unknown keys refused, floats finite (as ``models._Config``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {}
 
@@ -38,22 +47,22 @@ class FixedDuration(_SimModel):
     """Always the same duration."""
 
     dist: Literal["fixed"] = Field(description="fixed")
-    value_s: float = Field(ge=0, description="The duration, in seconds.")
+    value_s: float = Field(ge=0, le=MAX_SECONDS, description="The duration, in seconds.")
 
 
 class ExponentialDuration(_SimModel):
     """Exponentially distributed durations."""
 
     dist: Literal["exponential"] = Field(description="exponential")
-    mean_s: float = Field(gt=0, description="The mean, in seconds.")
+    mean_s: float = Field(gt=0, le=MAX_SECONDS, description="The mean, in seconds.")
 
 
 class LognormalDuration(_SimModel):
     """Log-normally distributed durations (long-tailed, as agentic rollouts are): ``median_s x exp(sigma x Z)``."""
 
     dist: Literal["lognormal"] = Field(description="lognormal")
-    median_s: float = Field(gt=0, description="The median, in seconds.")
-    sigma: float = Field(ge=0, description="The standard deviation of the log of the duration.")
+    median_s: float = Field(gt=0, le=MAX_SECONDS, description="The median, in seconds.")
+    sigma: float = Field(ge=0, le=MAX_SIGMA, description="The standard deviation of the log of the duration.")
 
 
 class EmpiricalDuration(_SimModel):
@@ -61,8 +70,8 @@ class EmpiricalDuration(_SimModel):
     ``seconds`` column) or inline values."""
 
     dist: Literal["empirical"] = Field(description="empirical")
-    file: str | None = Field(None, description="A file of measured durations in seconds (relative to the config).")
-    values: list[Annotated[float, Field(ge=0)]] | None = Field(None, description="Measured durations in seconds.")
+    file: str | None = Field(None, min_length=1, description="A file of measured durations in seconds (relative to the config).")
+    values: list[Annotated[float, Field(ge=0, le=MAX_SECONDS)]] | None = Field(None, description="Measured durations in seconds.")
 
     @model_validator(mode="after")
     def _one_source(self) -> EmpiricalDuration:
@@ -93,7 +102,7 @@ class SimRolloutConfig(_SimModel):
         None, description="A different duration for failing rollouts; null: the same as duration."
     )
     timeout_s: float | None = Field(
-        None, gt=0, description="The harness's own time limit: a rollout still running this many seconds after its "
+        None, gt=0, le=MAX_SECONDS, description="The harness's own time limit: a rollout still running this many seconds after its "
         "first model call ends there, failing; null: none.",
     )
     error_rate: float = Field(
@@ -103,13 +112,13 @@ class SimRolloutConfig(_SimModel):
         0.0, ge=0, le=1, description="Share of rollouts that end without a valid reward (censored: neither pass nor "
         "fail)."
     )
-    model_calls: int = Field(8, ge=1, description="Model calls a rollout makes, spread over its duration.")
+    model_calls: int = Field(8, ge=1, le=1_000_000, description="Model calls a rollout makes, spread over its duration.")
     first_call_s: Duration | None = Field(
         None, description="Start-up before a rollout's first model call (worker, sandbox, toolchain), as the work "
         "one start-up alone takes; null: none.",
     )
     startup_capacity: float | None = Field(
-        None, gt=0, description="Start-ups share this capacity: with n > capacity starting at once, each runs at "
+        None, ge=MIN_STARTUP_CAPACITY, le=1_048_576, description="Start-ups share this capacity: with n > capacity starting at once, each runs at "
         "capacity/n of its speed (a shared filesystem, a sandbox service); null: no contention.",
     )
     teardown_s: Duration | None = Field(
@@ -117,7 +126,7 @@ class SimRolloutConfig(_SimModel):
         "for it (at most 60 s); null: none.",
     )
     length_sigma: float = Field(
-        0.0, ge=0, description="Each synthesized task's length multiplier is exp(length_sigma x Z), fixed per task "
+        0.0, ge=0, le=MAX_SIGMA, description="Each synthesized task's length multiplier is exp(length_sigma x Z), fixed per task "
         "(some tasks are always long); 0: every task 1. A task file's length column overrides it.",
     )
 
@@ -125,19 +134,19 @@ class SimRolloutConfig(_SimModel):
 class SimTrainerConfig(_SimModel):
     """How long a simulated training step takes: step_s + per_datum_s x datums, then publish_s."""
 
-    step_s: float = Field(10.0, ge=0, description="The fixed part of a step, in seconds.")
-    per_datum_s: float = Field(0.05, ge=0, description="Seconds per trained datum (valid rollout).")
-    publish_s: float = Field(2.0, ge=0, description="Seconds to publish new weights to the model service.")
+    step_s: float = Field(10.0, ge=0, le=MAX_SECONDS, description="The fixed part of a step, in seconds.")
+    per_datum_s: float = Field(0.05, ge=0, le=MAX_SECONDS, description="Seconds per trained datum (valid rollout).")
+    publish_s: float = Field(2.0, ge=0, le=MAX_SECONDS, description="Seconds to publish new weights to the model service.")
 
 
 class SimPopulationConfig(_SimModel):
     """The synthesized tasks of an entry that lists none and names no task file: ids ``<entry>/<n>``, each with a
     difficulty drawn once from Normal(difficulty_mean, difficulty_sd) (a logit)."""
 
-    tasks: int = Field(256, ge=1, description="Training tasks of each entry that lists none.")
-    heldout: int = Field(64, ge=0, description="Held-out tasks of each entry, for eval/pass@1 (0: no eval).")
-    difficulty_mean: float = Field(0.0, description="Mean task difficulty (logit): 0 starts near a 50% pass rate.")
-    difficulty_sd: float = Field(1.5, ge=0, description="Spread of task difficulties (logit).")
+    tasks: int = Field(256, ge=1, le=MAX_TASKS, description="Training tasks of each entry that lists none.")
+    heldout: int = Field(64, ge=0, le=MAX_TASKS, description="Held-out tasks of each entry, for eval/pass@1 (0: no eval).")
+    difficulty_mean: float = Field(0.0, ge=-MAX_LOGIT, le=MAX_LOGIT, description="Mean task difficulty (logit): 0 starts near a 50% pass rate.")
+    difficulty_sd: float = Field(1.5, ge=0, le=MAX_LOGIT / 5, description="Spread of task difficulties (logit).")
 
 
 class SimLearningConfig(_SimModel):
@@ -148,13 +157,13 @@ class SimLearningConfig(_SimModel):
         "false: pass rates never change (a pure throughput study).",
     )
     gain: float = Field(
-        0.05, ge=0, description="Logit increase of a task's pass rate per informative group a step trains on it."
+        0.05, ge=0, le=MAX_LOGIT, description="Logit increase of a task's pass rate per informative group a step trains on it."
     )
     transfer: float = Field(
         0.02, ge=0, le=1, description="Share of that increase the policy's ability gets: every task of the entry, "
         "held-out ones included.",
     )
-    initial_ability: float = Field(0.0, description="The policy's ability (logit) at step 0.")
+    initial_ability: float = Field(0.0, ge=-MAX_LOGIT, le=MAX_LOGIT, description="The policy's ability (logit) at step 0.")
 
 
 class SimConfig(_SimModel):
@@ -167,7 +176,7 @@ class SimConfig(_SimModel):
     rollout: SimRolloutConfig = Field(default_factory=SimRolloutConfig, description="Rollout timing and outcomes.")
     trainer: SimTrainerConfig = Field(default_factory=SimTrainerConfig, description="Training step timing.")
     tasks: str | None = Field(
-        None, description="A CSV (task_id,pass_rate[,length]) or JSON list of objects with those keys: the entry's "
+        None, min_length=1, description="A CSV (task_id,pass_rate[,length]) or JSON list of objects with those keys: the entry's "
         "tasks with fixed pass rates; null: the entry's tasks (or a synthesized population).",
     )
     population: SimPopulationConfig = Field(
@@ -175,7 +184,7 @@ class SimConfig(_SimModel):
     )
     learning: SimLearningConfig = Field(default_factory=SimLearningConfig, description="How pass rates move.")
     gpus: float = Field(
-        8.0, gt=0, description="GPUs of the deployment being simulated (model service and trainer): sim/gpu_hours is "
+        8.0, gt=0, le=MAX_GPUS, description="GPUs of the deployment being simulated (model service and trainer): sim/gpu_hours is "
         "simulated hours times this.",
     )
 

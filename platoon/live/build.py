@@ -166,6 +166,8 @@ def build_model(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
 
     from platoon.live.model_kinds import build_causal_policy
 
+    if cfg.model.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(["model.device: cuda, and this torch sees no CUDA device; use auto or cpu"])
     if cfg.model.device == "cpu" or not torch.cuda.is_available():
         # The model service, the trainer and evaluation each run torch in a thread of their own; with a pool of
         # spinning workers each, small batches ran ~17x slower in CPU time on two cores. One thread each.

@@ -120,9 +120,15 @@ class LiveRunDir:
                pool: list[tuple[str, str | None, str | None]]) -> LiveRunDir:
         """A new run directory (``path`` must not exist or be empty) with its lock.json and tasks/pool.json."""
         rd = RunDir.create(path)
-        rd.write_lock(config, components, {"runtime": "live"})
-        rd.write_pool(pool)
-        return cls(rd.path)
+        try:
+            rd.write_lock(config, components, {"runtime": "live"})
+            rd.write_pool(pool)
+        except Exception:
+            rd.discard()  # a run that fails before its first step leaves nothing behind
+            raise
+        run_dir = cls(rd.path)
+        run_dir.rd = rd  # the RunDir create made, which can discard what it made
+        return run_dir
 
     def resume_point(self) -> ResumePoint:
         """The newest checkpoint that reads back (CheckpointError when none does), as a ``ResumePoint``."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from platoon.config.errors import ConfigError, ExtensionError
-from platoon.config.loader import load_config
+from platoon.config.loader import config_from_lock, load_config
 from platoon.config.models import RunConfig
 from platoon.config.resolve import resolve_components
 from platoon.live.build import EMBEDDED_DEFAULT, EVAL_EPISODES, LiveRun, build_live, pool_rows
@@ -135,7 +135,7 @@ def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
         lock = run_dir.rd.read_lock()
     except CorruptFileError as exc:
         raise TrainError(f"cannot resume {path}: {exc}") from None
-    cfg = RunConfig.model_validate(lock["config"])
+    cfg = config_from_lock(lock, str(run_dir.rd.lock_path))
     try:
         point = run_dir.resume_point()
     except CheckpointError as exc:
@@ -207,7 +207,12 @@ def train(config: Path | None = None, overrides: Sequence[str] = (), *, out: Pat
         for level, message in notes:
             console.log(level, message)
         runtime = _runtime(live, run_dir, console, name)
-        asyncio.run(runtime.run())
+        try:
+            asyncio.run(runtime.run())
+        except Exception:
+            if resume is None and d.step == 0:
+                run_dir.rd.discard()  # a new run that fails before its first step leaves nothing behind
+            raise
     return Path(path)
 
 
@@ -234,7 +239,7 @@ def evaluate(target: str | os.PathLike[str], *, n: int = EVAL_EPISODES) -> EvalR
     if path.is_dir():
         rd = RunDir(path)
         try:
-            cfg = RunConfig.model_validate(rd.read_lock()["config"])
+            cfg = config_from_lock(rd.read_lock(), str(rd.lock_path))
             point = LiveRunDir(path).resume_point()
         except (CorruptFileError, CheckpointError) as exc:
             raise TrainError(f"cannot evaluate {path}: {exc}") from None

@@ -118,8 +118,8 @@ def parse_json_state(
     mismatch = sha256 is not None and found != sha256.lower()
     try:
         obj = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        why = "empty file" if not data else str(exc)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        why = "empty file" if not data else "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         extra = f"; checksum mismatch (expected {sha256}, found {found})" if mismatch else ""
         raise CorruptFileError(path, f"truncated or unreadable JSON ({why}){extra}") from None
     if mismatch:

@@ -134,7 +134,7 @@ def iter_jsonl(path: PathLike) -> Iterator[dict]:
         for raw in f:
             try:
                 row = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
+            except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested too deeply to parse
                 continue
             if isinstance(row, dict):
                 yield row

@@ -17,6 +17,7 @@ it is atomic (platoon.runs.atomic). The ``*.jsonl`` files are append-only logs (
 from __future__ import annotations
 
 import platform
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,6 +38,8 @@ class RunDir:
 
     def __init__(self, path: PathLike) -> None:
         self.path = Path(path)
+        self._created = False  # set by create, with the topmost directory it made (None: it was given one, empty)
+        self._made: Path | None = None
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -55,11 +58,32 @@ class RunDir:
         if root.exists() and not exist_ok:
             if not root.is_dir() or any(root.iterdir()):
                 raise FileExistsError(f"{root}: the run directory exists and is not empty")
+        made = root
+        while not made.parent.exists() and made.parent != made:
+            made = made.parent
+        existed = root.exists()
         root.mkdir(parents=True, exist_ok=True)
         run = cls(root)
+        run._created, run._made = True, (made if not existed else None)
         run.tasks_dir.mkdir(exist_ok=True)
         run.checkpoints_dir.mkdir(exist_ok=True)
         return run
+
+    def discard(self) -> None:
+        """Undo ``create``: remove the directories it made (parents included), or empty the directory it was given
+        empty, so that a run that failed before its first step leaves nothing in the way of the next try. Only for a
+        RunDir that ``create`` returned (ValueError otherwise); errors removing are ignored."""
+        if not self._created:
+            raise ValueError(f"{self.path}: discard undoes create, and this RunDir was not created")
+        made = self._made
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        elif self.path.is_dir():
+            for child in self.path.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
 
     # paths ------------------------------------------------------------------------------------------------------
 

@@ -12,10 +12,11 @@ printed by the command line, which may read runs back through ``platoon.analysis
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +69,8 @@ class Outcome:
 
 
 def simulate(req: Request, console: Console | None = None) -> Outcome:
-    """Carry out ``req``. Raises UsageError, ConfigError, FileExistsError, ResumeError, CheckpointError."""
+    """Carry out ``req``. Raises UsageError, ConfigError, FileExistsError, ResumeError, CheckpointError; a new run
+    that fails before its first step leaves no directory behind."""
     console = console or make_console()
     if req.permit_release not in (None, "rollout", "group"):
         raise UsageError(f"--permit-release must be rollout or group, got {req.permit_release!r}")
@@ -86,8 +88,21 @@ def simulate(req: Request, console: Console | None = None) -> Outcome:
     cfg = load_sim_config(req.config, preset=req.preset, overrides=req.all_overrides())
     out = req.out or next_run_dir(Path("runs"), _name(req))
     run = SimRun.create(cfg, out, log=_logger(console))
-    _run_with_progress(run, console, f"simulating {out}")
+    with discarded_unless_stepped(run):
+        _run_with_progress(run, console, f"simulating {out}")
     return Outcome(out)
+
+
+@contextlib.contextmanager
+def discarded_unless_stepped(run: SimRun) -> Iterator[None]:
+    """Remove the new run's directory when what runs inside fails before the run's first step is done (a run
+    killed, or interrupted, keeps it: its launch checkpoint resumes)."""
+    try:
+        yield
+    except Exception:
+        if run.driver.dispatcher.step == 0:
+            run.rd.discard()
+        raise
 
 
 def _name(req: Request) -> str:
@@ -164,7 +179,8 @@ def _run_point(config: Path | None, preset: str | None, overrides: list[str], ou
     lines: list[str] = []
     run = SimRun.create(cfg, Path(out), log=lambda level, message: lines.append(message) if level == "warning"
                         else None)
-    run.run()
+    with discarded_unless_stepped(run):
+        run.run()
     return lines
 
 
@@ -177,6 +193,7 @@ def sweep(req: Request, console: Console) -> Outcome:
     out = req.out or next_run_dir(Path("runs"), _name(req).replace("sim-", "sweep-"))
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out}: the sweep directory exists and is not empty")
+    out.mkdir(parents=True, exist_ok=True)  # before the points, so that a failed point discards only its own
     dirs = [out / f"{i:02d}-{_point_name(p)}" for i, p in enumerate(points)]
     jobs = req.jobs or min(len(points), os.cpu_count() or 1)
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,

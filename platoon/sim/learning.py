@@ -21,70 +21,19 @@ runs with different run seeds share one population, and a task keeps its difficu
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from platoon.config.sim import SimConfig
+from platoon.config.sim_files import TaskFileRow, read_task_file
 
 SALT_DIFFICULTY = 0x0510_0002
 SALT_LENGTH = 0x0510_0003
 SALT_HELDOUT = 0x0510_0004
-
-
-@dataclass(frozen=True)
-class TaskFileRow:
-    task_id: str
-    pass_rate: float
-    length: float = 1.0
-    data: dict = field(default_factory=dict, compare=False)
-    """The row's other columns (``train.label_by`` may name one)."""
-
-
-def read_task_file(path: str | Path) -> list[TaskFileRow]:
-    """A task population: CSV with columns ``task_id,pass_rate`` and optionally ``length``, or a JSON list of objects
-    with those keys. Raises ValueError naming the file, the row and the problem."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    if text.lstrip().startswith("["):
-        try:
-            raw = json.loads(text)
-        except ValueError as exc:
-            raise ValueError(f"{p}: not JSON ({exc})") from None
-        where = "item"
-    else:
-        raw = list(csv.DictReader(io.StringIO(text)))
-        where = "row"
-        if raw and not {"task_id", "pass_rate"} <= set(raw[0]):
-            raise ValueError(f"{p}: needs columns task_id and pass_rate (and optionally length)")
-    rows: list[TaskFileRow] = []
-    for n, item in enumerate(raw, 1):
-        if not isinstance(item, dict) or "task_id" not in item or "pass_rate" not in item:
-            raise ValueError(f"{p}: {where} {n} needs task_id and pass_rate")
-        try:
-            rate = float(item["pass_rate"])
-            length = float(item.get("length") or 1.0)
-        except (TypeError, ValueError):
-            raise ValueError(f"{p}: {where} {n}: pass_rate and length must be numbers") from None
-        if not 0.0 <= rate <= 1.0:
-            raise ValueError(f"{p}: {where} {n}: pass_rate must be in [0, 1], got {rate}")
-        if not math.isfinite(length) or length <= 0:
-            raise ValueError(f"{p}: {where} {n}: length must be a positive number, got {length}")
-        extra = {k: v for k, v in item.items() if k not in ("task_id", "pass_rate", "length")}
-        rows.append(TaskFileRow(str(item["task_id"]), rate, length, extra))
-    if not rows:
-        raise ValueError(f"{p}: holds no tasks")
-    return rows
 
 
 def _name_rng(seed: int, salt: int, name: str) -> np.random.Generator:

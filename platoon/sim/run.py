@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from platoon.config.loader import config_from_lock
 from platoon.config.models import RunConfig
 from platoon.config.resolve import resolve_components
 from platoon.policy.assemble import build_policy
@@ -67,11 +68,16 @@ class SimRun:
         tasks = build_tasks(cfg)
         policy = build_policy(cfg, tasks.pool, start=1, clock=time.perf_counter)
         rd = RunDir.create(path)
-        rd.write_lock(cfg.model_dump(mode="json"), [r.to_json() for r in records], {"runtime": "sim"})
-        rd.write_pool([(row.task_id, row.entry, row.label) for row in tasks.pool.rows])  # for platoon tasks show
-        run = cls(cfg, rd.path, SimRuntime(cfg, tasks, policy), log=log)
-        run._checkpoint(0)  # the launch checkpoint, before anything runs: a run killed before its first step
-        run.rt.begin()      # resumes from here (and begins there, as this one does now)
+        try:
+            rd.write_lock(cfg.model_dump(mode="json"), [r.to_json() for r in records], {"runtime": "sim"})
+            rd.write_pool([(row.task_id, row.entry, row.label) for row in tasks.pool.rows])  # for platoon tasks show
+            run = cls(cfg, rd.path, SimRuntime(cfg, tasks, policy), log=log)
+            run.rd = rd         # the RunDir create made, which can discard what it made
+            run._checkpoint(0)  # the launch checkpoint, before anything runs: a run killed before its first step
+            run.rt.begin()      # resumes from here (and begins there, as this one does now)
+        except Exception:
+            rd.discard()        # a run that fails before its first step leaves nothing behind
+            raise
         return run
 
     @classmethod
@@ -80,7 +86,7 @@ class SimRun:
         least the steps the checkpoint has done). The logs are cut back to the checkpoint's lengths."""
         rd = RunDir(path)
         lock = rd.read_lock()
-        cfg = RunConfig.model_validate(lock["config"])
+        cfg = config_from_lock(lock, str(rd.lock_path))
         ckpt = load_latest_checkpoint(rd)
         done = ckpt.step
         if steps is not None:
@@ -107,7 +113,7 @@ class SimRun:
             policy.recorder.next_seq = int(snapshot.get("next_seq", policy.recorder.next_seq))
         rt = SimRuntime(cfg, tasks, policy, now=sim_state["now"])
         rt.load_state_dict(sim_state)
-        if steps is not None and steps != lock["config"]["train"]["steps"]:
+        if steps is not None and steps != lock["config"].get("train", {}).get("steps"):
             rd.write_lock(cfg.model_dump(mode="json"), lock.get("components", []), {"runtime": "sim"})
         run = cls(cfg, rd.path, rt, log=log)
         if not rt.begun:

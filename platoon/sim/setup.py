@@ -3,8 +3,8 @@ and their pool, and the learning model.
 
 - ``load_sim_config``: ``platoon simulate``'s config. No file: a preset (``long-agentic`` unless ``--preset``) is
   the whole run. A file beside ``--preset NAME``: the file's run with the preset's workload (``sim.preset``).
-  ``sim.preset`` in any config takes the preset's ``sim`` block as the base of the config's own ``sim`` keys.
-  Every problem raises one ``ConfigError`` (exit 78).
+  ``sim.preset`` in any config takes the preset's ``sim`` block as the base of the config's own ``sim`` keys (the
+  loader merges it, ``platoon.config.presets``). Every problem raises one ``ConfigError`` (exit 78).
 - ``entry_sims``: each entry's workload, its ``sim`` overrides deep-merged onto the run's; an entry may not set
   what is the run's alone (the trainer, the GPUs, a preset).
 - the policy layer itself is built by ``platoon.policy.assemble.build_policy`` over the pool built here, as the
@@ -13,82 +13,44 @@ and their pool, and the learning model.
 
 from __future__ import annotations
 
-import difflib
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from platoon.config.errors import ConfigError
-from platoon.config.loader import _absolute_files, load_config
+from platoon.config.loader import load_config
 from platoon.config.models import RunConfig, describe_errors
-from platoon.config.resolve import merge_sim
+from platoon.config.presets import (
+    DEFAULT_PRESET,
+    PRESETS_DIR,
+    preset_data,
+    preset_names,
+    preset_path,
+    unknown_preset,
+)
+from platoon.config.resolve import RUN_ONLY_SIM_KEYS, merge_sim
 from platoon.config.sim import SimConfig
 from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
 from platoon.sim.learning import EntryTasks, Learner
 from platoon.sim.workload import Workload
 
-PRESETS_DIR = Path(__file__).parent / "presets"
-DEFAULT_PRESET = "long-agentic"
-RUN_ONLY_SIM_KEYS = ("trainer", "gpus", "preset")
-"""Keys of ``sim`` that are the run's alone: an entry's ``sim`` may not set them."""
-
-
-def preset_names() -> list[str]:
-    """The presets shipped with platoon, by name."""
-    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
-
-
-def preset_path(name: str, *, key: str = "--preset") -> Path:
-    """The file of preset ``name``; ConfigError naming ``key`` when there is none."""
-    path = PRESETS_DIR / f"{name}.yaml"
-    if "/" in name or not path.is_file():
-        names = preset_names()
-        close = difflib.get_close_matches(name, names, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError([f"{key}: unknown preset {name!r}{hint} (presets: {', '.join(names)})"])
-    return path
-
-
-def preset_data(name: str, *, key: str = "--preset") -> dict[str, Any]:
-    return yaml.safe_load(preset_path(name, key=key).read_text(encoding="utf-8")) or {}
+__all__ = ["DEFAULT_PRESET", "PRESETS_DIR", "RUN_ONLY_SIM_KEYS", "SimTasks", "build_tasks", "entry_sims",
+           "load_sim_config", "preset_data", "preset_names", "preset_path"]
 
 
 def load_sim_config(config: Path | None, *, preset: str | None = None, overrides: Sequence[str] = ()) -> RunConfig:
     """``platoon simulate``'s config (see the module docstring); raises one ConfigError with every problem.
 
-    A preset under a config is merged into the config's data before it loads, so that ``--set`` overrides and
-    the config's own keys both land on the preset's values (the loader fills a missing section with defaults)."""
+    The loader merges the preset's sim block under the config's own (``sim.preset``), before the ``--set``
+    overrides, so that both land on the preset's values."""
+    if preset is not None and unknown_preset(preset):
+        raise ConfigError([f"--preset: {unknown_preset(preset)}"])
     if config is None:
         name = preset or DEFAULT_PRESET
         return load_config(preset_path(name), [f"sim.preset={name}", *overrides])
-    data = _read_yaml(config)
-    own = data.get("sim") if isinstance(data, dict) and isinstance(data.get("sim"), dict) else {}
-    name = preset if preset is not None else own.get("preset")
-    if not isinstance(name, str):
-        return load_config(config, overrides)  # no preset (or a problem the loader reports in its own words)
-    base = preset_data(name, key="--preset" if preset is not None else "sim.preset").get("sim") or {}
-    assert isinstance(data, dict)
-    _absolute_files(data, Path(config).resolve().parent)
-    data["sim"] = {**merge_sim(base, own), "preset": name}
-    with tempfile.TemporaryDirectory() as tmp:
-        merged = Path(tmp) / Path(config).name
-        merged.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-        try:
-            return load_config(merged, overrides)
-        except ConfigError as exc:
-            raise ConfigError(exc.problems, str(config)) from None
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
+    return load_config(config, [f"sim.preset={preset}"] * (preset is not None) + list(overrides))
 
 
 def entry_sims(cfg: RunConfig) -> list[SimConfig]:
@@ -97,7 +59,7 @@ def entry_sims(cfg: RunConfig) -> list[SimConfig]:
     out: list[SimConfig] = []
     base = cfg.sim.model_dump(mode="json")
     for i, e in enumerate(cfg.environments):
-        for key in RUN_ONLY_SIM_KEYS:
+        for key in RUN_ONLY_SIM_KEYS:  # the loader refuses these; a config built in code may hold them
             if key in e.sim:
                 problems.append(f"environments.{i}.sim.{key}: the run's alone; set it in the run's sim block")
         if not e.sim:
@@ -167,6 +129,3 @@ def build_tasks(cfg: RunConfig) -> SimTasks:
                       initial_ability=[s.learning.initial_ability for s in sims])
     return SimTasks(entries, sims, workloads, pool, learner, row_entry)
 
-
-__all__ = ["DEFAULT_PRESET", "SimTasks", "build_tasks", "entry_sims", "load_sim_config",
-           "preset_data", "preset_names", "preset_path"]

@@ -16,11 +16,8 @@ One generator per group costs about 15 microseconds, a few per rollout at the us
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -31,6 +28,7 @@ from platoon.config.sim import (
     LognormalDuration,
     SimRolloutConfig,
 )
+from platoon.config.sim_files import read_durations
 
 SALT_ROLLOUT = 0x0510_0001
 """The salt of a group's rollout outcomes (other streams of the simulator use other salts)."""
@@ -41,36 +39,6 @@ _Z_ROWS = 3  # duration, first_call, teardown
 def seed_word(seed: int) -> int:
     """A run seed as a non-negative word for numpy's seed sequences (negative seeds wrap around 2**64)."""
     return int(seed) % (1 << 64)
-
-
-def read_durations(path: str | Path) -> list[float]:
-    """Measured durations in seconds from ``path``: a JSON list, a CSV with a ``seconds`` column, or one number a line
-    (blank lines and ``#`` comments skipped). Raises ValueError naming the file and the problem."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    values: list[float] = []
-    lines = text.strip().splitlines()
-    try:
-        if text.lstrip().startswith("["):
-            values = [float(v) for v in json.loads(text)]
-        elif lines and "seconds" in lines[0].split(","):
-            values = [float(row["seconds"]) for row in csv.DictReader(text.splitlines())]
-        else:
-            for line in text.splitlines():
-                line = line.split("#", 1)[0].strip()
-                if line:
-                    values.append(float(line))
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ValueError(f"{p}: not a list of durations in seconds ({exc})") from None
-    if not values:
-        raise ValueError(f"{p}: holds no durations")
-    bad = [v for v in values if not math.isfinite(v) or v < 0]
-    if bad:
-        raise ValueError(f"{p}: durations must be finite and at least 0, got {bad[0]!r}")
-    return values
 
 
 class DurationDist:

@@ -57,3 +57,16 @@ def test_the_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     exec(compile(code, str(DOC), "exec"), namespace)  # noqa: S102 - the guide's own example
     assert namespace["cfg"].train.steps == 50
     assert [r.ref for r in namespace["records"]][0] == "weighted"
+
+
+def test_the_ranges_example_is_what_validate_prints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    [console] = [b for b in blocks("console") if b.startswith("$ platoon config validate big.yaml")]
+    monkeypatch.chdir(tmp_path)
+    Path("big.yaml").write_text(
+        "train: {seed: 18446744073709551616}\n"
+        "environments: [{name: a, group_size: 100000}]\n"
+        "sim: {rollout: {duration: {dist: lognormal, median_s: .inf, sigma: 1}}, trainer: {step_s: 1e3}}\n"
+    )
+    result = CliRunner().invoke(app, ["config", "validate", "big.yaml"])
+    assert result.exit_code == 78
+    assert result.stdout.splitlines() == console.splitlines()[1:]

@@ -272,6 +272,7 @@ def test_entry_sim_is_validated_merged_onto_the_run_sim(tmp_path: Path) -> None:
             sim: {rollout: {model_calls: 4}}
     """
     assert problems(tmp_path, text) == [
+        "environments.0.sim.trainer: the run's alone; set it in the run's sim block",
         "environments.0.sim.rollout.duration.sigma: missing required key",
         "environments.0.sim.rollout.error_rate: must be at most 1.0, got 2",
         "environments.0.sim.trainer.step: unknown key; did you mean 'step_s'?",
@@ -289,17 +290,20 @@ def test_a_run_sim_problem_is_reported_once(tmp_path: Path) -> None:
 def test_relative_files_are_relative_to_the_config(tmp_path: Path) -> None:
     sub = tmp_path / "cfg"
     sub.mkdir()
+    (sub / "tasks.csv").write_text("task_id,pass_rate\nx,0.5\n")
+    (sub / "d.txt").write_text("1.5\n")
+    (tmp_path / "t.txt").write_text("2.5\n")
     text = """
         sim:
           tasks: tasks.csv
           learning: {enabled: false}
           rollout: {duration: {dist: empirical, file: d.txt}}
-        environments: [{name: a, sim: {rollout: {teardown_s: {dist: empirical, file: /abs/t.txt}}}}]
-    """
+        environments: [{name: a, sim: {rollout: {teardown_s: {dist: empirical, file: ABS}}}}]
+    """.replace("ABS", str(tmp_path / "t.txt"))
     cfg = load_config(write(sub, text))
     assert cfg.sim.tasks == str(sub / "tasks.csv")
     assert cfg.sim.rollout.duration.file == str(sub / "d.txt")
-    assert cfg.environments[0].sim["rollout"]["teardown_s"]["file"] == "/abs/t.txt"
+    assert cfg.environments[0].sim["rollout"]["teardown_s"]["file"] == str(tmp_path / "t.txt")
 
 
 # --- warnings and strict resolution ----------------------------------------------------------------------------

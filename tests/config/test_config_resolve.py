@@ -203,14 +203,14 @@ def test_entry_sim_merges_and_a_distribution_replaces_whole(tmp_path: Path) -> N
         """
         sim: {rollout: {duration: {dist: fixed, value_s: 5}, model_calls: 3}, trainer: {step_s: 1}}
         environments:
-          - {name: a, sim: {rollout: {duration: {dist: exponential, mean_s: 2}}, trainer: {publish_s: 0}}}
+          - {name: a, sim: {rollout: {duration: {dist: exponential, mean_s: 2}, error_rate: 0.5}}}
           - {name: b}
         """,
         tmp_path,
     )
     a = entry_sim(cfg, 0)
     assert a.rollout.duration.dist == "exponential" and a.rollout.duration.mean_s == 2
-    assert (a.rollout.model_calls, a.trainer.step_s, a.trainer.publish_s) == (3, 1.0, 0.0)
+    assert (a.rollout.model_calls, a.rollout.error_rate, a.trainer.step_s) == (3, 0.5, 1.0)
     assert entry_sim(cfg, 1) == cfg.sim
 
 
