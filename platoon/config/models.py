@@ -202,6 +202,10 @@ class TrainConfig(_Config):
     )
     seed: int = Field(0, description="The run's seed: every random choice derives from it and a counter.")
     checkpoint_every: int = Field(10, ge=1, description="Write a full checkpoint every this many steps.")
+    keep_checkpoints: int | None = Field(
+        3, ge=1, description="Full checkpoints to keep on disk: the newest this many (a resume goes on from the "
+        "newest that reads back; the older ones are its fallbacks); null: keep every one.",
+    )
     eval_every: int | None = Field(
         10, ge=1, description="Evaluate held-out pass@1 every this many steps; null: never."
     )
