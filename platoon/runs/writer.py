@@ -19,6 +19,9 @@ How it works and what it keeps:
   mounts) does not see other hosts' writers; the record still names the host that wrote it.
 - The file is never deleted: deleting a lock file while another process has it open lets two writers lock two
   different files.
+- A forked child closes its copies of the held locks' files at once (``os.register_at_fork``): a ``flock`` lock
+  belongs to the open file, which a child shares, so a child that outlived a killed writer would otherwise keep
+  the run locked.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import json
 import os
 import socket
 import sys
+import weakref
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -109,7 +113,9 @@ class WriterLock:
         except BaseException:
             os.close(fd)  # closing drops the lock
             raise
-        return cls(path, fd, previous)
+        lock = cls(path, fd, previous)
+        _HELD.add(lock)
+        return lock
 
     @property
     def held(self) -> bool:
@@ -139,6 +145,24 @@ class WriterLock:
                 os.close(self._fd)
             except OSError:
                 pass
+
+
+_HELD: weakref.WeakSet[WriterLock] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    """In a forked child: close the copies of the held locks' files (the parent keeps its locks)."""
+    for lock in list(_HELD):
+        fd, lock._fd = lock._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def stale_note(lock: WriterLock) -> str | None:

@@ -80,3 +80,24 @@ def test_a_sigkilled_writer_leaves_no_lock(tmp_path):
     lock = WriterLock.acquire(tmp_path)  # the kernel dropped the dead process's lock
     assert lock.previous["pid"] == proc.pid
     lock.release()
+
+
+def test_a_forked_child_does_not_keep_the_lock(tmp_path):
+    lock = WriterLock.acquire(tmp_path)
+    go_read, go_write = os.pipe()
+    up_read, up_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a child that outlives its parent's hold on the lock (a worker of a killed writer)
+        os.write(up_write, b"1" if not lock.held else b"0")
+        os.read(go_read, 1)
+        os._exit(0)
+    try:
+        assert os.read(up_read, 1) == b"1"  # the child is up and holds nothing
+        assert lock.held
+        lock.release()
+        WriterLock.acquire(tmp_path).release()  # while the child lives on
+    finally:
+        os.write(go_write, b"x")
+        os.waitpid(pid, 0)
+        for fd in (go_read, go_write, up_read, up_write):
+            os.close(fd)
