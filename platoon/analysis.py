@@ -26,6 +26,7 @@ import pandas as pd
 
 from platoon.runs.atomic import PathLike
 from platoon.runs.checkpoints import read_checkpoint_rows
+from platoon.runs.jsonl import iter_jsonl
 from platoon.runs.rundir import RunDir
 
 #: The fates of a group in the per-task statistics, in their column order (reference 1.2).
@@ -69,8 +70,9 @@ def _ordered_keys(rows: Iterable[dict], first: Sequence[str]) -> list[str]:
     return list(keys)
 
 
-def metrics_frame(rows: Sequence[dict]) -> pd.DataFrame:
-    """The ``metrics`` frame of rows read from ``metrics.jsonl`` (rows without an integer ``step`` are dropped)."""
+def metrics_frame(rows: Iterable[dict]) -> pd.DataFrame:
+    """The ``metrics`` frame of rows read from ``metrics.jsonl`` (rows without an integer ``step`` are dropped);
+    ``rows`` is read once, so it may stream (``iter_jsonl``): only the last row of each step is held."""
     by_step: dict[int, dict] = {}
     for row in rows:
         if _is_step(row.get("step")):
@@ -128,28 +130,34 @@ def tasks_frame(events: Iterable[dict]) -> pd.DataFrame:
     return frame.fillna(0).astype({c: "int64" for c in columns[1:]})
 
 
-def load_run(path: PathLike) -> Run:
+def load_run(path: PathLike, *, events: bool = True) -> Run:
     """Read the run directory at ``path`` into a :class:`Run`.
 
     Logs that are missing read as empty frames (a run that died early), and lines that do not parse are skipped.
-    Raises FileNotFoundError when ``path`` is not a directory, and platoon.runs.CorruptFileError when ``lock.json``
-    exists but cannot be read.
+    ``events=False`` leaves ``events`` and ``tasks`` empty and never reads ``tasks/events.jsonl``, the run's largest
+    file (hundreds of MB after a few thousand simulated steps): what a summary of the metrics needs
+    (``platoon.report``). Raises FileNotFoundError when ``path`` is not a directory, and
+    platoon.runs.CorruptFileError when ``lock.json`` exists but cannot be read.
     """
     run_dir = RunDir(path)
     if not run_dir.path.is_dir():
         raise FileNotFoundError(f"{run_dir.path}: not a run directory")
     lock = run_dir.read_lock() if run_dir.lock_path.exists() else {}
-    events = run_dir.read_events()
     rows = read_checkpoint_rows(run_dir)
+    if events:
+        event_rows = run_dir.read_events()
+        event_frame, task_frame = events_frame(event_rows), tasks_frame(event_rows)
+    else:
+        event_frame, task_frame = events_frame([]), tasks_frame([])
     return Run(
         path=run_dir.path,
         lock=lock,
-        metrics=metrics_frame(run_dir.read_metrics()),
-        events=events_frame(events),
+        metrics=metrics_frame(iter_jsonl(run_dir.metrics_path)),
+        events=event_frame,
         checkpoints=pd.DataFrame(
             rows, columns=_ordered_keys(rows, ("step", "name", "path", "files", "time"))
         ),
-        tasks=tasks_frame(events),
+        tasks=task_frame,
     )
 
 

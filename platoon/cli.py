@@ -73,9 +73,10 @@ def simulate(
     from platoon.report import summary_table, sweep_markdown, sweep_table
     from platoon.runs.atomic import CorruptFileError
     from platoon.runs.checkpoints import CheckpointError
+    from platoon.runs.resume import ResumeRefused
+    from platoon.runs.writer import RunBusyError
     from platoon.sim.command import Request, UsageError
     from platoon.sim.command import simulate as run_simulate
-    from platoon.sim.run import ResumeError
     from platoon.sim.runtime import SimulationStalled
 
     request = Request(config=config, preset=preset, permit_release=permit_release,
@@ -84,13 +85,13 @@ def simulate(
     console = make_console()
     try:
         outcome = run_simulate(request, console)
-    except UsageError as exc:
+    except (UsageError, ResumeRefused, RunBusyError) as exc:
         fail(str(exc), EXIT_USAGE)
     except (ConfigError, ExtensionError) as exc:
         fail(str(exc), EXIT_CONFIG)
     except FileExistsError as exc:
         fail(f"{exc}; give another --out", EXIT_USAGE)
-    except (CheckpointError, CorruptFileError, ResumeError, SimulationStalled) as exc:
+    except (CheckpointError, CorruptFileError, SimulationStalled) as exc:
         fail(str(exc), EXIT_RUNTIME)
     if not outcome.points:
         console.print(summary_table(outcome.path))
@@ -110,8 +111,9 @@ def train(
     steps: Annotated[int | None, typer.Option("--steps", min=1, help="train.steps (with --resume: the new total).")] = None,
 ) -> None:
     """Train a policy with the live asyncio + PyTorch backend (no CONFIG: the small model on number_search)."""
-    from platoon.live.command import TrainError
+    from platoon.live.command import TrainError, TrainUsageError
     from platoon.live.command import train as run_train
+    from platoon.runs.writer import RunBusyError
 
     if resume is not None and out is not None:
         fail("--resume writes to the run it resumes: give --out or --resume, not both", EXIT_USAGE)
@@ -119,6 +121,8 @@ def train(
         path = run_train(config, overrides or (), out=out, resume=resume, steps=steps)
     except (ConfigError, ExtensionError) as exc:
         fail(str(exc), EXIT_CONFIG)
+    except (TrainUsageError, RunBusyError) as exc:
+        fail(str(exc), EXIT_USAGE)
     except TrainError as exc:
         fail(str(exc), EXIT_RUNTIME)
     typer.echo(f"run directory: {path}")

@@ -1,6 +1,7 @@
 """``platoon report``: what a run did, in a table and four plots, for any mix of simulated and live runs.
 
-Reads run directories through ``platoon.analysis.load_run`` and writes, into one directory:
+Reads run directories through ``platoon.analysis.load_run`` (their metrics only: nothing here reads the event log,
+which grows to hundreds of MB in a long simulated run) and writes, into one directory:
 
 - ``summary.md``: a markdown table with a column per run and a row per quantity of ``summarize``;
 - ``permits.png``: ``rollout_client/permits_held_mean`` over the run's (simulated or wall) hours, a line per run;
@@ -252,7 +253,7 @@ def summary_table(path: Path):
     """A rich table of one run's summary (``platoon simulate`` prints it)."""
     from rich.table import Table
 
-    summary = summarize(load_run(path))
+    summary = summarize(load_run(path, events=False))
     table = Table(title=f"platoon simulate: {path}")
     table.add_column("quantity")
     table.add_column("value", justify="right")
@@ -279,7 +280,7 @@ def sweep_table(title: str, points: Sequence[Sequence[str]], runs: Sequence[Path
     """A rich table of a sweep: a row per point (its overrides), each quantity with its ratio to the first point's."""
     from rich.table import Table
 
-    rows = [summarize(load_run(p)) for p in runs]
+    rows = [summarize(load_run(p, events=False)) for p in runs]
     table = Table(title=title)
     table.add_column("point", no_wrap=True, min_width=max((len(" ".join(p)) for p in points), default=5))
     for key in SWEEP_COLUMNS:
@@ -291,7 +292,7 @@ def sweep_table(title: str, points: Sequence[Sequence[str]], runs: Sequence[Path
 
 def sweep_markdown(points: Sequence[Sequence[str]], runs: Sequence[Path]) -> str:
     """The sweep's table in markdown (``sweep.md``)."""
-    rows = [summarize(load_run(p)) for p in runs]
+    rows = [summarize(load_run(p, events=False)) for p in runs]
     lines = ["| point | " + " | ".join(_label(k) for k in SWEEP_COLUMNS) + " |",
              "|---|" + "---:|" * len(SWEEP_COLUMNS)]
     for i, point in enumerate(points):
@@ -306,7 +307,7 @@ def report(paths: Sequence[Path], out: Path | None = None) -> list[Path]:
     for p in paths:
         if Path(p).is_dir() and not (Path(p) / "lock.json").is_file():
             raise FileNotFoundError(f"{p}: not a run directory (it holds no lock.json)")
-    runs = [load_run(p) for p in paths]
+    runs = [load_run(p, events=False) for p in paths]
     return write_report(runs, Path(out) if out is not None else Path(paths[0]) / "report")
 
 

@@ -177,3 +177,25 @@ def test_the_command(tmp_path):
     result = CliRunner().invoke(app, ["report", str(a), "--out", str(tmp_path / "r")])
     assert result.exit_code == 0 and (tmp_path / "r" / "permits.png").exists()
     assert CliRunner().invoke(app, ["report", str(tmp_path / "missing")]).exit_code == 1
+
+
+def test_a_summary_streams_past_the_event_log(tmp_path):
+    """The end-of-run summary reads the metrics only: an event log of 100,000 lines (a few thousand simulated steps
+    write millions) does not come into memory."""
+    import json
+    import tracemalloc
+
+    from platoon.report import summary_table, sweep_markdown
+
+    run = simulated(tmp_path / "sim")
+    line = json.dumps({"event": "draw", "start": 1, "seq": 0, "task_id": "t-0001", "position": 0, "version": 0,
+                       "sampler": "uniform", "reason": "fresh"}) + "\n"
+    (run / "tasks" / "events.jsonl").write_text(line * 100_000)
+    tracemalloc.start()
+    try:
+        summary_table(run)
+        sweep_markdown([["train.seed=0"]], [run])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8_000_000, f"the summary held {peak / 1e6:.0f} MB"

@@ -227,6 +227,10 @@ class TrainConfig(_Config):
         description="The run's seed (a 64-bit integer): every random choice derives from it and a counter.",
     )
     checkpoint_every: int = Field(10, ge=1, le=MAX_STEPS, description="Write a full checkpoint every this many steps.")
+    keep_checkpoints: int | None = Field(
+        3, ge=1, le=MAX_STEPS, description="Full checkpoints to keep on disk: the newest this many (a resume goes on "
+        "from the newest that reads back; the older ones are its fallbacks); null: keep every one.",
+    )
     eval_every: int | None = Field(
         10, ge=1, le=MAX_STEPS, description="Evaluate held-out pass@1 every this many steps; null: never."
     )

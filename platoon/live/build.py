@@ -144,6 +144,7 @@ class LiveRun:
     workflow: Any
     eval_episodes: int = EVAL_EPISODES
     clock_start_s: float = 0.0  # the run's clock when this start begins (its policy's clock begins there too)
+    state_lost: str | None = None  # what of its checkpoint's state a resumed start could not read (its start event)
 
     @property
     def dispatcher(self) -> Any:

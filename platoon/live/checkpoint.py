@@ -20,11 +20,16 @@ Rules it keeps:
   state file instead).
 - The state is captured on the event loop, between two dispatcher calls (every event drained and flushed, so the
   log lengths match the state); only the writing may happen off the loop.
-- A resume takes the newest checkpoint that reads back whole (``load_latest_checkpoint``; each newer one passed
-  over is a note), starts number ``max(start named by any row) + 1``, and cuts both logs back to the lengths its row
-  recorded: what the killed start wrote after its checkpoint (draws, fates, steps) is done again by the resumed one,
-  so the logs end with every step once and every draw key with exactly one fate, a reissue's old key excepted (its
-  ``draw`` event names it in ``reissues``).
+- A resume takes the newest checkpoint whose trainer state reads back (``load_latest_checkpoint``; each newer one
+  passed over is a note), starts number ``max(start named by any row) + 1``, and cuts both logs back to the lengths
+  its row recorded: what the killed start wrote after its checkpoint (draws, fates, steps) is done again by the
+  resumed one, so the logs end with every step once and every draw key with exactly one fate, a reissue's old key
+  excepted (its ``draw`` event names it in ``reissues``).
+- Only a broken part falls back: statistics that do not read come from the newest older checkpoint whose
+  statistics do (``ResumePoint.snapshot_from``; none: they start empty), and a dispatch state that does not read
+  costs its outstanding draws (the resume gives them ``lost``); the trainer state and the steps are the newest's.
+  What did not read is in ``ResumePoint.state_lost``.
+- The run's writer lock is held from ``create`` or ``claim`` to ``release`` (platoon.runs.writer).
 - The resumed start's clock begins at the row's ``clock_s`` (at or after every row and event the logs keep), so
   ``metrics.jsonl``'s ``time`` never drops; a row without it (platoon 0.4.0 and older) begins at 0.
 """
@@ -34,29 +39,27 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 from platoon.runs import (
+    CheckpointError,
     JsonlWriter,
     LoadedCheckpoint,
     RunDir,
+    iter_jsonl,
+    kept_rows,
     load_latest_checkpoint,
+    read_checkpoint_file,
     read_checkpoint_rows,
     save_checkpoint,
 )
 
 TRAINER_FILE = "trainer.pt"
+#: The checkpoint files a live resume can do without: each only costs its own part (see the module docstring).
+STATS_FILE, DISPATCH_FILE = "tasks/state-*.json", "tasks/dispatch-*.json"
 
 __all__ = ["LiveRunDir", "ResumePoint", "TRAINER_FILE", "clock_of", "next_start_number"]
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
 
 
 def next_start_number(rows: list[dict]) -> int:
@@ -96,6 +99,11 @@ class ResumePoint:
     notes: list[str]
     row: dict
     clock_s: float = 0.0
+    #: The checkpoint whose statistics ``snapshot`` is: this one's name, an older one's when its own did not read,
+    #: or None (no snapshot).
+    snapshot_from: str | None = None
+    #: Files of this checkpoint that did not read back (statistics, dispatch state): name -> the problem.
+    state_lost: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def version(self) -> int:
@@ -108,34 +116,53 @@ class ResumePoint:
 class LiveRunDir:
     """The run directory of one start of a live run: writers for its logs and its checkpoints."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.rd = RunDir(path)
+    def __init__(self, path: str | os.PathLike[str] | RunDir, *, keep: int | None = None) -> None:
+        self.rd = path if isinstance(path, RunDir) else RunDir(path)
         self.path = self.rd.path
+        self.keep = keep  # train.keep_checkpoints: how many checkpoints ``save`` keeps (None: every one)
         self._metrics: JsonlWriter | None = None
         self._events: JsonlWriter | None = None
 
     # ------------------------------------------------------------------------------------------- creating
     @classmethod
     def create(cls, path: str | os.PathLike[str], *, config: dict, components: list[dict],
-               pool: list[tuple[str, str | None, str | None]]) -> LiveRunDir:
-        """A new run directory (``path`` must not exist or be empty) with its lock.json and tasks/pool.json."""
+               pool: list[tuple[str, str | None, str | None]], keep: int | None = None) -> LiveRunDir:
+        """A new run directory (``path`` must not exist or be empty) with its lock.json and tasks/pool.json, its
+        writer lock held (RunBusyError, FileExistsError)."""
         rd = RunDir.create(path)
         try:
             rd.write_lock(config, components, {"runtime": "live"})
             rd.write_pool(pool)
         except Exception:
-            rd.discard()  # a run that fails before its first step leaves nothing behind
+            rd.discard()  # a run that fails before its first step leaves nothing behind (its lock given back)
             raise
-        run_dir = cls(rd.path)
-        run_dir.rd = rd  # the RunDir create made, which can discard what it made
-        return run_dir
+        except BaseException:  # interrupted: its launch checkpoint, if written, resumes
+            rd.release()
+            raise
+        return cls(rd, keep=keep)
+
+    @classmethod
+    def claim(cls, path: str | os.PathLike[str]) -> LiveRunDir:
+        """The existing run ``path`` for a resume, its writer lock taken (RunBusyError; CorruptFileError when it
+        holds no lock.json)."""
+        return cls(RunDir.claim(path))
+
+    def release(self) -> None:
+        """Close the logs and give the writer lock back (idempotent)."""
+        self.close()
+        self.rd.release()
 
     def resume_point(self) -> ResumePoint:
-        """The newest checkpoint that reads back (CheckpointError when none does), as a ``ResumePoint``."""
-        ckpt: LoadedCheckpoint = load_latest_checkpoint(self.rd)
+        """The newest checkpoint whose trainer state reads back (CheckpointError when none does), as a
+        ``ResumePoint``; its statistics or dispatch state may have fallen back alone (see the module docstring)."""
+        ckpt: LoadedCheckpoint = load_latest_checkpoint(self.rd, optional=(STATS_FILE, DISPATCH_FILE))
         name = ckpt.name
         dispatch = ckpt.files.get(f"tasks/dispatch-{name}.json")
-        snapshot = ckpt.files.get(f"tasks/state-{name}.json")
+        stats_name = f"tasks/state-{name}.json"
+        snapshot = ckpt.files.get(stats_name)
+        snapshot_from = name if isinstance(snapshot, dict) else None
+        if stats_name in ckpt.broken:
+            snapshot, snapshot_from = self._older_snapshot(ckpt.row)
         trainer = ckpt.files.get(TRAINER_FILE)
         clock_s, note = clock_of(ckpt.row)
         return ResumePoint(
@@ -144,7 +171,40 @@ class LiveRunDir:
             snapshot=snapshot if isinstance(snapshot, dict) else None,
             trainer_state=trainer if isinstance(trainer, bytes) else None,
             start=next_start_number(read_checkpoint_rows(self.rd)),
-            notes=[*ckpt.passed_over, *([note] if note else [])], row=ckpt.row, clock_s=clock_s)
+            notes=[*ckpt.passed_over, *([note] if note else [])], row=ckpt.row, clock_s=clock_s,
+            snapshot_from=snapshot_from, state_lost=dict(ckpt.broken))
+
+    def _older_snapshot(self, row: Mapping[str, Any]) -> tuple[dict | None, str | None]:
+        """The statistics of the newest checkpoint older than ``row`` whose statistics read back, and its name."""
+        rows = kept_rows(self.rd)  # newest first
+        older = rows[next((i for i, r in enumerate(rows) if r == row), len(rows)) + 1:]
+        for r in older:
+            name = r.get("name")
+            if not isinstance(name, str):
+                continue
+            try:
+                snapshot = read_checkpoint_file(self.rd, r, f"tasks/state-{name}.json")
+            except CheckpointError:
+                continue
+            if isinstance(snapshot, dict):
+                return snapshot, name
+        return None, None
+
+    def open_draws(self, row: Mapping[str, Any]) -> list[tuple[int, int, str, int | None]]:
+        """The draws ``tasks/events.jsonl`` leaves open at the checkpoint ``row`` (up to the length it recorded):
+        drawn, neither given a fate nor reissued, as ``(start, seq, task_id, position)`` in draw order."""
+        length = (row.get("logs") or {}).get("tasks/events.jsonl")
+        open_: dict[tuple[int, int], tuple[str, int | None]] = {}
+        for event in iter_jsonl(self.rd.events_path, limit=length if isinstance(length, int) else None):
+            key = (event.get("start"), event.get("seq"))
+            kind = event.get("event")
+            if kind == "draw" and isinstance(event.get("task_id"), str):
+                if isinstance(event.get("reissues"), list) and len(event["reissues"]) == 2:
+                    open_.pop(tuple(event["reissues"]), None)
+                open_[key] = (event["task_id"], event.get("position"))
+            elif kind == "fate":
+                open_.pop(key, None)
+        return [(s, q, t, p) for (s, q), (t, p) in sorted(open_.items())]
 
     def cut_logs(self, row: Mapping[str, Any]) -> None:
         """Cut ``metrics.jsonl`` and ``tasks/events.jsonl`` back to the lengths the checkpoint ``row`` recorded."""
@@ -169,11 +229,16 @@ class LiveRunDir:
         self._metrics.write(row)
 
     def log_lengths(self) -> dict[str, int]:
-        return {"metrics.jsonl": _size(self.rd.metrics_path), "tasks/events.jsonl": _size(self.rd.events_path)}
+        return self.rd.log_lengths()
 
     def save(self, done: int, files: Mapping[str, object], row: dict) -> dict:
-        """Write the checkpoint of ``done`` steps (files and row from ``checkpoint_payload``, ``logs`` added)."""
-        return save_checkpoint(self.rd, done, files, row)
+        """Write the checkpoint of ``done`` steps (files and row from ``checkpoint_payload``, ``logs`` added),
+        keeping the newest ``keep``."""
+        return save_checkpoint(self.rd, done, files, row, keep=self.keep)
+
+    def mark_finished(self, steps: int, start: int | None = None) -> None:
+        """The run reached the end of its plan (``lock.json``'s ``finished``)."""
+        self.rd.mark_finished(steps, start)
 
     def close(self) -> None:
         for writer in (self._metrics, self._events):

@@ -5,11 +5,17 @@
   number, the statistics' snapshot, the dispatcher resumed by reissue (``dispatch_state.resume``: kept groups first),
   the trainer's state, both logs cut back to the checkpoint, the run's clock going on from the checkpoint's
   ``clock_s``, then on to ``train.steps`` (``--steps`` sets a new total). A rich progress bar and a line per step
-  (reward, pass rate, informative share, staleness, permits busy).
+  (reward, pass rate, informative share, staleness, permits busy). The run's writer lock is held from the first
+  look at the directory to the end (platoon.runs.writer).
 - ``evaluate``: held-out pass@1, with its 95% interval, of a config's initial policy or a run's last checkpoint.
 
-Errors: a configuration problem raises ``ConfigError`` (exit 78); a run directory that cannot be used raises
-``TrainError`` (exit 1) with a message that names it.
+A resume decides before it changes anything (platoon.runs.resume): a finished run is left as it is, with a line
+saying how to extend it; a run whose checkpoint has done every step but whose end was not written gets its end.
+
+Errors: a configuration problem raises ``ConfigError`` (exit 78); a misused ``--resume`` (a simulated run, fewer
+steps than done, a config or overrides beside it) raises ``TrainUsageError`` and a run directory another process
+writes ``RunBusyError`` (exit 64); a run directory that cannot be used raises ``TrainError`` (exit 1) with a message
+that names it.
 """
 
 from __future__ import annotations
@@ -31,12 +37,26 @@ from platoon.live.runtime import LiveRuntime
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_gives_verdicts
 from platoon.policy import dispatch_state
 from platoon.runs import CheckpointError, CorruptFileError, RunDir
+from platoon.runs.resume import (
+    ResumeRefused,
+    RunFinished,
+    check_finished,
+    check_logs,
+    check_runtime,
+    check_steps,
+)
+from platoon.runs.writer import stale_note
 
-__all__ = ["EvalReport", "TrainError", "evaluate", "load_train_config", "resume_run", "start_run", "train"]
+__all__ = ["EvalReport", "TrainError", "TrainUsageError", "evaluate", "load_train_config", "resume_run", "start_run",
+           "train"]
 
 
 class TrainError(RuntimeError):
     """A run that cannot start or go on (exit 1)."""
+
+
+class TrainUsageError(TrainError):
+    """A ``--resume`` used as it cannot be (exit 64): the run directory was left as it was."""
 
 
 def load_train_config(config: Path | None, overrides: Sequence[str] = (), steps: int | None = None) -> RunConfig:
@@ -110,17 +130,18 @@ def _runtime(live: LiveRun, run_dir: LiveRunDir, console: Console | None, checkp
                        evaluate=live.evaluate, trainer_state=live.trainer_state,
                        log=console.log if console is not None else None,
                        on_step=console.step if console is not None else None, checkpoint_name=checkpoint,
-                       clock_start_s=live.clock_start_s)
+                       clock_start_s=live.clock_start_s, state_lost=live.state_lost)
 
 
 def start_run(cfg: RunConfig, out: Path, **build: Any) -> tuple[LiveRun, LiveRunDir]:
-    """Build a new run of ``cfg`` and create its directory ``out`` (lock.json, tasks/pool.json)."""
+    """Build a new run of ``cfg`` and create its directory ``out`` (lock.json, tasks/pool.json), holding its writer
+    lock (RunBusyError while another process creates or writes it)."""
     workflow_cls = build.get("workflow_cls", GroupRolloutWorkflow)
     records = resolve_components(cfg, workflow_gives_verdicts=workflow_gives_verdicts(workflow_cls))
     live = build_live(cfg, start=1, **build)
     try:
         run_dir = LiveRunDir.create(out, config=cfg.model_dump(mode="json"), components=[r.to_json() for r in records],
-                                    pool=pool_rows(live.policy.pool))
+                                    pool=pool_rows(live.policy.pool), keep=cfg.train.keep_checkpoints)
     except FileExistsError as exc:
         raise TrainError(f"{exc}; pass --resume {out} to go on with it, or another --out") from None
     return live, run_dir
@@ -128,28 +149,53 @@ def start_run(cfg: RunConfig, out: Path, **build: Any) -> tuple[LiveRun, LiveRun
 
 def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
                **build: Any) -> tuple[LiveRun, LiveRunDir, str]:
-    """Set up the next start of the run in ``path`` from its newest checkpoint that reads back."""
+    """Set up the next start of the run in ``path`` from its newest checkpoint that reads back, holding the run's
+    writer lock (the caller releases it: ``LiveRunDir.release``).
+
+    Everything is checked before anything is written (platoon.runs.resume): RunBusyError (another writer),
+    TrainUsageError (a simulated run, ``steps`` below the checkpoint's), RunFinished (nothing to do), TrainError (no
+    checkpoint, a log shorter than its checkpoint recorded, a trainer state that does not load) leave the run as
+    it was and the lock released.
+    """
     log = log or (lambda level, message: None)
-    run_dir = LiveRunDir(path)
     try:
-        lock = run_dir.rd.read_lock()
+        run_dir = LiveRunDir.claim(path)
     except CorruptFileError as exc:
         raise TrainError(f"cannot resume {path}: {exc}") from None
+    try:
+        return _resume(run_dir, Path(path), steps, log, build)
+    except BaseException:
+        run_dir.release()
+        raise
+
+
+def _resume(run_dir: LiveRunDir, path: Path, steps: int | None, log: Any,
+            build: dict[str, Any]) -> tuple[LiveRun, LiveRunDir, str]:
+    try:
+        lock = run_dir.rd.read_lock()
+        check_runtime(lock, "live", path)
+    except CorruptFileError as exc:
+        raise TrainError(f"cannot resume {path}: {exc}") from None
+    except ResumeRefused as exc:
+        raise TrainUsageError(str(exc)) from None
     cfg = config_from_lock(lock, str(run_dir.rd.lock_path))
     try:
         point = run_dir.resume_point()
     except CheckpointError as exc:
         raise TrainError(f"cannot resume {path}: {exc}") from None
-    for note in point.notes:
-        log("warning", note)
-    if steps is not None:
-        if steps < point.step:
-            raise TrainError(f"--steps {steps}: the checkpoint {point.name} has already done {point.step} steps")
-        cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
-        run_dir.rd.write_lock(cfg.model_dump(mode="json"), lock.get("components", []), {"runtime": "live"})
+    try:
+        check_steps(steps, point.step, point.name)
+    except ResumeRefused as exc:
+        raise TrainUsageError(str(exc)) from None
+    check_finished(lock, steps, "live", path)
     if point.trainer_state is None:
         raise TrainError(f"cannot resume {path}: checkpoint {point.name} holds no trainer state (trainer.pt)")
-    run_dir.cut_logs(point.row)
+    try:
+        check_logs(run_dir.rd, point.row)
+    except CheckpointError as exc:
+        raise TrainError(f"cannot resume {path}: {exc}") from None
+    if steps is not None:
+        cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
     try:
         live = build_live(cfg, start=point.start, trainer_state=point.trainer_state, version=point.version,
                           clock_start_s=point.clock_s, **build)
@@ -158,15 +204,21 @@ def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
     except (RuntimeError, ValueError, KeyError) as exc:  # torch.load's or load_state_dict's refusal
         raise TrainError(f"cannot resume {path}: checkpoint {point.name}'s trainer state does not load: "
                          f"{exc}") from None
+
+    # decided: from here on the resume changes the run
+    run_dir.keep = cfg.train.keep_checkpoints
+    if steps is not None and steps != lock["config"]["train"]["steps"]:
+        run_dir.rd.write_lock(cfg.model_dump(mode="json"), lock.get("components", []), {"runtime": "live"})
+    for note in point.notes:
+        log("warning", note)
+    if run_dir.rd.writer is not None and (note := stale_note(run_dir.rd.writer)):
+        log("info", note)
+    run_dir.cut_logs(point.row)
     d = live.dispatcher
-    if point.snapshot is not None:
-        try:
-            d.recorder.load_snapshot(dict(point.snapshot))
-        except ValueError as exc:
-            log("warning", f"the per-task statistics of checkpoint {point.name} do not load ({exc}); they start "
-                           "empty")
-            run_dir.rd.append_lock_list("tasks_state_lost", {"start": point.start, "checkpoint": point.name,
-                                                             "problem": str(exc), "loaded": None})
+    if point.step >= cfg.train.steps:  # every step done, the end not written: the runtime writes only the end
+        d.step = d.version = point.step
+        return live, run_dir, point.name
+    live.state_lost = _load_statistics(live, run_dir, point, log)
     if point.dispatch is not None:
         changes = dispatch_state.sampling_changes(d, point.dispatch)
         if changes:
@@ -177,8 +229,14 @@ def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
         for warning in dispatch_state.resume(d, point.dispatch, step=point.step):
             log("warning", warning)
     else:
-        log("warning", f"checkpoint {point.name} holds no dispatcher state: its outstanding draws are lost")
-        d.recorder.lose_outstanding()
+        dispatch_file = f"tasks/dispatch-{point.name}.json"
+        problem = point.state_lost.get(dispatch_file, f"checkpoint {point.name} holds no dispatcher state")
+        log("warning", f"the dispatcher state of checkpoint {point.name} does not read back ({problem}): its "
+                       "outstanding draws are lost")
+        live.state_lost = "; ".join(p for p in (live.state_lost, problem) if p)
+        lost = d.recorder.lose_outstanding()
+        if lost:
+            log("warning", f"{len(lost)} outstanding draw(s) of checkpoint {point.name} get fate lost")
         d.step, d.version = point.step, point.version
         position = point.row.get("next_position")
         d.next_position = position if isinstance(position, int) else point.step * cfg.train.batch_size
@@ -187,32 +245,75 @@ def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
     return live, run_dir, point.name
 
 
+def _load_statistics(live: LiveRun, run_dir: LiveRunDir, point: Any, log: Any) -> str | None:
+    """Load the checkpoint's statistics (or an older checkpoint's, or none) into the fresh dispatcher's recorder;
+    what was lost goes to the log and lock.json's ``tasks_state_lost``. Returns the problem (None: nothing lost).
+
+    Statistics that are not the checkpoint's own get its outstanding draws (from its dispatch state, else from the
+    event log up to the checkpoint), so that the resume's reissues and fates are recorded."""
+    d = live.dispatcher
+    state_file = f"tasks/state-{point.name}.json"
+    problem = point.state_lost.get(state_file)
+    loaded = point.snapshot_from
+    if problem is None and point.snapshot is None:
+        problem = f"checkpoint {point.name} holds no per-task statistics"
+    if point.snapshot is not None:
+        try:
+            d.recorder.load_snapshot(dict(point.snapshot))
+        except ValueError as exc:
+            problem = f"{problem}; " if problem else ""
+            problem += f"the statistics of checkpoint {loaded} do not load ({exc})"
+            loaded = None
+    if problem is None:
+        return None
+    log("warning", f"the per-task statistics of checkpoint {point.name} are lost ({problem}); "
+                   + (f"they come from checkpoint {loaded}" if loaded else "they start empty"))
+    run_dir.rd.append_lock_list("tasks_state_lost", {"start": point.start, "checkpoint": point.name,
+                                                     "problem": problem, "loaded": loaded})
+    if point.dispatch is not None:
+        draws = [(s, q, t, p) for s, q, t, p in point.dispatch.get("outstanding", [])]
+    else:
+        draws = run_dir.open_draws(point.row)
+    d.recorder.replace_outstanding(draws)
+    return problem
+
+
 def train(config: Path | None = None, overrides: Sequence[str] = (), *, out: Path | None = None,
           resume: Path | None = None, steps: int | None = None, progress: bool = True, **build: Any) -> Path:
-    """``platoon train``: a new run (or ``resume``) to the end of its plan; returns the run directory."""
+    """``platoon train``: a new run (or ``resume``) to the end of its plan; returns the run directory. A resume of
+    a finished run prints so and returns at once."""
     notes: list[tuple[str, str]] = []
     if resume is not None:
         if config is not None or overrides:
-            raise TrainError("--resume takes the run's own config: give no CONFIG or --set with it")
-        live, run_dir, name = resume_run(resume, steps=steps, log=lambda level, m: notes.append((level, m)),
-                                         **build)
+            raise TrainUsageError("--resume takes the run's own config: give no CONFIG or --set with it")
+        try:
+            live, run_dir, name = resume_run(resume, steps=steps, log=lambda level, m: notes.append((level, m)),
+                                             **build)
+        except RunFinished as done:
+            from platoon.console import make_console
+
+            make_console(highlight=False).print(str(done))
+            return Path(resume)
         path = resume
     else:
         cfg = load_train_config(config, overrides, steps)
         path = out if out is not None else default_out()
         live, run_dir = start_run(cfg, path, **build)
         name = None
-    d = live.dispatcher
-    with Console(d.config.steps, d.step, enabled=progress) as console:
-        for level, message in notes:
-            console.log(level, message)
-        runtime = _runtime(live, run_dir, console, name)
-        try:
-            asyncio.run(runtime.run())
-        except Exception:
-            if resume is None and d.step == 0:
-                run_dir.rd.discard()  # a new run that fails before its first step leaves nothing behind
-            raise
+    try:
+        d = live.dispatcher
+        with Console(d.config.steps, d.step, enabled=progress) as console:
+            for level, message in notes:
+                console.log(level, message)
+            runtime = _runtime(live, run_dir, console, name)
+            try:
+                asyncio.run(runtime.run())
+            except Exception:
+                if resume is None and d.step == 0:
+                    run_dir.rd.discard()  # a new run that fails before its first step leaves nothing behind
+                raise
+    finally:
+        run_dir.release()
     return Path(path)
 
 

@@ -67,14 +67,17 @@ class LiveRuntime:
     in memory (``events``, ``rows``) and writes no checkpoint. ``evaluate()`` returns the ``eval/...`` metrics of
     the trainer's current policy; it runs off the loop. ``trainer_state()`` returns the bytes of ``trainer.pt``.
     ``clock_start_s`` is the run's clock when this start begins: 0 for a new run, the checkpoint's ``clock_s`` for a
-    resumed one, whose policy must be built with its clock there (``build_policy(now=)``).
+    resumed one, whose policy must be built with its clock there (``build_policy(now=)``). ``state_lost`` names what
+    of its checkpoint's state a resumed start could not read (its ``start`` event carries it). A start whose
+    dispatcher has done every step already (a resume of a run killed between its last checkpoint and its end) only
+    writes the end: the final evaluation. A start that reaches the end records it (``mark_finished``).
     """
 
     def __init__(self, driver: Driver, workflow: Any, trainer: Any, service: Any, *,
                  run_dir: LiveRunDir | None = None, evaluate: Callable[[], Mapping[str, float]] | None = None,
                  trainer_state: Callable[[], bytes] | None = None, log: Logger | None = None,
                  on_step: Callable[[dict], None] | None = None, checkpoint_name: str | None = None,
-                 clock_start_s: float = 0.0) -> None:
+                 clock_start_s: float = 0.0, state_lost: str | None = None) -> None:
         if not (math.isfinite(clock_start_s) and clock_start_s >= 0):
             raise ValueError(f"clock_start_s must be a finite number of seconds, at least 0, got {clock_start_s!r}")
         self.driver = driver
@@ -84,6 +87,7 @@ class LiveRuntime:
         self.log = log or _default_log
         self.on_step = on_step
         self.resumed_from = checkpoint_name
+        self.state_lost = state_lost
         self.clock_start_s = float(clock_start_s)
         self.events: list[dict] = []
         self.rows: list[dict] = []
@@ -115,16 +119,20 @@ class LiveRuntime:
         self._t0 = self.loop.time()
         self._settled = asyncio.Event()
         try:
-            decisions = self.driver.start(now=self.clock_start_s, checkpoint=self.resumed_from)
-            self._drain()
-            if self.run_dir is not None:
-                await self._checkpoint(self.driver.dispatcher.step)  # the launch save: a start that dies resumes here
-            self._carry(decisions)
-            self._rearm()
-            await self._train_loop()
+            if self.driver.dispatcher.step < self.driver.steps:
+                decisions = self.driver.start(now=self.clock_start_s, checkpoint=self.resumed_from,
+                                              state_lost=self.state_lost)
+                self._drain()
+                if self.run_dir is not None:
+                    await self._checkpoint(self.driver.dispatcher.step)  # the launch save: a start that dies resumes
+                self._carry(decisions)                                    # here
+                self._rearm()
+                await self._train_loop()
             steps = self.driver.steps
             if self.evaluate is not None and self.driver.eval_due(steps):
                 self._write_row(steps, self.now(), dict(await asyncio.to_thread(self.evaluate)))
+            if self.run_dir is not None:
+                self.run_dir.mark_finished(steps, self.driver.dispatcher.start_number)
         finally:
             await self._shutdown()
 

@@ -180,6 +180,14 @@ class StatsRecorder:
                 )
         return ok
 
+    def replace_outstanding(self, draws: list[tuple[int, int, str, int | None]]) -> None:
+        """Make ``draws`` (``[(start, seq, task_id, position)]``) the outstanding draws (``TaskStore.
+        replace_outstanding``), so that a resume's reissues and fates find them; no event."""
+        if self.stopped:
+            return
+        with self._guard("replace_outstanding"):
+            self._store.replace_outstanding(draws)
+
     def lose_outstanding(self) -> list[tuple[int, int, str]]:
         """Give ``lost`` to every outstanding draw (with their fate events); returns ``[(start, seq, task_id)]``."""
         if self.stopped:

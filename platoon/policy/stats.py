@@ -476,6 +476,24 @@ class TaskStore:
         """``[(start, seq, task_id, position), ...]`` in draw order."""
         return [(s, q, t, p) for (s, q), (t, p) in sorted(self._outstanding.items())]
 
+    def replace_outstanding(self, draws: Sequence[tuple[int, int, str, int | None]]) -> None:
+        """Make ``draws`` (``[(start, seq, task_id, position), ...]``) the outstanding draws, wholesale, with each
+        task's outstanding count; nothing else changes. For a resume whose statistics are not its checkpoint's own
+        (an older snapshot, or none): the checkpoint's dispatch state says what is outstanding."""
+        self._outstanding = {}
+        self._outstanding_n[:] = 0
+        self._busy = set()
+        for s, q, task_id, position in draws:
+            key = (int(s), int(q))
+            if key in self._outstanding:
+                raise ValueError(f"draw {key} is outstanding twice")
+            self._outstanding[key] = (str(task_id), None if position is None else int(position))
+            i = self._index.get(task_id)
+            if i is not None:
+                self._record(i)
+                self._outstanding_n[i] += 1
+                self._busy.add(i)
+
     def lose_outstanding(self) -> list[tuple[int, int, str]]:
         """Give ``lost`` to every outstanding draw, in draw order; returns ``[(start, seq, task_id), ...]``."""
         lost = []

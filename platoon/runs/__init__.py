@@ -3,7 +3,9 @@
 - ``atomic``: durable atomic writes of state files and verified reads (``CorruptFileError``);
 - ``jsonl``: append-only, per-line-flushed JSONL logs that survive a torn last line;
 - ``rundir``: ``RunDir``, the layout and ``lock.json``;
-- ``checkpoints``: full checkpoints, their index ``checkpoints.jsonl``, and loading with fallback.
+- ``checkpoints``: full checkpoints, their index ``checkpoints.jsonl``, retention, and loading with fallback;
+- ``writer``: the writer lock, one process writing a run at a time;
+- ``resume``: what a resume checks before it changes anything (the run's runtime, its steps, its logs, its end).
 
 No pandas here: ``platoon.analysis`` turns these files into DataFrames.
 """
@@ -18,25 +20,32 @@ from platoon.runs.atomic import (
 from platoon.runs.checkpoints import (
     CheckpointError,
     LoadedCheckpoint,
+    kept_rows,
     load_checkpoint,
     load_latest_checkpoint,
+    read_checkpoint_file,
     read_checkpoint_rows,
     save_checkpoint,
 )
 from platoon.runs.jsonl import JsonlWriter, iter_jsonl, read_jsonl
 from platoon.runs.rundir import RunDir, checkpoint_name, metrics_row
+from platoon.runs.writer import RunBusyError, WriterLock
 
 __all__ = [
     "CheckpointError",
     "CorruptFileError",
     "JsonlWriter",
     "LoadedCheckpoint",
+    "RunBusyError",
     "RunDir",
+    "WriterLock",
     "checkpoint_name",
     "iter_jsonl",
+    "kept_rows",
     "load_checkpoint",
     "load_latest_checkpoint",
     "metrics_row",
+    "read_checkpoint_file",
     "read_checkpoint_rows",
     "read_json_state",
     "read_jsonl",

@@ -7,15 +7,21 @@ backend). A name ending in ``.json`` holds JSON; any other name holds bytes.
 Guarantees:
 
 - **The row is the commit point.** Every file is written and fsynced into ``checkpoints/.<name>.partial/``, the
-  directory is swapped into place, and only then is the row ``{"step", "name", "path", "files": {name: sha256},
-  "time", **row}`` appended to ``checkpoints.jsonl`` and fsynced. A crash before the row leaves the previous
+  directory is swapped into place, the run's logs are fsynced (a row records their lengths), and only then is the
+  row ``{"step", "name", "path", "files": {name: sha256}, "time", **row}`` appended to ``checkpoints.jsonl`` and
+  fsynced. A crash before the row leaves the previous
   checkpoints as they were; a reader never takes a directory that has no row.
 - **A re-save replaces the whole directory.** Saving a step again (a resume re-saves its step) swaps a fresh
   directory in: atomically on Linux (``renameat2(RENAME_EXCHANGE)``); elsewhere by two renames, where a crash
   between them leaves the step's directory absent, which readers treat as a broken checkpoint and pass over.
 - **A broken newest checkpoint falls back.** :func:`load_latest_checkpoint` takes the newest row (the last in the
   file) whose every file exists, has the recorded SHA-256, parses (``.json``) and has a ``format`` this reader
-  knows; each newer row it passes over gets a note naming the file and the problem.
+  knows; each newer row it passes over gets a note naming the file and the problem. Files the caller names
+  ``optional`` do not count: one that does not read is left out, with its problem in ``LoadedCheckpoint.broken``, so
+  the caller can make up for that part alone (a live resume takes the statistics from an older checkpoint).
+- **Retention keeps the newest.** With ``keep=N`` a save removes the directories of all but the N newest checkpoints
+  (by step, the new one included) once its own row is committed; the row lists them under ``pruned``, so readers
+  skip their rows without a note. A crash before the removal leaves them on disk, and a later save removes them.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import shutil
 import sys
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from platoon.runs.atomic import CorruptFileError, fsync_dir, json_bytes, parse_json_state, sha256_bytes
@@ -40,7 +46,7 @@ from platoon.runs.rundir import PathLike, RunDir, as_run_dir, checkpoint_name
 DEFAULT_FORMATS: Mapping[str, frozenset[int]] = {"tasks/dispatch-*.json": frozenset({1, 2})}
 
 #: Keys of a checkpoints.jsonl row that save_checkpoint sets itself.
-ROW_BASE_KEYS = ("step", "name", "path", "files", "time")
+ROW_BASE_KEYS = ("step", "name", "path", "files", "time", "pruned")
 
 
 class CheckpointError(ValueError):
@@ -66,6 +72,8 @@ class LoadedCheckpoint:
     files: dict[str, object]
     passed_over: list[str]
     path: Path
+    #: Optional files (see load_latest_checkpoint) that did not read back: name -> the problem.
+    broken: dict[str, str] = field(default_factory=dict)
 
     @property
     def step(self) -> int:
@@ -150,7 +158,8 @@ def _with_sha256(value: object, hashes: Mapping[str, str]) -> object:
 
 
 def save_checkpoint(
-    run_dir: RunDir | PathLike, step: int, files: Mapping[str, object], row: Mapping[str, object]
+    run_dir: RunDir | PathLike, step: int, files: Mapping[str, object], row: Mapping[str, object], *,
+    keep: int | None = None,
 ) -> dict:
     """Write the full checkpoint of ``step`` and append its row to ``checkpoints.jsonl``; return the row.
 
@@ -160,9 +169,13 @@ def save_checkpoint(
     one of ``files`` (``{"file": name, ...}``) gets that file's ``sha256``. Every file, and the row,
     is checked before anything is written: a bad name or value raises ValueError/TypeError and leaves the run
     directory as it was. A step saved again gets a fresh directory and a new row (see the module's guarantees).
+    ``keep`` (at least 1; None: every one) is how many checkpoints to keep: the newest by step, this one included;
+    the directories of the others are removed after the row is committed, which names them under ``pruned``.
     """
     rd = as_run_dir(run_dir)
     name = checkpoint_name(step)
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+        raise ValueError(f"keep is an int >= 1 or None, not {keep!r}")
     clash = sorted(set(row) & set(ROW_BASE_KEYS))
     if clash:
         raise ValueError(f"checkpoint row keys clash with its own: {', '.join(clash)}")
@@ -176,6 +189,9 @@ def save_checkpoint(
         "time": time.time(),
         **{k: _with_sha256(v, hashes) for k, v in row.items()},
     }
+    pruned = _to_prune(rd, step, keep) if keep is not None else []
+    if pruned:
+        out["pruned"] = pruned
     jsonl_line(out)  # refuse a row that is not JSON-safe before any file is written
 
     rd.checkpoints_dir.mkdir(parents=True, exist_ok=True)
@@ -197,10 +213,26 @@ def save_checkpoint(
         shutil.rmtree(partial, ignore_errors=True)
         raise
     fsync_dir(rd.checkpoints_dir)
+    rd.sync_logs()  # the row may record the logs' lengths: what it records must be on disk before it
     with JsonlWriter(rd.checkpoints_path) as writer:
         writer.write(out)
         writer.sync()
+    for old in pruned:
+        shutil.rmtree(rd.checkpoints_dir / old, ignore_errors=True)
+    if pruned:
+        fsync_dir(rd.checkpoints_dir)
     return out
+
+
+def _to_prune(rd: RunDir, step: int, keep: int) -> list[str]:
+    """The checkpoint directories beyond the ``keep`` newest steps (``step`` among them), oldest first."""
+    steps = {step}
+    for row in read_checkpoint_rows(rd):
+        s = row.get("step")
+        if isinstance(s, int) and not isinstance(s, bool) and s >= 0:
+            steps.add(s)
+    kept = set(sorted(steps, reverse=True)[:keep])
+    return [checkpoint_name(s) for s in sorted(steps - kept) if rd.checkpoint_dir(s).is_dir()]
 
 
 def read_checkpoint_rows(run_dir: RunDir | PathLike) -> list[dict]:
@@ -216,9 +248,12 @@ def _formats_for(name: str, formats: Mapping[str, Collection[int]]) -> Collectio
 
 
 def _read_row(
-    rd: RunDir, row: dict, formats: Mapping[str, Collection[int]]
+    rd: RunDir, row: dict, formats: Mapping[str, Collection[int]], optional: Collection[str] = (),
+    broken: dict[str, str] | None = None,
 ) -> tuple[Path, dict[str, object]]:
-    """Read and verify every file of ``row``. Raises CheckpointError naming the first file at fault."""
+    """Read and verify every file of ``row``. Raises CheckpointError naming the first file at fault; a file
+    matching an ``optional`` pattern that does not read is left out and noted in ``broken``."""
+    broken = {} if broken is None else broken
     rel, names = row.get("path"), row.get("files")
     label = f"checkpoint {row.get('name', '?')}"
     if (
@@ -238,61 +273,105 @@ def _read_row(
     directory = rd.path / rel
     loaded: dict[str, object] = {}
     for name, sha in names.items():
-        shown = f"{rel}/{name}"
-        try:
-            target = directory / _file_name(name)
-        except ValueError as exc:
-            raise CheckpointError(f"{label}: {exc}", path=rd.checkpoints_path) from None
-        try:
-            data = target.read_bytes()
-        except FileNotFoundError:
-            raise CheckpointError(f"{shown}: missing", path=target) from None
-        except OSError as exc:
-            raise CheckpointError(f"{shown}: unreadable ({exc.strerror or exc})", path=target) from None
-        if name.endswith(".json"):
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in optional):
             try:
-                loaded[name] = parse_json_state(shown, data, sha256=sha, formats=_formats_for(name, formats))
-            except CorruptFileError as exc:
-                raise CheckpointError(str(exc), path=target) from None
-        else:
-            found = sha256_bytes(data)
-            if found != sha.lower():
-                raise CheckpointError(
-                    f"{shown}: checksum mismatch (expected {sha}, found {found})", path=target
-                )
-            loaded[name] = data
+                loaded[name] = _read_file(rd, rel, name, sha, formats)
+            except CheckpointError as exc:
+                broken[name] = str(exc)
+            continue
+        loaded[name] = _read_file(rd, rel, name, sha, formats)
     return directory, loaded
 
 
+def _read_file(rd: RunDir, rel: str, name: str, sha: str, formats: Mapping[str, Collection[int]]) -> object:
+    """One file of a checkpoint, verified: parsed JSON or bytes. Raises CheckpointError naming it."""
+    shown = f"{rel}/{name}"
+    try:
+        target = rd.path / rel / _file_name(name)
+    except ValueError as exc:
+        raise CheckpointError(f"checkpoint {rel}: {exc}", path=rd.checkpoints_path) from None
+    try:
+        data = target.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"{shown}: missing", path=target) from None
+    except OSError as exc:
+        raise CheckpointError(f"{shown}: unreadable ({exc.strerror or exc})", path=target) from None
+    if name.endswith(".json"):
+        try:
+            return parse_json_state(shown, data, sha256=sha, formats=_formats_for(name, formats))
+        except CorruptFileError as exc:
+            raise CheckpointError(str(exc), path=target) from None
+    found = sha256_bytes(data)
+    if found != sha.lower():
+        raise CheckpointError(f"{shown}: checksum mismatch (expected {sha}, found {found})", path=target)
+    return data
+
+
+def read_checkpoint_file(
+    run_dir: RunDir | PathLike, row: Mapping[str, object], name: str, *,
+    formats: Mapping[str, Collection[int]] | None = None,
+) -> object:
+    """The file ``name`` of the checkpoint ``row`` alone, verified (parsed JSON or bytes). Raises CheckpointError
+    when the row does not list it or it does not read back."""
+    rd = as_run_dir(run_dir)
+    rel, names = row.get("path"), row.get("files")
+    if not isinstance(rel, str) or not isinstance(names, dict) or not isinstance(names.get(name), str):
+        raise CheckpointError(f"checkpoint {row.get('name', '?')} has no file {name}", path=rd.checkpoints_path)
+    try:
+        _file_name(rel)
+    except ValueError:
+        raise CheckpointError(f"checkpoint {row.get('name', '?')}: its row's path {rel!r} leaves the run directory",
+                              path=rd.checkpoints_path) from None
+    return _read_file(rd, rel, name, names[name], DEFAULT_FORMATS if formats is None else formats)
+
+
+def kept_rows(run_dir: RunDir | PathLike) -> list[dict]:
+    """The rows of ``checkpoints.jsonl`` newest first, less those a newer row ``pruned`` (their directories are
+    gone by design)."""
+    pruned: set[str] = set()
+    out = []
+    for row in reversed(read_checkpoint_rows(run_dir)):
+        if row.get("name") not in pruned:
+            out.append(row)
+        names = row.get("pruned")
+        if isinstance(names, list):
+            pruned.update(n for n in names if isinstance(n, str))
+    return out
+
+
 def load_latest_checkpoint(
-    run_dir: RunDir | PathLike, *, formats: Mapping[str, Collection[int]] | None = None
+    run_dir: RunDir | PathLike, *, formats: Mapping[str, Collection[int]] | None = None,
+    optional: Collection[str] = (),
 ) -> LoadedCheckpoint:
     """The newest checkpoint whose files all verify, with a note for each newer one passed over.
 
     ``formats`` maps file name patterns to the ``format`` values this reader knows (default
-    :data:`DEFAULT_FORMATS`: dispatch files 1 and 2). Rows are tried from the last in ``checkpoints.jsonl``
-    backwards. Raises CheckpointError when there is no row, or when none reads (naming the newest bad file; every
-    note is in ``problems``).
+    :data:`DEFAULT_FORMATS`: dispatch files 1 and 2). ``optional`` holds file name patterns (fnmatch) whose failure
+    does not pass a checkpoint over: such a file is left out of ``files`` and its problem is in ``broken``. Rows are
+    tried from the last in ``checkpoints.jsonl`` backwards, skipping those a newer row pruned. Raises
+    CheckpointError when there is no row, or when none reads (naming the newest bad file; every note is in
+    ``problems``).
     """
     rd = as_run_dir(run_dir)
     formats = DEFAULT_FORMATS if formats is None else formats
-    rows = read_checkpoint_rows(rd)
+    rows = kept_rows(rd)
     if not rows:
         raise CheckpointError(
             f"{rd.path}: no checkpoint (checkpoints.jsonl has no row)", path=rd.checkpoints_path
         )
     notes: list[str] = []
     newest_bad: CheckpointError | None = None
-    for row in reversed(rows):
+    for row in rows:
+        broken: dict[str, str] = {}
         try:
-            directory, files = _read_row(rd, row, formats)
+            directory, files = _read_row(rd, row, formats, optional, broken)
         except CheckpointError as exc:
             newest_bad = newest_bad or exc
             notes.append(
                 f"passed over checkpoint {row.get('name', '?')} (step {row.get('step', '?')}): {exc}"
             )
             continue
-        return LoadedCheckpoint(row=row, files=files, path=directory, passed_over=notes)
+        return LoadedCheckpoint(row=row, files=files, path=directory, passed_over=notes, broken=broken)
     assert newest_bad is not None
     raise CheckpointError(
         f"{rd.path}: no checkpoint reads back; the newest: {newest_bad}", path=newest_bad.path, problems=notes
@@ -319,7 +398,9 @@ __all__ = [
     "CheckpointError",
     "LoadedCheckpoint",
     "load_checkpoint",
+    "kept_rows",
     "load_latest_checkpoint",
+    "read_checkpoint_file",
     "read_checkpoint_rows",
     "save_checkpoint",
 ]

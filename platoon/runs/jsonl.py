@@ -121,17 +121,22 @@ class JsonlWriter:
         self.close()
 
 
-def iter_jsonl(path: PathLike) -> Iterator[dict]:
-    """Yield each line of ``path`` that parses as a JSON object, in file order.
+def iter_jsonl(path: PathLike, *, limit: int | None = None) -> Iterator[dict]:
+    """Yield each line of ``path`` that parses as a JSON object, in file order, one at a time.
 
     Lines that do not parse, or parse to something other than an object, are skipped; a missing file yields nothing.
+    ``limit``: only the lines within the file's first ``limit`` bytes (a checkpoint's recorded length).
     """
     try:
         f = open(path, "rb")
     except FileNotFoundError:
         return
+    seen = 0
     with f:
         for raw in f:
+            seen += len(raw)
+            if limit is not None and seen > limit:
+                return
             try:
                 row = json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested too deeply to parse

@@ -3,6 +3,7 @@
 ```
 RUN/
   lock.json            config as resolved, every component, versions, and lists appended during the run
+  writer.lock          the writer lock: who writes the run now (platoon.runs.writer)
   metrics.jsonl        one JSON object per step: {"step": n, "time": s, "<metric name>": value, ...}
   tasks/events.jsonl   draw and fate events of every group, in order
   checkpoints.jsonl    one row per full checkpoint (see platoon.runs.checkpoints)
@@ -11,11 +12,13 @@ RUN/
 ```
 
 The simulator and the live backend write the same layout through this class. ``lock.json`` is state: every write of
-it is atomic (platoon.runs.atomic). The ``*.jsonl`` files are append-only logs (platoon.runs.jsonl).
+it is atomic (platoon.runs.atomic). The ``*.jsonl`` files are append-only logs (platoon.runs.jsonl). A RunDir that
+writes (``create``, ``claim``) holds the run's writer lock until ``release``: one writer at a time.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 from datetime import UTC, datetime
@@ -24,13 +27,18 @@ from pathlib import Path
 import platoon
 from platoon.runs.atomic import CorruptFileError, PathLike, read_json_state, write_json_atomic
 from platoon.runs.jsonl import JsonlWriter, read_jsonl
+from platoon.runs.writer import WRITER_FILE, WriterLock
 
 #: The keys write_lock always writes; ``extra`` and append_lock_list may not use them.
 LOCK_BASE_KEYS = ("platoon_version", "python_version", "config", "components", "created")
 
 #: Lists that a run appends to lock.json while it runs (reference: 1.10 and 6.4); a rewrite of the lock by a
-#: resumed start keeps them, so that what an earlier start recorded is not lost.
-LOCK_LISTS = ("sampling_changed", "tasks_state_lost")
+#: resumed start keeps them, so that what an earlier start recorded is not lost. ``finished`` gets an entry each time
+#: the run reaches the end of its plan (``mark_finished``).
+LOCK_LISTS = ("sampling_changed", "tasks_state_lost", "finished")
+
+#: The logs whose lengths a checkpoint records (``log_lengths``), by their names in the row's ``logs``.
+LOGS = ("metrics.jsonl", "tasks/events.jsonl")
 
 
 class RunDir:
@@ -40,6 +48,7 @@ class RunDir:
         self.path = Path(path)
         self._created = False  # set by create, with the topmost directory it made (None: it was given one, empty)
         self._made: Path | None = None
+        self.writer: WriterLock | None = None
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -48,33 +57,43 @@ class RunDir:
         return str(self.path)
 
     @classmethod
-    def create(cls, path: PathLike, *, exist_ok: bool = False) -> RunDir:
-        """Make the run directory (and ``tasks/``, ``checkpoints/``), parents included.
+    def create(cls, path: PathLike, *, exist_ok: bool = False, command: str | None = None) -> RunDir:
+        """Make the run directory (and ``tasks/``, ``checkpoints/``), parents included, holding its writer lock.
 
-        A directory that already exists and is not empty raises FileExistsError unless ``exist_ok`` (a resume);
-        an existing empty directory is used as is.
+        The lock is taken before the directory is looked at, so two processes creating the same run cannot both
+        find it empty: the second gets RunBusyError (while the first holds it) or FileExistsError (after). A
+        directory that already exists and holds anything but an empty ``writer.lock`` raises FileExistsError unless
+        ``exist_ok``; an existing empty directory is used as is. ``command`` is what the lock's record names.
         """
         root = Path(path)
-        if root.exists() and not exist_ok:
-            if not root.is_dir() or any(root.iterdir()):
-                raise FileExistsError(f"{root}: the run directory exists and is not empty")
+        if root.exists() and not root.is_dir():
+            raise FileExistsError(f"{root}: exists and is not a directory")
         made = root
         while not made.parent.exists() and made.parent != made:
             made = made.parent
         existed = root.exists()
         root.mkdir(parents=True, exist_ok=True)
         run = cls(root)
-        run._created, run._made = True, (made if not existed else None)
-        run.tasks_dir.mkdir(exist_ok=True)
-        run.checkpoints_dir.mkdir(exist_ok=True)
+        run.writer = WriterLock.acquire(root, command=command)
+        try:
+            if not exist_ok and any(p.name != WRITER_FILE for p in root.iterdir()):
+                raise FileExistsError(f"{root}: the run directory exists and is not empty")
+            run._created, run._made = True, (made if not existed else None)
+            run.tasks_dir.mkdir(exist_ok=True)
+            run.checkpoints_dir.mkdir(exist_ok=True)
+        except BaseException:
+            run.release()
+            raise
         return run
 
     def discard(self) -> None:
-        """Undo ``create``: remove the directories it made (parents included), or empty the directory it was given
-        empty, so that a run that failed before its first step leaves nothing in the way of the next try. Only for a
-        RunDir that ``create`` returned (ValueError otherwise); errors removing are ignored."""
+        """Undo ``create``: give the writer lock back and remove the directories it made (parents included), or empty
+        the directory it was given empty, so that a run that failed before its first step leaves nothing in the way
+        of the next try. Only for a RunDir that ``create`` returned (ValueError otherwise); errors removing are
+        ignored."""
         if not self._created:
             raise ValueError(f"{self.path}: discard undoes create, and this RunDir was not created")
+        self.release()
         made = self._made
         if made is not None:
             shutil.rmtree(made, ignore_errors=True)
@@ -84,6 +103,21 @@ class RunDir:
                     shutil.rmtree(child, ignore_errors=True)
                 else:
                     child.unlink(missing_ok=True)
+
+    @classmethod
+    def claim(cls, path: PathLike, *, command: str | None = None) -> RunDir:
+        """The existing run directory ``path``, for writing: its writer lock taken (RunBusyError when another
+        process holds it). A directory that holds no ``lock.json`` raises CorruptFileError and is left untouched."""
+        run = cls(path)
+        run.read_lock()  # not a run: say so before a writer.lock is made in it
+        run.writer = WriterLock.acquire(run.path, command=command)
+        return run
+
+    def release(self) -> None:
+        """Give the writer lock back (idempotent; a RunDir that holds none does nothing)."""
+        if self.writer is not None:
+            self.writer.release()
+            self.writer = None
 
     # paths ------------------------------------------------------------------------------------------------------
 
@@ -175,6 +209,12 @@ class RunDir:
         write_json_atomic(self.lock_path, lock)
         return lock
 
+    def mark_finished(self, steps: int, start: int | None = None) -> dict:
+        """Record that the run reached the end of its plan of ``steps`` steps: an entry ``{steps, start, time}`` in
+        ``lock.json``'s ``finished`` list (``time`` in UTC, ISO 8601). Returns the new lock."""
+        return self.append_lock_list("finished", {"steps": steps, "start": start,
+                                                  "time": datetime.now(UTC).isoformat(timespec="seconds")})
+
     # logs -------------------------------------------------------------------------------------------------------
 
     def metrics_writer(self) -> JsonlWriter:
@@ -187,6 +227,35 @@ class RunDir:
     def events_writer(self) -> JsonlWriter:
         """A writer appending to ``tasks/events.jsonl``; an OS error warns once and stops the log (reference 1.9)."""
         return JsonlWriter(self.events_path, on_error="warn")
+
+    def log_path(self, name: str) -> Path:
+        """The path of the log ``name`` (one of :data:`LOGS`)."""
+        if name not in LOGS:
+            raise ValueError(f"{name!r} is not one of the run's logs ({', '.join(LOGS)})")
+        return self.path / name
+
+    def log_lengths(self) -> dict[str, int]:
+        """The byte length of each log (0 when absent), for a checkpoint's row."""
+        lengths = {}
+        for name in LOGS:
+            try:
+                lengths[name] = self.log_path(name).stat().st_size
+            except FileNotFoundError:
+                lengths[name] = 0
+        return lengths
+
+    def sync_logs(self) -> None:
+        """fsync each log that exists, so that a checkpoint's row (fsynced after it) never records more of a log than
+        the disk holds."""
+        for name in LOGS:
+            try:
+                fd = os.open(self.log_path(name), os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def read_metrics(self) -> list[dict]:
         """The rows of ``metrics.jsonl`` that parse, in file order (a resumed run may repeat a step)."""
@@ -239,4 +308,4 @@ def as_run_dir(run_dir: RunDir | PathLike) -> RunDir:
     return run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
 
 
-__all__ = ["LOCK_BASE_KEYS", "LOCK_LISTS", "RunDir", "as_run_dir", "checkpoint_name", "metrics_row"]
+__all__ = ["LOCK_BASE_KEYS", "LOCK_LISTS", "LOGS", "RunDir", "as_run_dir", "checkpoint_name", "metrics_row"]

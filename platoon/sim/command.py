@@ -2,9 +2,11 @@
 
 - One run: the config (``platoon.sim.setup.load_sim_config``), a run directory (``--out``, else
   ``runs/sim-<name>-<n>``, the first that does not exist), a rich progress bar over the steps.
-- ``--resume RUN``: the run goes on from its newest readable checkpoint (``--steps`` is its new total).
+- ``--resume RUN``: the run goes on from its newest readable checkpoint (``--steps`` is its new total); a finished
+  run is left as it is, with a line saying so (``RunFinished``).
 - ``--sweep KEY=V1,V2,...`` (repeatable): the grid of every combination, each point a run of its own under
-  ``<out>/<nn>-<key=value,...>``, run in parallel processes (every point's config is checked first).
+  ``<out>/<nn>-<key=value,...>``, run in parallel processes (every point's config is checked first). The sweep's
+  directory is held by its writer lock while the points run.
 
 The tables that follow (``platoon.report``: a run's summary, a sweep's row per point with ratios to the first) are
 printed by the command line, which may read runs back through ``platoon.analysis``; this layer may not.
@@ -25,6 +27,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from platoon.console import make_console
+from platoon.runs.resume import RunFinished
+from platoon.runs.writer import WRITER_FILE, WriterLock
 from platoon.sim.run import SimRun
 from platoon.sim.setup import load_sim_config
 
@@ -69,8 +73,8 @@ class Outcome:
 
 
 def simulate(req: Request, console: Console | None = None) -> Outcome:
-    """Carry out ``req``. Raises UsageError, ConfigError, FileExistsError, ResumeError, CheckpointError; a new run
-    that fails before its first step leaves no directory behind."""
+    """Carry out ``req``. Raises UsageError, ConfigError, FileExistsError, RunBusyError, ResumeRefused,
+    CheckpointError (LogsLost among them); a new run that fails before its first step leaves no directory behind."""
     console = console or make_console()
     if req.permit_release not in (None, "rollout", "group"):
         raise UsageError(f"--permit-release must be rollout or group, got {req.permit_release!r}")
@@ -80,7 +84,11 @@ def simulate(req: Request, console: Console | None = None) -> Outcome:
                                 ("--permit-release", req.permit_release)) if v]
         if given:
             raise UsageError(f"--resume goes on with the run's own config: drop {', '.join(given)}")
-        run = SimRun.resume(req.resume, steps=req.steps, log=_logger(console))
+        try:
+            run = SimRun.resume(req.resume, steps=req.steps, log=_logger(console))
+        except RunFinished as done:
+            console.print(str(done), highlight=False)
+            return Outcome(req.resume)
         _run_with_progress(run, console, f"resuming {req.resume}")
         return Outcome(req.resume)
     if req.sweep:
@@ -135,7 +143,10 @@ def _run_with_progress(run: SimRun, console: Console, what: str) -> None:
                   transient=False, disable=not console.is_terminal) as progress:
         task = progress.add_task(what, total=total, completed=run.driver.dispatcher.step, sim="0:00:00")
         run.on_step = lambda step, now: progress.update(task, completed=step + 1, sim=_hms(now))
-        run.run()
+        try:
+            run.run()
+        finally:
+            run.close()
 
 
 def _hms(seconds: float) -> str:
@@ -180,7 +191,10 @@ def _run_point(config: Path | None, preset: str | None, overrides: list[str], ou
     run = SimRun.create(cfg, Path(out), log=lambda level, message: lines.append(message) if level == "warning"
                         else None)
     with discarded_unless_stepped(run):
-        run.run()
+        try:
+            run.run()
+        finally:
+            run.close()
     return lines
 
 
@@ -191,9 +205,16 @@ def sweep(req: Request, console: Console) -> Outcome:
     for point in points:  # every point's config is checked before any runs
         load_sim_config(req.config, preset=req.preset, overrides=[*base, *point])
     out = req.out or next_run_dir(Path("runs"), _name(req).replace("sim-", "sweep-"))
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out}: the sweep directory exists and is not empty")
-    out.mkdir(parents=True, exist_ok=True)  # before the points, so that a failed point discards only its own
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out}: exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    with WriterLock.acquire(out):  # taken before the directory is looked at: two sweeps cannot both find it empty
+        if any(p.name != WRITER_FILE for p in out.iterdir()):
+            raise FileExistsError(f"{out}: the sweep directory exists and is not empty")
+        return _run_sweep(req, console, out, points, base)
+
+
+def _run_sweep(req: Request, console: Console, out: Path, points: list[list[str]], base: list[str]) -> Outcome:
     dirs = [out / f"{i:02d}-{_point_name(p)}" for i, p in enumerate(points)]
     jobs = req.jobs or min(len(points), os.cpu_count() or 1)
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,

@@ -9,11 +9,18 @@ the simulator knows and ``eval/pass@1`` at steps 0, ``eval_every``, ... (the pol
 learns ends with a row ``{"step": steps, "eval/pass@1": ...}`` for the final policy.
 
 Checkpoints are taken at launch (``000000``) and right after a step's metrics (every ``train.checkpoint_every``
-steps and after the last), named by the steps done. Each records the lengths of ``metrics.jsonl`` and ``tasks/events.jsonl`` then; ``resume``
-cuts the logs back to them (what a killed run wrote after its checkpoint is written again, identically, by the
-replay) and restores the dispatcher, the statistics and the runtime exactly, so a run killed anywhere and resumed
-ends byte-identical to one that never stopped (wall-clock fields aside: lock.json's ``created``, a checkpoint row's
-``time``).
+steps and after the last), named by the steps done; the newest ``train.keep_checkpoints`` are kept. Each records the
+lengths of ``metrics.jsonl`` and ``tasks/events.jsonl`` then; ``resume`` cuts the logs back to them (what a killed
+run wrote after its checkpoint is written again, identically, by the replay) and restores the dispatcher, the
+statistics and the runtime exactly, so a run killed anywhere and resumed ends byte-identical to one that never
+stopped (wall-clock fields aside: lock.json's ``created``, a checkpoint row's ``time``). The dispatch, driver and
+simulator files are one exact state: when one of them does not read, the whole checkpoint is passed over for an
+older one, whose replay is exact too.
+
+A run holds its directory's writer lock from ``create`` or ``resume`` to ``close``. ``resume`` decides before it
+changes anything (``platoon.runs.resume``): a live run, too few steps (``ResumeRefused``), a finished run
+(``RunFinished``) or a truncated log (``LogsLost``) leave the directory as it was. A run that reaches its end
+records it in ``lock.json`` (``finished``).
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from platoon.config.resolve import resolve_components
 from platoon.policy.assemble import build_policy
 from platoon.policy.driver import StepReport
 from platoon.runs import RunDir, checkpoint_name, load_latest_checkpoint, metrics_row, save_checkpoint
+from platoon.runs.resume import ResumeRefused, check_finished, check_logs, check_runtime, check_steps
+from platoon.runs.writer import stale_note
 from platoon.sim.runtime import SimRuntime
 from platoon.sim.setup import build_tasks
 
@@ -37,8 +46,8 @@ log = logging.getLogger("platoon.sim")
 Logger = Callable[[str, str], None]
 
 
-class ResumeError(ValueError):
-    """A run that cannot be resumed as asked (not a simulated run, fewer steps than it has done)."""
+class ResumeError(ResumeRefused):
+    """A run that cannot be resumed as asked (not a simulated run, fewer steps than it has done): exit 64."""
 
 
 def _default_log(level: str, message: str) -> None:
@@ -48,9 +57,9 @@ def _default_log(level: str, message: str) -> None:
 class SimRun:
     """A simulated run writing ``path`` (see the module docstring). Use ``create`` or ``resume``, then ``run``."""
 
-    def __init__(self, cfg: RunConfig, path: Path, runtime: SimRuntime, *, log: Logger | None = None) -> None:
-        self.cfg, self.path, self.rt = cfg, Path(path), runtime
-        self.rd = RunDir(path)
+    def __init__(self, cfg: RunConfig, rd: RunDir, runtime: SimRuntime, *, log: Logger | None = None) -> None:
+        self.cfg, self.path, self.rt = cfg, rd.path, runtime
+        self.rd = rd
         self.driver = runtime.driver
         self.log = log or _default_log
         self.metrics = self.rd.metrics_writer()
@@ -71,30 +80,40 @@ class SimRun:
         try:
             rd.write_lock(cfg.model_dump(mode="json"), [r.to_json() for r in records], {"runtime": "sim"})
             rd.write_pool([(row.task_id, row.entry, row.label) for row in tasks.pool.rows])  # for platoon tasks show
-            run = cls(cfg, rd.path, SimRuntime(cfg, tasks, policy), log=log)
-            run.rd = rd         # the RunDir create made, which can discard what it made
+            run = cls(cfg, rd, SimRuntime(cfg, tasks, policy), log=log)
             run._checkpoint(0)  # the launch checkpoint, before anything runs: a run killed before its first step
             run.rt.begin()      # resumes from here (and begins there, as this one does now)
         except Exception:
-            rd.discard()        # a run that fails before its first step leaves nothing behind
+            rd.discard()  # a run that fails before its first step leaves nothing behind (its lock given back)
+            raise
+        except BaseException:  # interrupted: its launch checkpoint, if written, resumes
+            rd.release()
             raise
         return run
 
     @classmethod
     def resume(cls, path: Path, *, steps: int | None = None, log: Logger | None = None) -> SimRun:
         """Go on from ``path``'s newest checkpoint that reads back, exactly; ``steps`` is the run's new total (at
-        least the steps the checkpoint has done). The logs are cut back to the checkpoint's lengths."""
-        rd = RunDir(path)
+        least the steps the checkpoint has done). Takes the writer lock (RunBusyError), decides (``ResumeRefused``,
+        ``RunFinished``, ``LogsLost``, CheckpointError: the directory is left as it was), then cuts the logs back to
+        the checkpoint's lengths."""
+        path = Path(path)
+        rd = RunDir.claim(path)
+        try:
+            return cls._resume(rd, path, steps, log or _default_log)
+        except BaseException:
+            rd.release()
+            raise
+
+    @classmethod
+    def _resume(cls, rd: RunDir, path: Path, steps: int | None, log: Logger) -> SimRun:
         lock = rd.read_lock()
+        check_runtime(lock, "sim", path)
         cfg = config_from_lock(lock, str(rd.lock_path))
         ckpt = load_latest_checkpoint(rd)
         done = ckpt.step
-        if steps is not None:
-            if steps < done:
-                raise ResumeError(f"--steps {steps}: the checkpoint has already done {done} steps")
-            cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
-        for note in ckpt.passed_over:
-            (log or _default_log)("warning", note)
+        check_steps(steps, done, ckpt.name)
+        check_finished(lock, steps, "sim", path)
         name = ckpt.name
         sim_state = ckpt.files.get(f"sim-{name}.json")
         dispatch = ckpt.files.get(f"tasks/dispatch-{name}.json")
@@ -102,7 +121,11 @@ class SimRun:
         if not all(isinstance(x, dict) for x in (sim_state, dispatch, driver_state)):
             raise ResumeError(f"{ckpt.path}: not a simulator checkpoint of this release (no sim-{name}.json, "
                               f"driver-{name}.json or dispatch state)")
-        _cut_logs(rd, ckpt.row.get("logs") or {})
+        check_logs(rd, ckpt.row)
+        if steps is not None:
+            cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
+        for note in ckpt.passed_over:
+            log("warning", note)
         tasks = build_tasks(cfg)
         policy = build_policy(cfg, tasks.pool, start=dispatch["start"], clock=time.perf_counter)
         policy.dispatcher.load_state_dict(dispatch)
@@ -113,9 +136,13 @@ class SimRun:
             policy.recorder.next_seq = int(snapshot.get("next_seq", policy.recorder.next_seq))
         rt = SimRuntime(cfg, tasks, policy, now=sim_state["now"])
         rt.load_state_dict(sim_state)
+        # decided and built: from here on the resume changes the run
+        if rd.writer is not None and rd.writer.previous:
+            log("info", stale_note(rd.writer))
+        _cut_logs(rd, ckpt.row.get("logs") or {})
         if steps is not None and steps != lock["config"].get("train", {}).get("steps"):
             rd.write_lock(cfg.model_dump(mode="json"), lock.get("components", []), {"runtime": "sim"})
-        run = cls(cfg, rd.path, rt, log=log)
+        run = cls(cfg, rd, rt, log=log)
         if not rt.begun:
             rt.begin()
         return run
@@ -130,8 +157,10 @@ class SimRun:
                 self.close()
 
     def close(self) -> None:
+        """Close the logs and give the writer lock back (the run cannot be run further)."""
         self.metrics.close()
         self.events.close()
+        self.rd.release()
 
     # --------------------------------------------------------------------------------------------- writing
     def _drain(self) -> None:
@@ -155,20 +184,14 @@ class SimRun:
         name = checkpoint_name(done)
         files, row = self.driver.checkpoint(name, done)
         files[f"sim-{name}.json"] = self.rt.state_dict()
-        row["logs"] = {"metrics.jsonl": _size(self.rd.metrics_path), "tasks/events.jsonl": _size(self.rd.events_path)}
-        save_checkpoint(self.rd, done, files, row)
+        row["logs"] = self.rd.log_lengths()
+        save_checkpoint(self.rd, done, files, row, keep=self.cfg.train.keep_checkpoints)
 
     def _finish(self, now: float) -> None:
         if self.rt.learns and self.driver.eval_due(self.cfg.train.steps):
             self.metrics.write(metrics_row(self.cfg.train.steps, now, {"eval/pass@1": self.rt.learner.pass_at_1()}))
         self._drain()
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
+        self.rd.mark_finished(self.cfg.train.steps, self.driver.dispatcher.start_number)
 
 
 def _cut_logs(rd: RunDir, lengths: dict) -> None:

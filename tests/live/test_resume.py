@@ -143,7 +143,8 @@ def test_resume_refuses_fewer_steps_than_its_checkpoint_did(tmp_path):
 def test_a_resumed_trainer_goes_on_from_its_weights(tmp_path):
     run = tmp_path / "run"
     command.train(None, [*SMALL, "train.steps=2"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
-    live, _, name = command.resume_run(run, service_factory=fake_service, eval_episodes=64)
+    # the run finished its 2 steps, and a finished run is not resumed as it is (test_runs_resume.py): a new total
+    live, _, name = command.resume_run(run, steps=3, service_factory=fake_service, eval_episodes=64)
     saved = command.LiveRunDir(run).resume_point()
     from platoon.live.trainer import loads_state
 
@@ -197,7 +198,7 @@ def test_a_resume_whose_sampling_changed_says_so_and_records_it(tmp_path):
     lock["config"]["train"]["task_sampler"] = "pass_rate"  # as if the user resumed under another sampler
     lock_path.write_text(json.dumps(lock))
     said = []
-    command.resume_run(run, log=lambda level, message: said.append((level, message)), service_factory=fake_service,
+    command.resume_run(run, steps=3, log=lambda level, message: said.append((level, message)), service_factory=fake_service,
                        eval_episodes=64)
     assert any(level == "warning" and "the sampling changed since checkpoint 000002" in m for level, m in said)
     (changed,) = json.loads(lock_path.read_text())["sampling_changed"]

@@ -238,3 +238,56 @@ def test_formats_argument(run):
     assert load_latest_checkpoint(run, formats={}).step == 20
     save_checkpoint(run, 30, {"tasks/dispatch-000030.json": {"format": 1}}, {})
     assert load_latest_checkpoint(run).step == 30
+
+
+# -- retention and partial reads ------------------------------------------------------------------------------------
+def test_keep_removes_all_but_the_newest_and_readers_skip_them_without_a_note(run):
+    for step in (0, 2, 4, 6):
+        row = save_checkpoint(run, step, files_of(step), {}, keep=2)
+    assert row["pruned"] == ["000002"]
+    assert sorted(p.name for p in run.checkpoints_dir.iterdir()) == ["000004", "000006"]
+    assert [r.get("pruned") for r in read_checkpoint_rows(run)] == [None, None, ["000000"], ["000002"]]
+    assert [r["name"] for r in ckpt.kept_rows(run)] == ["000006", "000004"]
+    (run.checkpoint_dir(6) / "trainer.pt").write_bytes(b"torn")
+    loaded = load_latest_checkpoint(run)
+    assert loaded.step == 4 and len(loaded.passed_over) == 1
+    save_checkpoint(run, 4, files_of(4), {}, keep=2)  # a resume re-saves its step: nothing newer is lost
+    assert sorted(p.name for p in run.checkpoints_dir.iterdir()) == ["000004", "000006"]
+    with pytest.raises(ValueError, match="keep"):
+        save_checkpoint(run, 8, files_of(8), {}, keep=0)
+
+
+def test_optional_files_that_do_not_read_leave_the_checkpoint_standing(run):
+    save_checkpoint(run, 2, files_of(2), {})
+    save_checkpoint(run, 4, files_of(4), {})
+    (run.checkpoint_dir(4) / "tasks" / "state-000004.json").write_text("{}")
+    loaded = load_latest_checkpoint(run, optional=("tasks/state-*.json",))
+    assert loaded.step == 4 and loaded.passed_over == []
+    assert "tasks/state-000004.json" not in loaded.files and "checksum mismatch" in loaded.broken[
+        "tasks/state-000004.json"]
+    older = read_checkpoint_rows(run)[0]
+    assert ckpt.read_checkpoint_file(run, older, "tasks/state-000002.json") == files_of(2)["tasks/state-000002.json"]
+    with pytest.raises(CheckpointError, match="no file"):
+        ckpt.read_checkpoint_file(run, older, "tasks/state-000004.json")
+    assert load_latest_checkpoint(run).step == 2  # not optional: the whole checkpoint is passed over
+
+
+def test_a_row_records_no_more_of_the_logs_than_the_disk_holds(run, monkeypatch):
+    synced = []
+    monkeypatch.setattr(RunDir, "sync_logs", lambda self: synced.append(self.path))
+    with JsonlWriter(run.metrics_path) as w:
+        w.write({"step": 0})
+    save_checkpoint(run, 1, files_of(1), {"logs": run.log_lengths()})
+    assert synced == [run.path]
+    assert read_checkpoint_rows(run)[0]["logs"] == {"metrics.jsonl": 11, "tasks/events.jsonl": 0}
+
+
+def test_iter_jsonl_stops_at_a_recorded_length(run):
+    from platoon.runs.jsonl import iter_jsonl
+
+    with JsonlWriter(run.events_path) as w:
+        for seq in range(3):
+            w.write({"seq": seq})
+    first = len(b'{"seq":0}\n')
+    assert [r["seq"] for r in iter_jsonl(run.events_path, limit=2 * first)] == [0, 1]
+    assert [r["seq"] for r in iter_jsonl(run.events_path, limit=2 * first - 1)] == [0]

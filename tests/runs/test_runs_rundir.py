@@ -26,6 +26,7 @@ def test_paths(tmp_path):
 def test_create_refuses_a_non_empty_directory_unless_exist_ok(tmp_path):
     run = RunDir.create(tmp_path / "a" / "run")
     assert run.tasks_dir.is_dir() and run.checkpoints_dir.is_dir()
+    run.release()  # the writer lock: while it is held, a second create is refused as busy (test_runs_writer)
     with pytest.raises(FileExistsError, match="not empty"):
         RunDir.create(tmp_path / "a" / "run")
     assert RunDir.create(tmp_path / "a" / "run", exist_ok=True).path == run.path
@@ -86,7 +87,7 @@ def test_rewriting_the_lock_keeps_the_appended_lists(tmp_path):
     lock = run.write_lock({"seed": 0}, [], {"start": 2})
     assert lock["sampling_changed"] == [{"start": 2, "changes": ["train.task_sampler: a -> b"]}]
     assert "tasks_state_lost" not in lock
-    assert set(LOCK_LISTS) == {"sampling_changed", "tasks_state_lost"}
+    assert set(LOCK_LISTS) == {"sampling_changed", "tasks_state_lost", "finished"}
 
 
 def test_read_lock_errors_name_the_file(tmp_path):
