@@ -268,8 +268,10 @@ def test_a_lock_without_a_config_or_with_an_invalid_one_is_refused(sim_run: Path
             lock.pop("config", None)
         else:
             lock["config"] = config
-        (sim_run / "lock.json").write_text(json.dumps(lock))
         for args in (("simulate", "--resume", sim_run), ("train", "--resume", sim_run), ("eval", sim_run)):
+            # train refuses another runtime's run first (exit 64): the lock says live for it, so its config is read
+            lock["runtime"] = "live" if args[0] == "train" else "sim"
+            (sim_run / "lock.json").write_text(json.dumps(lock))
             result = invoke(*args)
             assert result.exit_code == 78 and needle in result.output, (args, result.output)
             assert "lock.json" in result.output

@@ -257,7 +257,9 @@ class EnvironmentConfig(_Config):
     """One environment entry: a label, its tasks, its weight and group size, and optionally its own policy."""
 
     name: str = Field(
-        ..., min_length=1, description="The entry's label, unique across entries ('/' allowed)."
+        ..., min_length=1,
+        description="The entry's label, unique across entries ('/' allowed; no control characters: it names "
+        "metrics and is printed in comments).",
     )
     env: str = Field("number_search", min_length=1, description="A registered environment, or module:Class.")
     package: str | None = Field(
@@ -301,6 +303,14 @@ class EnvironmentConfig(_Config):
         default_factory=dict,
         description="This entry's overrides of the run's sim block (simulator workload).",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _printable_name(cls, v: str) -> str:
+        bad = sorted({c for c in v if ord(c) < 32 or ord(c) == 127})
+        if bad:
+            raise ValueError(f"must not contain control characters, got {v!r}")
+        return v
 
     @field_validator("weight", mode="before")
     @classmethod
