@@ -150,10 +150,21 @@ def entry_summary(cfg: RunConfig, i: int) -> str:
     )
 
 
+WORKER_DEFAULTS = {"rollout_isolation": "inprocess", "worker_start_method": "forkserver", "worker_preload": []}
+"""The rollout-worker keys that nothing acts on yet, with their defaults (a set value is warned about)."""
+
+
 def config_warnings(cfg: RunConfig) -> list[str]:
-    """Warnings of a valid config (printed as ``warning: ...``): in rule mode, a loss that is not zero at zero
-    advantages."""
+    """Warnings of a valid config (printed as ``warning: ...`` by ``config validate``, and logged at each start of a
+    run): in rule mode, a loss that is not zero at zero advantages; rollout-worker keys that this release does not act
+    on yet (rollouts run in the trainer's process)."""
     out: list[str] = []
+    workers = cfg.train.workflow_config
+    inert = [f"{name}: {getattr(workers, name)!r}" for name, default in WORKER_DEFAULTS.items()
+             if getattr(workers, name) != default]
+    if inert:
+        out.append(f"train.workflow_config ({', '.join(inert)}) has no effect in this release: every rollout runs in "
+                   "the trainer's process (rollout workers are not built yet; docs/configuration.md)")
     loss = cfg.train.loss
     if is_rule_mode(cfg) and not loss.zero_at_zero_advantages:
         out.append(

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from platoon.config.models import RunConfig
-from platoon.config.resolve import effective_group_size
+from platoon.config.resolve import config_warnings, effective_group_size
 from platoon.policy.admission import AdmissionSet
 from platoon.policy.dispatch_metrics import DispatchGauges
 from platoon.policy.dispatcher import Dispatcher, dispatch_config
@@ -64,7 +64,8 @@ def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1, rolling: boo
                    if limit is not None else None)
     members = MemberWatch(timeout_s=train.straggler.timeout_s, quorum=train.straggler.quorum)
     driver = Driver(dispatcher, start_limit=start_limit, members=members, checkpoint_every=train.checkpoint_every,
-                    eval_every=train.eval_every, runtime=runtime, group_workflow=group_workflow)
+                    eval_every=train.eval_every, runtime=runtime, group_workflow=group_workflow,
+                    config_warnings=tuple(config_warnings(cfg)))
     return Policy(pool, samplers, recorder, admission, dispatcher, driver)
 
 

@@ -62,11 +62,13 @@ class StepReport:
 
 class Driver:
     """See the module docstring. ``runtime`` (``sim`` or ``live``) is recorded in checkpoint rows;
-    ``group_workflow``: the training workflow is a GroupRolloutWorkflow, whose members alone take start slots."""
+    ``group_workflow``: the training workflow is a GroupRolloutWorkflow, whose members alone take start slots;
+    ``config_warnings``: what ``config validate`` warns of this run's config, logged at each start."""
 
     def __init__(self, dispatcher: Dispatcher, *, start_limit: StartLimit | None = None,
                  members: MemberWatch | None = None, checkpoint_every: int | None = None,
-                 eval_every: int | None = None, runtime: str = "sim", group_workflow: bool = True) -> None:
+                 eval_every: int | None = None, runtime: str = "sim", group_workflow: bool = True,
+                 config_warnings: tuple[str, ...] = ()) -> None:
         self.dispatcher = dispatcher
         self.start_limit = start_limit
         self.group_workflow = group_workflow
@@ -75,6 +77,7 @@ class Driver:
         self.eval_every = eval_every
         self.runtime = runtime
         self.window = StepWindow(dispatcher.now)
+        self.config_warnings = config_warnings
         self._infos: list[str] = []
         self._warnings: list[str] = []
 
@@ -100,8 +103,9 @@ class Driver:
 
     # ----------------------------------------------------------------------------------------------- events
     def start(self, *, now: float, checkpoint: str | None = None, state_lost: str | None = None) -> list[Any]:
-        """The start begins (``checkpoint``: the one a resume loaded); it announces the start limit, if any
-        (docs/start-limit.md)."""
+        """The start begins (``checkpoint``: the one a resume loaded); it repeats the config's warnings and
+        announces the start limit, if any (docs/start-limit.md)."""
+        self._warnings += self.config_warnings
         if self.start_limit is not None:
             d = self.dispatcher
             for level, message in announcement(

@@ -277,3 +277,21 @@ def test_configs_built_in_code_are_checked_too() -> None:
         check_config(cfg, source="built")
     assert str(info.value).startswith("invalid config built:\n  environments.0.weight: ")
     check_config(RunConfig())
+
+
+def test_worker_keys_that_nothing_acts_on_yet_are_warned_about_at_validate_and_at_each_start():
+    from platoon.config import load_config
+    from platoon.config.resolve import config_warnings
+    from platoon.policy.assemble import build_policy
+    from platoon.policy.pool import EntrySpec, TaskPool
+
+    assert config_warnings(load_config(None, [])) == []
+    cfg = load_config(None, ["train.workflow_config.rollout_isolation=process",
+                             "train.workflow_config.worker_start_method=spawn"])
+    (warning,) = config_warnings(cfg)
+    assert "rollout_isolation: 'process'" in warning and "worker_start_method: 'spawn'" in warning
+    assert "has no effect in this release" in warning
+    pool = TaskPool.from_entries([EntrySpec("number-search", ["a", "b"], group_size=cfg.environments[0].group_size)])
+    driver = build_policy(cfg, pool).driver
+    driver.start(now=0.0)
+    assert warning in driver.take_outbox().warnings
