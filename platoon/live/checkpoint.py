@@ -129,16 +129,9 @@ class LiveRunDir:
                pool: list[tuple[str, str | None, str | None]], keep: int | None = None) -> LiveRunDir:
         """A new run directory (``path`` must not exist or be empty) with its lock.json and tasks/pool.json, its
         writer lock held (RunBusyError, FileExistsError)."""
-        rd = RunDir.create(path)
-        try:
+        with RunDir.create(path).undone_on_failure() as rd:
             rd.write_lock(config, components, {"runtime": "live"})
             rd.write_pool(pool)
-        except Exception:
-            rd.discard()  # a run that fails before its first step leaves nothing behind (its lock given back)
-            raise
-        except BaseException:  # interrupted: its launch checkpoint, if written, resumes
-            rd.release()
-            raise
         return cls(rd, keep=keep)
 
     @classmethod

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -103,6 +105,20 @@ class RunDir:
                     shutil.rmtree(child, ignore_errors=True)
                 else:
                     child.unlink(missing_ok=True)
+
+    @contextmanager
+    def undone_on_failure(self) -> Iterator[RunDir]:
+        """Around the first writes of a run ``create`` made: a failure ``discard``s it (nothing is left in the way of
+        the next try); an interruption (KeyboardInterrupt, SystemExit) only gives the lock back, so that a launch
+        checkpoint already written resumes."""
+        try:
+            yield self
+        except Exception:
+            self.discard()
+            raise
+        except BaseException:
+            self.release()
+            raise
 
     @classmethod
     def claim(cls, path: PathLike, *, command: str | None = None) -> RunDir:

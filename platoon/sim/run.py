@@ -76,19 +76,12 @@ class SimRun:
         records = resolve_components(cfg)
         tasks = build_tasks(cfg)
         policy = build_policy(cfg, tasks.pool, start=1, clock=time.perf_counter)
-        rd = RunDir.create(path)
-        try:
+        with RunDir.create(path).undone_on_failure() as rd:
             rd.write_lock(cfg.model_dump(mode="json"), [r.to_json() for r in records], {"runtime": "sim"})
             rd.write_pool([(row.task_id, row.entry, row.label) for row in tasks.pool.rows])  # for platoon tasks show
             run = cls(cfg, rd, SimRuntime(cfg, tasks, policy), log=log)
             run._checkpoint(0)  # the launch checkpoint, before anything runs: a run killed before its first step
             run.rt.begin()      # resumes from here (and begins there, as this one does now)
-        except Exception:
-            rd.discard()  # a run that fails before its first step leaves nothing behind (its lock given back)
-            raise
-        except BaseException:  # interrupted: its launch checkpoint, if written, resumes
-            rd.release()
-            raise
         return run
 
     @classmethod
