@@ -56,7 +56,7 @@ def simulate(
         str | None, typer.Option("--permit-release", help="rollout | group (train.permit_release).")
     ] = None,
     overrides: SetOption = None,
-    steps: Annotated[int | None, typer.Option("--steps", min=1, help="train.steps (with --resume: the new total).")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", min=1, help="train.max_training_steps (with --resume: the new total).")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="train.seed.")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="The run directory (default: runs/sim-<name>-<n>).")] = None,
     resume: Annotated[
@@ -108,7 +108,7 @@ def train(
     resume: Annotated[
         Path | None, typer.Option("--resume", help="Go on from this run's newest full checkpoint.")
     ] = None,
-    steps: Annotated[int | None, typer.Option("--steps", min=1, help="train.steps (with --resume: the new total).")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", min=1, help="train.max_training_steps (with --resume: the new total).")] = None,
 ) -> None:
     """Train a policy with the live asyncio + PyTorch backend (no CONFIG: the small model on number_search)."""
     from platoon.live.command import TrainError, TrainUsageError

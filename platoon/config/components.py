@@ -24,8 +24,22 @@ ENTRY_TASK_SAMPLERS = ("uniform", "pass_rate")
 CORE_GROUP_ADMISSIONS = ("all", "informative")
 """Names core owns at ``train.group_admission``."""
 
-CORE_ENVIRONMENTS = ("number_search",)
+NUMBER_SEARCH = "platoon-number-search"
+"""The built-in environment's name (platoon 0.4.0's, version 1: ``platoon-number-search@1``)."""
+
+CORE_ENVIRONMENTS = (NUMBER_SEARCH,)
 """Environments the runtimes provide without a registration; a config may name them without a package."""
+
+CORE_ENVIRONMENT_VERSIONS = {NUMBER_SEARCH: "1"}
+"""Each core environment's version: ``name@version`` must name it."""
+
+
+def core_environment(env: str) -> str | None:
+    """The core environment ``env`` names (``name`` or ``name@version``), or None when it names no core one."""
+    name, _, version = env.partition("@")
+    if name not in CORE_ENVIRONMENTS or (version and version != CORE_ENVIRONMENT_VERSIONS[name]):
+        return None
+    return name
 
 
 class PassRateOptions(BaseModel):
@@ -102,7 +116,7 @@ class InformativeOptions(BaseModel):
 
 
 class NumberSearchOptions(BaseModel):
-    """``env_options`` of the built-in ``number_search`` environment (docs/live-backend.md), checked when a config
+    """``service_kwargs`` of the built-in ``platoon-number-search`` environment (docs/live-backend.md), checked when a config
     loads as its constructor checks them, within bounds that keep its vocabulary and task grid small."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
@@ -115,8 +129,9 @@ class NumberSearchOptions(BaseModel):
         default_factory=lambda: [-1, 0, 1, 2], min_length=1, max_length=64,
         description="Guesses allowed, as offsets from binary search's (each from -64 to 64).",
     )
-    heldout_fraction: float = Field(0.25, gt=0, lt=1, description="The share of each (N, g)'s targets held out.")
-    split_seed: int = Field(0, ge=INT64_MIN, le=INT64_MAX, description="The seed of the train/heldout split.")
+    val_fraction: float = Field(0.25, gt=0, lt=1, description="The share of each (N, g)'s targets held out (split "
+                                                              "val).")
+    split_seed: int = Field(0, ge=INT64_MIN, le=INT64_MAX, description="The seed of the train/val split.")
     reward: Literal["partial", "binary"] = Field("partial", description="partial credit, or 1 for a find else 0.")
     partial_weight: float = Field(0.5, ge=0, lt=1, description="The weight of partial credit.")
     show_range: bool = Field(False, description="Each answer also names the range still open.")
@@ -129,8 +144,11 @@ class NumberSearchOptions(BaseModel):
         return self
 
 
-CORE_ENV_SPLITS = {"number_search": ("train", "heldout")}
+CORE_ENV_SPLITS = {NUMBER_SEARCH: ("train", "val")}
 """The splits of each core environment."""
+
+CORE_EVAL_SPLITS = {NUMBER_SEARCH: "val"}
+"""The split each core environment evaluates on when ``eval_dataset_kwargs.split_name`` is null."""
 
 
 CORE_OPTIONS: dict[tuple[str, str], type[BaseModel] | None] = {
@@ -140,7 +158,7 @@ CORE_OPTIONS: dict[tuple[str, str], type[BaseModel] | None] = {
     ("task_sampler", "pass_rate"): PassRateOptions,
     ("group_admission", "all"): None,
     ("group_admission", "informative"): InformativeOptions,
-    ("environment", "number_search"): NumberSearchOptions,
+    ("environment", NUMBER_SEARCH): NumberSearchOptions,
 }
 """(kind, core name) -> options model; None means the component takes no options."""
 

@@ -35,7 +35,14 @@ from pydantic import ValidationError
 
 from platoon.config.bounds import MAX_TASKS
 from platoon.config.errors import ConfigError
-from platoon.config.models import MISSING_KEY, Problem, RunConfig, SimConfig, describe_errors
+from platoon.config.models import (
+    EMBEDDED_DEFAULT,
+    MISSING_KEY,
+    Problem,
+    RunConfig,
+    SimConfig,
+    describe_errors,
+)
 from platoon.config.overrides import apply_override, override_value, with_overrides
 from platoon.config.presets import preset_data, unknown_preset
 from platoon.config.resolve import RUN_ONLY_SIM_KEYS, config_warnings, merge_sim, resolve_components
@@ -51,12 +58,14 @@ DEFAULT_SOURCE = "<default>"
 
 
 def load_config(
-    path: Path | None, overrides: Sequence[str] = (), *, strict_resolve: bool = False
+    path: Path | None, overrides: Sequence[str] = (), *, strict_resolve: bool = False, needs_log_path: bool = False
 ) -> RunConfig:
     """Read the config at ``path`` (None: the embedded default, every field at its default), apply ``overrides``
     (``dotted.key=value``, YAML-typed, list indices allowed, ``null`` for None) and validate it.
 
-    Raises one ConfigError with every problem. With ``strict_resolve`` a config that passes is also resolved
+    Raises one ConfigError with every problem. ``needs_log_path``: a config without ``log_path`` is refused (as
+    platoon 0.4.0 refuses it: ``config validate``, and ``train`` without ``--out``). With ``strict_resolve`` a config
+    that passes is also resolved
     (stage 2: packages imported, components resolved, their options and checks run), and its problems raise.
     """
     source = DEFAULT_SOURCE if path is None else str(path)
@@ -71,6 +80,10 @@ def load_config(
         for text in overrides:
             apply_override(data, text, applied, problems)
         cfg = _validate(data, problems)
+        if needs_log_path and data.get("log_path") is None and not any(p.path == "log_path" for p in problems):
+            problems.append(Problem("log_path", f"{MISSING_KEY} (where runs go; train --out DIR names the run "
+                                                "directory instead)", ("log_path",)))
+            cfg = None
     if problems:
         raise ConfigError(with_overrides([str(p) for p in problems], applied), source)
     assert cfg is not None
@@ -116,7 +129,7 @@ def check_config(cfg: RunConfig, *, source: str = "<config>") -> None:
 
 def _read(path: Path | None, problems: list[Problem]) -> dict[str, Any] | None:
     if path is None:
-        return {}
+        return copy.deepcopy(EMBEDDED_DEFAULT)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -142,7 +155,7 @@ def _read(path: Path | None, problems: list[Problem]) -> dict[str, Any] | None:
 
 def _absolute_files(data: dict[str, Any], base: Path) -> None:
     """Make the file names a config's own text gives (``sim.tasks``, an empirical duration's ``file``, in the run's
-    sim block and in each entry's, and ``model.path``) absolute, relative to the config's directory; an override's
+    sim block and in each entry's, and ``train.model_name`` when it is a directory there) absolute, relative to the config's directory; an override's
     names stay relative to the working directory."""
 
     def fix(node: Any, key: str) -> None:
@@ -163,7 +176,11 @@ def _absolute_files(data: dict[str, Any], base: Path) -> None:
     for entry in data.get("environments") if isinstance(data.get("environments"), list) else ():
         if isinstance(entry, dict):
             walk_sim(entry.get("sim"))
-    fix(data.get("model"), "path")
+    train = data.get("train")
+    if isinstance(train, dict) and isinstance(train.get("model_name"), str) and train["model_name"] != "tiny":
+        local = base / Path(train["model_name"]).expanduser()
+        if local.is_dir():
+            train["model_name"] = str(local)
 
 
 def _merge_preset(data: dict[str, Any], overrides: Sequence[str], problems: list[Problem]) -> None:
@@ -212,7 +229,7 @@ def _validate(data: dict[str, Any], problems: list[Problem]) -> RunConfig | None
 
 def _file_problems(cfg: RunConfig, invalid: frozenset[str]) -> list[Problem]:
     """The files the config names, read as the run will read them: each entry's task file and empirical duration
-    files (its sim block merged onto the run's), ``model.path`` for ``kind: hf``; and the run's tasks over every
+    files (its sim block merged onto the run's), ``train.model_name`` unless ``tiny``; and the run's tasks over every
     entry, at most ``MAX_TASKS`` training and as many held-out."""
     out: list[Problem] = []
     base = cfg.sim.model_dump(mode="json")
@@ -255,10 +272,10 @@ def _file_problems(cfg: RunConfig, invalid: frozenset[str]) -> list[Problem]:
         if count > MAX_TASKS and "environments" not in invalid:
             out.append(Problem("environments", f"the entries hold {count} {what} tasks in all; a run may have at "
                                                f"most {MAX_TASKS}"))
-    mdl = cfg.model
-    if mdl.kind == "hf" and mdl.path is not None and not any(p.startswith("model.") for p in invalid):
-        if not Path(mdl.path).expanduser().is_dir():
-            out.append(Problem("model.path", f"{mdl.path}: no such directory (kind hf loads a local checkpoint)"))
+    name = cfg.train.model_name
+    if name != "tiny" and "train.model_name" not in invalid and not Path(name).expanduser().is_dir():
+        out.append(Problem("train.model_name", f"{name!r} is neither tiny (the built-in model) nor a local "
+                                               "directory holding a Hugging Face checkpoint"))
     return out
 
 
@@ -283,9 +300,11 @@ def _drop(work: dict[str, Any], p: Problem) -> None:
     missing = p.message == MISSING_KEY
     if any(_at_loc(work, loc[:end]) is _MISSING for end in range(1, len(loc) + (0 if missing else 1))):
         return  # an earlier problem removed it, or a value above it
-    if missing and loc[:1] == ("environments",) and len(loc) == 3 and loc[2] == "name":
-        work["environments"][loc[1]]["name"] = f"<entry {loc[1]}>"
-        return
+    if missing and tuple(loc) in _STAND_INS:
+        parent = _at_loc(work, loc[:-1])
+        if isinstance(parent, dict):
+            parent[loc[-1]] = copy.deepcopy(_STAND_INS[tuple(loc)])
+            return
     for end in range(len(loc), 0, -1):
         parent, key = _at_loc(work, loc[: end - 1]), loc[end - 1]
         if isinstance(parent, dict) and key in parent:
@@ -297,6 +316,13 @@ def _drop(work: dict[str, Any], p: Problem) -> None:
 
 
 _MISSING = object()
+
+_STAND_INS: dict[tuple[str | int, ...], Any] = {
+    ("train",): {"model_name": "tiny", "renderer_name": "role_colon"},
+    ("train", "model_name"): "tiny",
+    ("train", "renderer_name"): "role_colon",
+}
+"""Values that stand in for a missing required key while the rules between fields run (no rule reads them)."""
 
 
 def _at_loc(data: Any, loc: Sequence[str | int]) -> Any:

@@ -25,22 +25,28 @@ import re
 import types
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from platoon.config.base import ConfigModel
 from platoon.config.bounds import (
     INT64_MAX,
     INT64_MIN,
     MAX_BATCH,
-    MAX_GROUP,
     MAX_GROUPS_PER_STEP,
     MAX_MODEL,
     MAX_ROLLOUTS,
-    MAX_SECONDS,
     MAX_STALENESS,
     MAX_STEPS,
     MAX_TASKS,
     MAX_WEIGHT,
     MIN_WEIGHT,
+)
+from platoon.config.sections import (
+    CheckpointConfig,
+    DatasetKwargs,
+    EvalConfig,
+    StatsConfig,
+    WatchdogConfig,
 )
 from platoon.config.sim import (
     Duration,
@@ -54,15 +60,9 @@ from platoon.config.sim import (
     SimRolloutConfig,
     SimTrainerConfig,
 )
+from platoon.config.workflow import EntryWorkflowConfig, WorkflowConfig
 
-
-class _Config(BaseModel):
-    """Base of every config model: frozen, strict, unknown keys refused (with the class's hints), floats finite."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-    UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {}
-    """Unknown key -> the whole message after ``<path>: `` (starting ``unknown key; ...``)."""
+_Config = ConfigModel
 
 
 # --- train -----------------------------------------------------------------------------------------------------
@@ -110,59 +110,10 @@ class LossConfig(_Config):
         return self.kl_coef == 0 and self.entropy_coef == 0
 
 
-_DOTTED_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-
-
-class WorkflowConfig(_Config):
-    """How rollout workers are started and isolated (live backend)."""
-
-    worker_preload: list[str] = Field(
-        default_factory=list,
-        description="Extra modules (dotted names) the workers' fork server imports before it forks them: modules "
-        "an environment imports only when it opens.",
-    )
-    worker_start_method: Literal["forkserver", "fork", "spawn", "exec"] = Field(
-        "forkserver", description="How rollout workers start; under exec nothing is imported ahead."
-    )
-    rollout_isolation: Literal["inprocess", "process"] = Field(
-        "inprocess",
-        description="inprocess: rollouts run in the trainer's process; process: in worker processes.",
-    )
-    worker_startup_budget_seconds: float = Field(
-        300.0, gt=0, le=MAX_SECONDS, description="How long a worker may take to start before it counts as failed, in seconds."
-    )
-
-    @field_validator("worker_preload")
-    @classmethod
-    def _modules(cls, v: list[str]) -> list[str]:
-        bad = [m for m in v if not _DOTTED_MODULE.fullmatch(m)]
-        if bad:
-            raise ValueError(f"must be dotted module names such as pkg.mod, got {', '.join(map(repr, bad))}")
-        return v
-
-
-class StragglerConfig(_Config):
-    """A deadline against runaway rollouts, not a throughput lever.
-
-    When set, a group's rollouts that run ``timeout_s`` past their own start (shifted by each member's start delay
-    under rolling starts) are cancelled once ``quorum`` members have finished; what it cancels is logged as
-    censoring (``train/batch/censoring/*``). Cutting stragglers biases a group toward its fast rollouts; raise the
-    permits or the staleness bound for throughput instead.
-    """
-
-    timeout_s: float | None = Field(
-        None,
-        gt=0,
-        le=MAX_SECONDS,
-        description="Cancel a rollout this many seconds after its start once the quorum has finished; "
-        "null: no straggler policy (a deadline against runaway rollouts, not a throughput lever).",
-    )
-    quorum: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_GROUP,
-        description="Members of a group that must finish before stragglers are cut; null: group_size - 1.",
-    )
+_TINKER_NO_EFFECT = frozenset({
+    "renderer_kwargs", "sample_timeout_seconds", "context_window_length", "num_microbatches", "lora_rank",
+    "forward_backward_timeout_seconds", "optim_step_timeout_seconds",
+})
 
 
 class TrainConfig(_Config):
@@ -171,13 +122,55 @@ class TrainConfig(_Config):
     UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {
         "task_order": "unknown key; platoon 0.4.0 removed it; use train.task_sampler",
         "rollout_group_key": "unknown key; platoon 0.3.0 removed it; use train.label_by",
-        "num_concurrent_rollout_workflow_workers": "unknown key; use train.max_concurrent_rollouts",
+        "straggler_policy_key": "unknown key; platoon 0.3.0 removed it; use train.label_by",
+        "num_concurrent_rollout_workflow_workers": "unknown key; platoon 0.3.0 removed it; use "
+        "train.max_concurrent_rollouts",
         "on_stale": "unknown key; not in this release: a stale group is dropped, and under a group admission rule "
         "the step takes another in its place",
+        "steps": "unknown key; use train.max_training_steps (or train.num_epochs)",
     }
+    NO_EFFECT: ClassVar[frozenset[str]] = _TINKER_NO_EFFECT
 
-    steps: int = Field(100, ge=1, le=MAX_STEPS, description="Training steps (policy updates) of the run.")
+    model_name: str = Field(
+        ..., min_length=1,
+        description="The policy: tiny (the built-in small transformer), or a local Hugging Face checkpoint "
+        "directory.",
+    )
+    renderer_name: str = Field(
+        ..., min_length=1,
+        description="How conversations become tokens (0.4.0's renderer); the built-in environments speak token "
+        "ids, so it is recorded, not used, by them.",
+    )
+    renderer_kwargs: dict[str, Any] = Field(default_factory=dict, description="Renderer attributes (no effect here).")
+    sample_timeout_seconds: float | None = Field(None, description="Tinker sampling calls (no effect here).")
+    context_window_length: int | None = Field(None, description="No effect here.")
     batch_size: int = Field(32, ge=1, le=MAX_BATCH, description="Groups per step.")
+    num_epochs: int | None = Field(
+        None, ge=1, le=MAX_STEPS,
+        description="Passes over the training tasks (ceil(tasks / batch_size) steps each); with "
+        "max_training_steps the shorter wins. train refuses a config with neither.",
+    )
+    max_training_steps: int | None = Field(
+        None, ge=1, le=MAX_STEPS, description="Training steps (policy updates) of the run; with num_epochs the "
+        "shorter wins.",
+    )
+    num_minibatches: int = Field(
+        1, ge=1, le=MAX_BATCH, description="Optimizer steps per batch; must be 1 beside an admission rule."
+    )
+    num_microbatches: int = Field(1, ge=1, le=MAX_BATCH, description="Tinker microbatches (no effect here).")
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_STALENESS,
+        description="How many policy versions a group may lag when trained; null: no bound (only the plan bounds "
+        "drawing ahead).",
+    )
+    loss: LossConfig = Field(default_factory=LossConfig, description="The policy-gradient objective.")
+    lora_rank: int = Field(32, ge=1, description="LoRA rank of the Tinker service (no effect here: the whole "
+                                                 "model trains).")
+    workflow_config: WorkflowConfig = Field(
+        default_factory=WorkflowConfig, description="Each group's rollouts, what a group trains, rollout workers."
+    )
     max_concurrent_rollouts: int | None = Field(
         None,
         ge=1,
@@ -189,18 +182,19 @@ class TrainConfig(_Config):
         description="rollout: a permit comes back as its rollout ends; group: when its group's workflow "
         "returns (as in 0.3).",
     )
-    max_staleness: int | None = Field(
-        1,
-        ge=0,
-        le=MAX_STALENESS,
-        description="How many policy versions a group may lag when trained; null: only the plan bounds "
-        "drawing ahead.",
-    )
     max_starting_rollouts: int | None = Field(
         None,
         ge=1,
         le=MAX_ROLLOUTS,
         description="At most this many rollouts setting up at once (experimental); null: no limit.",
+    )
+    label_by: str | None = Field(
+        None,
+        description="The task column whose value labels a group (metrics, group limits, straggler policies); null: "
+        "the entry's name.",
+    )
+    rollout_group_limits: dict[str, Annotated[int, Field(ge=1, le=MAX_ROLLOUTS)]] = Field(
+        default_factory=dict, description="Label -> at most this many of its groups in flight at once."
     )
     task_sampler: str = Field(
         "auto",
@@ -219,73 +213,52 @@ class TrainConfig(_Config):
     refill: RefillConfig = Field(
         default_factory=RefillConfig, description="Refill under a group admission rule."
     )
-    num_minibatches: int = Field(
-        1, ge=1, le=MAX_BATCH, description="Optimizer steps per batch; must be 1 beside an admission rule."
-    )
+    forward_backward_timeout_seconds: float = Field(5400.0, description="Tinker calls (no effect here).")
+    optim_step_timeout_seconds: float = Field(300.0, description="Tinker calls (no effect here).")
     seed: int = Field(
         0, ge=INT64_MIN, le=INT64_MAX,
         description="The run's seed (a 64-bit integer): every random choice derives from it and a counter.",
-    )
-    checkpoint_every: int = Field(10, ge=1, le=MAX_STEPS, description="Write a full checkpoint every this many steps.")
-    keep_checkpoints: int | None = Field(
-        3, ge=1, le=MAX_STEPS, description="Full checkpoints to keep on disk: the newest this many (a resume goes on "
-        "from the newest that reads back; the older ones are its fallbacks); null: keep every one.",
-    )
-    eval_every: int | None = Field(
-        10, ge=1, le=MAX_STEPS, description="Evaluate held-out pass@1 every this many steps; null: never."
-    )
-    label_by: str | None = Field(
-        None,
-        description="The task column whose value labels a group (metrics, group limits); null: the entry's name.",
-    )
-    rollout_group_limits: dict[str, Annotated[int, Field(ge=1, le=MAX_ROLLOUTS)]] = Field(
-        default_factory=dict, description="Label -> at most this many of its groups in flight at once."
-    )
-    loss: LossConfig = Field(default_factory=LossConfig, description="The policy-gradient objective.")
-    workflow_config: WorkflowConfig = Field(
-        default_factory=WorkflowConfig, description="How rollout workers start (live backend)."
-    )
-    straggler: StragglerConfig = Field(
-        default_factory=StragglerConfig, description="A deadline against runaway rollouts (off by default)."
     )
 
 
 # --- environments ----------------------------------------------------------------------------------------------
 
+_ENTRY_NO_EFFECT = frozenset({
+    "trainer_config", "dataset_loader", "eval_dataset_loader", "task_loader", "rollout", "eval_rollout",
+    "reward_processor", "workflow", "workflow_kwargs", "eval_workflow_kwargs", "service", "harness", "placement",
+    "builtins", "on_context_overflow", "on_harness_exit", "program", "harness_options", "eval_overrides", "agents",
+})
+
 
 class EnvironmentConfig(_Config):
-    """One environment entry: a label, its tasks, its weight and group size, and optionally its own policy."""
+    """One environment entry: its tasks, its weight and group size, and optionally its own policy."""
 
-    name: str = Field(
-        ..., min_length=1,
-        description="The entry's label, unique across entries ('/' allowed; no control characters: it names "
-        "metrics and is printed in comments).",
+    UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {
+        "group_size": "unknown key; use the entry's workflow_config.group_size",
+        "env_options": "unknown key; use service_kwargs",
+        "split": "unknown key; use dataset_kwargs.split_name",
+        "eval_split": "unknown key; use eval_dataset_kwargs.split_name",
+    }
+    NO_EFFECT: ClassVar[frozenset[str]] = _ENTRY_NO_EFFECT
+
+    env: str = Field(
+        "platoon-number-search", min_length=1,
+        description="A registered environment (name or name@version), or module:Class.",
     )
-    env: str = Field("number_search", min_length=1, description="A registered environment, or module:Class.")
     package: str | None = Field(
         None,
         description="A module to import before the run resolves components: it registers samplers, rules "
         "and environments.",
     )
+    name: str | None = Field(
+        None, min_length=1,
+        description="The entry's label, required and unique in a mixture (null: default); no '::' and no control "
+        "characters (it names metrics and is printed in comments).",
+    )
     weight: float | Literal["tasks"] = Field(
-        1.0,
-        description="The entry's share of the slots under weighted: a positive number, or tasks (its number "
-        "of training tasks).",
-    )
-    group_size: int = Field(8, ge=1, le=MAX_GROUP, description="Rollouts per group.")
-    success_threshold: float = Field(1.0, description="A rollout passes when its reward is at least this.")
-    seed: int = Field(
-        0, ge=INT64_MIN, le=INT64_MAX, description="The entry's seed (a 64-bit integer), added to its sampler's "
-        "decision key.",
-    )
-    split: str = Field("train", description="The environment's split the entry trains on.")
-    eval_split: str = Field("heldout", description="The split held-out pass@1 is measured on.")
-    tasks: list[str] | None = Field(
-        None, max_length=MAX_TASKS, description="Task ids to train on, each once; null: the whole split."
-    )
-    env_options: dict[str, Any] = Field(default_factory=dict, description="Passed to the environment as is.")
-    max_staleness: int | None = Field(
-        None, ge=0, le=MAX_STALENESS, description="The entry's own staleness bound; null: the run's."
+        "tasks",
+        description="The entry's share of the slots under weighted: tasks (its number of training tasks) or a "
+        "positive number; a mixture's weights are all numbers or all tasks.",
     )
     task_sampler: str | None = Field(
         None,
@@ -299,17 +272,74 @@ class EnvironmentConfig(_Config):
     group_admission_options: dict[str, Any] = Field(
         default_factory=dict, description="Options of the entry's group_admission (only beside it)."
     )
+    workflow_config: EntryWorkflowConfig = Field(
+        default_factory=EntryWorkflowConfig,
+        description="This entry's group_size, straggler keys, min_successful_group_size, leave_one_out_baseline and "
+        "sampling parameters; each null one inherits train.workflow_config's.",
+    )
+    max_staleness: int | None = Field(
+        None, ge=0, le=MAX_STALENESS, description="The entry's own staleness bound; null: the run's."
+    )
+    success_threshold: float = Field(1.0, description="A rollout passes when its reward is at least this.")
+    seed: int = Field(
+        0, ge=INT64_MIN, le=INT64_MAX, description="The entry's seed (a 64-bit integer), added to its sampler's "
+        "decision key.",
+    )
+    dataset_kwargs: DatasetKwargs = Field(
+        default_factory=DatasetKwargs, description="How the entry lists its training tasks: split_name (train), "
+        "shuffle_seed, limit.",
+    )
+    eval_dataset_kwargs: DatasetKwargs = Field(
+        default_factory=DatasetKwargs, description="How the entry lists its evaluation tasks: split_name (the "
+        "environment's evaluation split), shuffle_seed, limit.",
+    )
+    exclude_tasks: list[str] = Field(
+        default_factory=list, max_length=MAX_TASKS, description="Task ids left out of training and evaluation."
+    )
+    tasks: list[str] | None = Field(
+        None, max_length=MAX_TASKS, description="Task ids to train on, each once, of the listed split(s); null: "
+        "every task listed.",
+    )
+    service_kwargs: dict[str, Any] = Field(default_factory=dict, description="The environment's own options.")
     sim: dict[str, Any] = Field(
         default_factory=dict,
         description="This entry's overrides of the run's sim block (simulator workload).",
     )
+    trainer_config: str | None = Field(None, description="No effect here.")
+    dataset_loader: str | None = Field(None, description="No effect here.")
+    eval_dataset_loader: str | None = Field(None, description="No effect here.")
+    task_loader: str | None = Field(None, description="No effect here.")
+    rollout: str | None = Field(None, description="No effect here.")
+    eval_rollout: str | None = Field(None, description="No effect here.")
+    reward_processor: str | None = Field(None, description="No effect here.")
+    workflow: str = Field("group_rollout", description="No effect here (every entry runs group rollouts).")
+    workflow_kwargs: dict[str, Any] = Field(default_factory=dict, description="No effect here.")
+    eval_workflow_kwargs: dict[str, Any] = Field(default_factory=dict, description="No effect here.")
+    service: str | None = Field(None, description="An environment service (no effect here; env names it).")
+    harness: str | dict[str, float] | None = Field(None, description="An agent harness (no effect here).")
+    placement: Literal["task_sandbox", "local", "auto"] = Field("auto", description="No effect here.")
+    builtins: Literal["keep", "disable", "default"] = Field("default", description="No effect here.")
+    on_context_overflow: Literal["grade", "exclude"] = Field("grade", description="No effect here.")
+    on_harness_exit: dict[str, str] = Field(default_factory=dict, description="No effect here.")
+    program: str = Field("single", description="No effect here.")
+    harness_options: dict[str, Any] = Field(default_factory=dict, description="No effect here.")
+    eval_overrides: dict[str, Any] = Field(default_factory=dict, description="No effect here.")
+    agents: dict[str, Any] = Field(default_factory=dict, description="No effect here.")
+
+    @property
+    def label(self) -> str:
+        """The entry's label: its name, else ``default`` (a single entry may leave its name out)."""
+        return self.name or "default"
 
     @field_validator("name")
     @classmethod
-    def _printable_name(cls, v: str) -> str:
-        bad = sorted({c for c in v if ord(c) < 32 or ord(c) == 127})
-        if bad:
+    def _printable_name(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if any(ord(c) < 32 or ord(c) == 127 for c in v):
             raise ValueError(f"must not contain control characters, got {v!r}")
+        if "::" in v:
+            raise ValueError(f"must not contain '::' (it separates the entry from the task in a task id), got {v!r}")
         return v
 
     @field_validator("weight", mode="before")
@@ -323,7 +353,7 @@ class EnvironmentConfig(_Config):
             raise ValueError(f"must be between {MIN_WEIGHT:g} and {MAX_WEIGHT:g} (only ratios matter), got {v!r}")
         return float(v)
 
-    @field_validator("tasks", mode="before")
+    @field_validator("tasks", "exclude_tasks", mode="before")
     @classmethod
     def _task_ids(cls, v: object) -> object:
         # YAML reads an unquoted id such as 17 as an int; a task id is its text either way.
@@ -343,20 +373,23 @@ class EnvironmentConfig(_Config):
 
 
 def _default_environments() -> list[EnvironmentConfig]:
-    return [EnvironmentConfig(name="number-search", env="number_search", group_size=8)]
+    return [EnvironmentConfig()]
 
 
 # --- model -----------------------------------------------------------------------------------------------------
 
 
 class ModelConfig(_Config):
-    """The live policy. ``tiny`` is the built-in small transformer the CPU demo trains; ``hf`` loads a local
-    Hugging Face checkpoint (the ``hf`` extra)."""
+    """The built-in model's shape and the model service (``train.model_name`` chooses the model)."""
 
-    kind: Literal["tiny", "hf"] = Field(
-        "tiny", description="tiny: the built-in small policy; hf: a local checkpoint."
-    )
-    path: str | None = Field(None, min_length=1, description="For hf: a local directory holding the checkpoint.")
+    UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {
+        "kind": "unknown key; use train.model_name (tiny, or a local checkpoint directory)",
+        "path": "unknown key; use train.model_name (a local checkpoint directory)",
+        "temperature": "unknown key; use train.workflow_config.rollout_config.inference_params.temperature",
+        "max_new_tokens": "unknown key; use train.workflow_config.rollout_config.inference_params."
+        "max_completion_tokens",
+    }
+
     d_model: int = Field(64, ge=1, le=MAX_MODEL["d_model"], description="tiny: width of the transformer; a multiple of n_heads.")
     n_layers: int = Field(2, ge=1, le=MAX_MODEL["n_layers"], description="tiny: transformer layers.")
     n_heads: int = Field(4, ge=1, le=MAX_MODEL["n_heads"], description="tiny: attention heads.")
@@ -365,8 +398,6 @@ class ModelConfig(_Config):
     grad_clip: float | None = Field(
         1.0, gt=0, le=1e6, description="Clip the gradient's global norm to this; null: no clip."
     )
-    temperature: float = Field(1.0, gt=0, le=100, description="Sampling temperature of training rollouts.")
-    max_new_tokens: int = Field(8, ge=1, le=MAX_MODEL["max_new_tokens"], description="Tokens a rollout's model call may generate.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available, else cpu.")
     max_batch: int = Field(256, ge=1, le=MAX_MODEL["max_batch"], description="The model service's largest batch of sequences.")
 
@@ -375,16 +406,38 @@ class ModelConfig(_Config):
 
 
 class RunConfig(_Config):
-    """A whole run: ``platoon simulate`` and ``platoon train`` read the same file."""
+    """A whole run: ``platoon simulate`` and ``platoon train`` read the same file (platoon 0.4.0's training config,
+    with this project's ``model`` and ``sim`` sections)."""
 
-    train: TrainConfig = Field(
-        default_factory=TrainConfig, description="The trainer and the dispatch policy."
+    UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {
+        "inference": "unknown key; inference is the platoon eval config's section, not a training config's",
+    }
+    NO_EFFECT: ClassVar[frozenset[str]] = frozenset({"tinker_base_url"})
+
+    train: TrainConfig = Field(..., description="The trainer and the dispatch policy.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation during training.")
+    log_path: str | None = Field(
+        None, min_length=1,
+        description="Runs go to log_path/stats.experiment_name/stats.trial_name (--out names the directory "
+        "instead); train and simulate need one of the two.",
     )
+    tinker_base_url: str | None = Field(None, description="A Tinker service (no effect here).")
     environments: list[EnvironmentConfig] = Field(
         default_factory=_default_environments, description="The environment entries (at least one)."
     )
-    model: ModelConfig = Field(default_factory=ModelConfig, description="The live policy (live backend).")
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="When checkpoints are written.")
+    stats: StatsConfig = Field(default_factory=StatsConfig, description="The run directory's name, loggers.")
+    watchdog: WatchdogConfig = Field(default_factory=WatchdogConfig, description="No effect here.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The built-in model's shape, the model "
+                                                                       "service (live backend).")
     sim: SimConfig = Field(default_factory=SimConfig, description="The workload model (simulator).")
+
+    @field_validator("environments", mode="before")
+    @classmethod
+    def _a_list(cls, v: object) -> object:
+        if isinstance(v, dict):
+            raise ValueError("must be a list of entries (a mapping is refused: write '- name: ...' items)")
+        return v
 
     @field_validator("environments")
     @classmethod
@@ -392,6 +445,18 @@ class RunConfig(_Config):
         if not v:
             raise ValueError("at least one environment entry is required")
         return v
+
+
+EMBEDDED_DEFAULT: dict[str, Any] = {
+    "train": {"model_name": "tiny", "renderer_name": "role_colon", "max_training_steps": 100},
+}
+"""The config a command runs without a file: every key at its default but the ones a config must set (the built-in
+model, a renderer name, a plan of 100 steps)."""
+
+
+def default_config() -> RunConfig:
+    """``EMBEDDED_DEFAULT`` as a config: what ``config show --defaults`` prints and what a config file overrides."""
+    return RunConfig.model_validate(EMBEDDED_DEFAULT)
 
 
 # --- problems: pydantic's errors as ``<dotted.path>: <message>`` lines ----------------------------------------------
@@ -583,7 +648,9 @@ _DIST_TAGS = ("fixed", "exponential", "lognormal", "empirical")
 __all__ = [
     "Duration",
     "EmpiricalDuration",
+    "EMBEDDED_DEFAULT",
     "EnvironmentConfig",
+    "default_config",
     "ExponentialDuration",
     "FixedDuration",
     "LognormalDuration",
@@ -597,7 +664,12 @@ __all__ = [
     "SimPopulationConfig",
     "SimRolloutConfig",
     "SimTrainerConfig",
-    "StragglerConfig",
+    "StatsConfig",
+    "CheckpointConfig",
+    "EvalConfig",
+    "DatasetKwargs",
+    "EntryWorkflowConfig",
+    "WatchdogConfig",
     "TrainConfig",
     "WorkflowConfig",
     "describe_errors",

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from platoon.config.models import Problem, RunConfig
+from platoon.config.models import Problem, default_config
 from platoon.config.yaml_loader import describe_yaml_error, load_yaml
 
 _INDEX = re.compile(r"\d+")
@@ -45,7 +45,7 @@ def apply_override(
             problems.append(Problem(f"override {text}", f"the value is not YAML: {where}{p.message}"))
         return
     parts = key.split(".")
-    defaults = RunConfig().model_dump(mode="json")
+    defaults = default_config().model_dump(mode="json")
     node: Any = data
     for depth, part in enumerate(parts):
         last = depth == len(parts) - 1

@@ -21,21 +21,25 @@ import dataclasses
 import difflib
 import inspect
 import math
-from collections.abc import Mapping
+import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from platoon.config import registry
+from platoon.config.base import no_effect_paths
 from platoon.config.components import (
-    CORE_ENVIRONMENTS,
     CORE_GROUP_ADMISSIONS,
     CORE_OPTIONS,
     CORE_TASK_SAMPLERS,
+    core_environment,
 )
 from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.models import Problem, RunConfig, SimConfig, describe_errors
+from platoon.config.sections import DatasetKwargs
 
 RUN_LEVEL = "run"
 ENTRY_LEVEL = "entry"
@@ -87,9 +91,123 @@ def is_rule_mode(cfg: RunConfig) -> bool:
     return any(entry_admission(cfg, i)[0] != "all" for i in range(len(cfg.environments)))
 
 
+@dataclass(frozen=True)
+class EntryWorkflow:
+    """An entry's effective ``workflow_config``: its own keys, else ``train.workflow_config``'s."""
+
+    group_size: int
+    leave_one_out_baseline: bool
+    min_successful_group_size: int
+    straggler_timeout_s: float | None
+    straggler_quorum: int | None
+
+
+def entry_workflow(cfg: RunConfig, i: int) -> EntryWorkflow:
+    """Entry ``i``'s effective workflow settings (docs/configuration.md, "train.workflow_config")."""
+    run, own = cfg.train.workflow_config, cfg.environments[i].workflow_config
+
+    def pick(mine: Any, theirs: Any) -> Any:
+        return theirs if mine is None else mine
+
+    return EntryWorkflow(
+        group_size=pick(own.group_size, run.group_size),
+        leave_one_out_baseline=pick(own.leave_one_out_baseline, run.leave_one_out_baseline),
+        min_successful_group_size=pick(own.min_successful_group_size, run.min_successful_group_size),
+        straggler_timeout_s=pick(own.straggler_timeout_seconds, run.straggler_timeout_seconds),
+        straggler_quorum=pick(own.straggler_quorum, run.straggler_quorum),
+    )
+
+
+def sampling(cfg: RunConfig) -> tuple[float, int | None]:
+    """``(temperature, max_completion_tokens)`` of the run's rollouts (``train.workflow_config.rollout_config.
+    inference_params``; temperature null: 1.0, tokens null: the environment's own limit)."""
+    params = cfg.train.workflow_config.rollout_config.inference_params
+    return (1.0 if params.temperature is None else float(params.temperature)), params.max_completion_tokens
+
+
+def group_size(cfg: RunConfig, i: int) -> int:
+    """Entry ``i``'s group size: its ``workflow_config.group_size``, else ``train.workflow_config.group_size``."""
+    own = cfg.environments[i].workflow_config.group_size
+    return own if own is not None else cfg.train.workflow_config.group_size
+
+
+def straggler_policy(cfg: RunConfig, i: int, label: str) -> tuple[float | None, int | None]:
+    """``(timeout_s, quorum)`` of a group of entry ``i`` labelled ``label``: the label's policy from
+    ``train.workflow_config.straggler_policies``, else the entry's keys, else the run's (timeout None: no cutoff)."""
+    listed = cfg.train.workflow_config.straggler_policies.get(label)
+    if listed is not None:
+        return listed.timeout_seconds, listed.quorum
+    w = entry_workflow(cfg, i)
+    return w.straggler_timeout_s, w.straggler_quorum
+
+
+def any_straggler_policy(cfg: RunConfig) -> bool:
+    """Whether some group may have a straggler cutoff (the run's, an entry's or a label's timeout is set)."""
+    policies = cfg.train.workflow_config.straggler_policies.values()
+    return (any(entry_workflow(cfg, i).straggler_timeout_s is not None for i in range(len(cfg.environments)))
+            or any(p.timeout_seconds is not None for p in policies))
+
+
+def select_tasks(listed: Sequence[str], kwargs: DatasetKwargs, exclude: Sequence[str]) -> list[str]:
+    """The tasks an entry lists, in order: ``listed`` (its split's, or its own ``tasks``) without ``exclude``,
+    shuffled by ``kwargs.shuffle_seed`` (when set), the first ``kwargs.limit`` (when set)."""
+    gone = set(exclude)
+    ids = [t for t in listed if t not in gone]
+    if kwargs.shuffle_seed is not None:
+        random.Random(kwargs.shuffle_seed).shuffle(ids)
+    return ids if kwargs.limit is None else ids[: kwargs.limit]
+
+
 def effective_group_size(cfg: RunConfig) -> int:
     """The run's group size G: the largest entry's (a permit budget must hold one such group)."""
-    return max((e.group_size for e in cfg.environments), default=1)
+    return max((group_size(cfg, i) for i in range(len(cfg.environments))), default=1)
+
+
+def steps_per_epoch(cfg: RunConfig, tasks: int) -> int:
+    """Steps of one pass over ``tasks`` training tasks: ``ceil(tasks / batch_size)`` (at least 1)."""
+    return max(1, -(-tasks // cfg.train.batch_size))
+
+
+def planned_steps(cfg: RunConfig, tasks: int) -> int | None:
+    """The run's training steps over ``tasks`` training tasks: ``max_training_steps``, ``num_epochs`` passes, the
+    shorter when both are set; None when neither is (``train`` and ``simulate`` refuse such a config)."""
+    t = cfg.train
+    by_epochs = None if t.num_epochs is None else t.num_epochs * steps_per_epoch(cfg, tasks)
+    if by_epochs is not None and t.max_training_steps is not None:
+        return min(by_epochs, t.max_training_steps)
+    return by_epochs if by_epochs is not None else t.max_training_steps
+
+
+def with_steps(cfg: RunConfig, steps: int) -> RunConfig:
+    """``cfg`` planned for exactly ``steps`` steps (``--steps``: ``max_training_steps`` set, ``num_epochs`` cleared)."""
+    train = cfg.train.model_copy(update={"max_training_steps": steps, "num_epochs": None})
+    return cfg.model_copy(update={"train": train})
+
+
+NO_PLAN = "set num_epochs or max_training_steps (with both, training runs the shorter)"
+"""The problem at ``train`` of a config that sets neither, which ``train`` and ``simulate`` refuse."""
+
+
+def check_plan(cfg: RunConfig, source: str = "<config>") -> None:
+    """Refuse (ConfigError, exit 78) a config that plans no steps: neither num_epochs nor max_training_steps."""
+    if cfg.train.num_epochs is None and cfg.train.max_training_steps is None:
+        raise ConfigError([f"train: {NO_PLAN}"], source)
+
+
+def run_directory(cfg: RunConfig) -> Path | None:
+    """``log_path/stats.experiment_name/stats.trial_name``, or None without ``log_path``."""
+    if cfg.log_path is None:
+        return None
+    return Path(cfg.log_path).expanduser() / cfg.stats.experiment_name / cfg.stats.trial_name
+
+
+def event_interval(every: int | None, strategy: str | None, per_epoch: int) -> int | None:
+    """Steps between the events a ``checkpoint``/``eval`` trigger asks for, or None for none: ``every`` (null: 1 when
+    ``strategy`` is set, else 0 = never) steps, or epochs of ``per_epoch`` steps under ``strategy: epoch``."""
+    n = (1 if strategy is not None else 0) if every is None else every
+    if n < 1:
+        return None
+    return n * per_epoch if strategy == "epoch" else n
 
 
 def max_concurrent_rollouts(cfg: RunConfig) -> int:
@@ -141,30 +259,28 @@ def entry_summary(cfg: RunConfig, i: int) -> str:
     """One line of entry ``i``'s effective settings, as ``config show`` prints them."""
     e = cfg.environments[i]
     sampler = entry_sampler(cfg, i)
-    drawn = f"{sampler}@{e.name} under {run_sampler(cfg)}" if sampler else f"the run's {run_sampler(cfg)}"
+    drawn = f"{sampler}@{e.label} under {run_sampler(cfg)}" if sampler else f"the run's {run_sampler(cfg)}"
     rule, options, level = entry_admission(cfg, i)
     rule_text = f"{rule} {options}" if options else rule
     return (
-        f"{e.name}: drawn by {drawn}; group_admission: {rule_text} ({level}); group_size {e.group_size}; "
+        f"{e.label}: drawn by {drawn}; group_admission: {rule_text} ({level}); group_size {group_size(cfg, i)}; "
         f"max_staleness {entry_max_staleness(cfg, i)}"
     )
 
 
-WORKER_DEFAULTS = {"rollout_isolation": "inprocess", "worker_start_method": "forkserver", "worker_preload": []}
-"""The rollout-worker keys that nothing acts on yet, with their defaults (a set value is warned about)."""
-
-
 def config_warnings(cfg: RunConfig) -> list[str]:
-    """Warnings of a valid config (printed as ``warning: ...`` by ``config validate``, and logged at each start of a
-    run): in rule mode, a loss that is not zero at zero advantages; rollout-worker keys that this release does not act
-    on yet (rollouts run in the trainer's process)."""
+    """Warnings of a valid config (printed as ``warning: ...`` by ``config validate``, failed on by ``--strict``, and
+    logged at each start of a run): the keys it sets that have no effect here (0.4.0's keys of components this backend
+    does not have, and the rollout-worker keys); an HF model's renderer, which the built-in environments do not use;
+    in rule mode, a loss that is not zero at zero advantages."""
     out: list[str] = []
-    workers = cfg.train.workflow_config
-    inert = [f"{name}: {getattr(workers, name)!r}" for name, default in WORKER_DEFAULTS.items()
-             if getattr(workers, name) != default]
+    inert = no_effect_paths(cfg)
     if inert:
-        out.append(f"train.workflow_config ({', '.join(inert)}) has no effect in this release: every rollout runs in "
-                   "the trainer's process (rollout workers are not built yet; docs/configuration.md)")
+        out.append(f"{', '.join(inert)}: no effect here (platoon 0.4.0 keys of components this backend does not have; "
+                   "rollouts run in the trainer's process; docs/migrating-from-0.4.md)")
+    if cfg.train.model_name != "tiny" and any(core_environment(e.env) for e in cfg.environments):
+        out.append(f"train.renderer_name: {cfg.train.renderer_name!r} is recorded, not used: the built-in "
+                   "environments speak the model's token ids")
     loss = cfg.train.loss
     if is_rule_mode(cfg) and not loss.zero_at_zero_advantages:
         out.append(
@@ -270,15 +386,15 @@ class _Resolver:
         self.gives_verdicts = gives_verdicts
         self.problems: list[Problem] = []
         self.entries = {
-            e.name: {
+            e.label: {
                 "weight": e.weight,
                 "seed": e.seed,
-                "group_size": e.group_size,
+                "group_size": group_size(cfg, i),
                 "success_threshold": e.success_threshold,
                 "task_sampler": e.task_sampler,
                 "task_sampler_options": dict(e.task_sampler_options),
             }
-            for e in cfg.environments
+            for i, e in enumerate(cfg.environments)
         }
 
     def run(self) -> list[ComponentRecord]:
@@ -360,7 +476,7 @@ class _Resolver:
             return []
         parsed = self._parse(kind, name, cls, cfg.train.task_sampler_options, "train.task_sampler_options")
         self._check(cls, name, parsed, self._sampler_ctx(RUN_LEVEL, None), "train.task_sampler")
-        labels = tuple(e.name for e in cfg.environments)
+        labels = tuple(e.label for e in cfg.environments)
         core = run_sampler(cfg) if cls is None else None
         records = [_record(kind, name, RUN_LEVEL, cls, {"train": parsed}, core, labels)]
         hands = core_hands_slots(cfg)
@@ -391,8 +507,8 @@ class _Resolver:
             parsed = self._parse(
                 kind, own, ecls, e.task_sampler_options, f"environments.{i}.task_sampler_options"
             )
-            self._check(ecls, own, parsed, self._sampler_ctx(ENTRY_LEVEL, e.name), path)
-            groups.setdefault((own, _ref(ecls)), (ecls, {}))[1][e.name] = parsed
+            self._check(ecls, own, parsed, self._sampler_ctx(ENTRY_LEVEL, e.label), path)
+            groups.setdefault((own, _ref(ecls)), (ecls, {}))[1][e.label] = parsed
         for (own, _), (ecls, by_label) in groups.items():
             records.append(_record(kind, own, ENTRY_LEVEL, ecls, by_label, own if ecls is None else None))
         return records
@@ -411,7 +527,7 @@ class _Resolver:
                 )
                 self._check(cls, name, parsed, self._admission_ctx(RUN_LEVEL, None), "train.group_admission")
                 self._verdicts(cls, name, "train.group_admission")
-                inherit = tuple(e.name for e in cfg.environments if e.group_admission is None)
+                inherit = tuple(e.label for e in cfg.environments if e.group_admission is None)
                 core = name if cls is None else None
                 records.append(_record(kind, name, RUN_LEVEL, cls, {"train": parsed}, core, inherit))
         groups: dict[tuple[str, str | None], tuple[type | None, dict[str, Any]]] = {}
@@ -426,9 +542,9 @@ class _Resolver:
             parsed = self._parse(
                 kind, own, ecls, e.group_admission_options, f"environments.{i}.group_admission_options"
             )
-            self._check(ecls, own, parsed, self._admission_ctx(ENTRY_LEVEL, e.name), path)
+            self._check(ecls, own, parsed, self._admission_ctx(ENTRY_LEVEL, e.label), path)
             self._verdicts(ecls, own, path)
-            groups.setdefault((own, _ref(ecls)), (ecls, {}))[1][e.name] = parsed
+            groups.setdefault((own, _ref(ecls)), (ecls, {}))[1][e.label] = parsed
         for (own, _), (ecls, by_label) in groups.items():
             records.append(_record(kind, own, ENTRY_LEVEL, ecls, by_label, own if ecls is None else None))
         return records
@@ -446,7 +562,7 @@ class _Resolver:
 
     def _environments(self) -> None:
         for i, e in enumerate(self.cfg.environments):
-            if e.env in CORE_ENVIRONMENTS:
+            if core_environment(e.env) is not None:
                 continue
             path = f"environments.{i}.env"
             try:
@@ -457,9 +573,9 @@ class _Resolver:
             if obj is None:
                 self.problems.append(Problem(path, registry.unknown_name_message("environment", e.env)))
                 continue
-            why = _environment_problem(obj, e.env_options)
+            why = _environment_problem(obj, e.service_kwargs)
             if why:
-                self.problems.append(Problem(path if why[0] == "env" else f"environments.{i}.env_options",
+                self.problems.append(Problem(path if why[0] == "env" else f"environments.{i}.service_kwargs",
                                              f"{e.env}: {why[1]}"))
 
 
@@ -562,7 +678,7 @@ def _environment_problem(obj: Any, options: Mapping[str, Any]) -> tuple[str, str
     try:
         signature.bind(**dict(options))
     except TypeError as exc:
-        return "env_options", f"{obj.__qualname__}({', '.join(map(str, options))}): {exc}"
+        return "service_kwargs", f"{obj.__qualname__}({', '.join(map(str, options))}): {exc}"
     return None
 
 

@@ -21,14 +21,17 @@ from platoon.config import registry
 from platoon.config.bounds import MAX_ROLLOUTS
 from platoon.config.components import (
     CORE_ENV_SPLITS,
+    CORE_ENVIRONMENT_VERSIONS,
     CORE_ENVIRONMENTS,
+    CORE_EVAL_SPLITS,
     CORE_GROUP_ADMISSIONS,
     CORE_TASK_SAMPLERS,
     ENTRY_TASK_SAMPLERS,
+    core_environment,
     core_option_problems,
 )
 from platoon.config.models import Problem, RunConfig
-from platoon.config.resolve import entry_admission
+from platoon.config.resolve import entry_admission, entry_workflow, group_size
 
 _Ok = Callable[..., bool]
 
@@ -71,6 +74,17 @@ def _unresolvable(kind: str, name: str, core: tuple[str, ...], path: str, packag
     return Problem(path, msg + (f"; did you mean {close[0]!r}?" if close else ""))
 
 
+def environment_problem(env: str, path: str, packages: bool) -> Problem | None:
+    """The problem of an entry's ``env`` that nothing could resolve: a core name at another version, or a name
+    that is not core, registered, ``module:Class`` or possibly a package's."""
+    name, _, version = env.partition("@")
+    if name in CORE_ENVIRONMENTS:
+        if core_environment(env) is None:
+            return Problem(path, f"{name} is at version {CORE_ENVIRONMENT_VERSIONS[name]}, not {version!r}")
+        return None
+    return _unresolvable("environment", name, CORE_ENVIRONMENTS, path, packages)
+
+
 def _name_problems(cfg: RunConfig, ok: _Ok, pkgs: bool) -> list[Problem]:
     t = cfg.train
     out: list[Problem | None] = []
@@ -98,7 +112,7 @@ def _name_problems(cfg: RunConfig, ok: _Ok, pkgs: bool) -> list[Problem]:
             path = f"{at}.group_admission"
             out.append(_unresolvable("group_admission", e.group_admission, CORE_GROUP_ADMISSIONS, path, pkgs))
         if ok(f"{at}.env"):
-            out.append(_unresolvable("environment", e.env, CORE_ENVIRONMENTS, f"{at}.env", pkgs))
+            out.append(environment_problem(e.env, f"{at}.env", pkgs))
     return [p for p in out if p is not None]
 
 
@@ -119,7 +133,7 @@ def _sampler_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
     for i, e in enumerate(cfg.environments):
         at = f"environments.{i}"
         if run in ("uniform", "pass_rate"):
-            if e.weight not in (1.0, "tasks") and ok(f"{at}.weight"):
+            if "weight" in e.model_fields_set and len(cfg.environments) > 1 and ok(f"{at}.weight"):
                 out.append(
                     Problem(
                         f"{at}.weight",
@@ -143,14 +157,21 @@ def _sampler_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
         "uniform, or a group size of 2 or more"
     )
     for i, e in enumerate(cfg.environments):
-        at = f"environments.{i}"
-        if e.group_size != 1 or not ok(f"{at}.group_size"):
+        at, size_at = f"environments.{i}", group_size_path(cfg, i)
+        if group_size(cfg, i) != 1 or not ok(size_at):
             continue
         if run == "pass_rate":
-            out.append(Problem(f"{at}.group_size", mixes.format("train.task_sampler: pass_rate")))
+            out.append(Problem(size_at, mixes.format("train.task_sampler: pass_rate")))
         elif e.task_sampler == "pass_rate" and ok(f"{at}.task_sampler"):
-            out.append(Problem(f"{at}.group_size", mixes.format(f"{at}.task_sampler: pass_rate")))
+            out.append(Problem(size_at, mixes.format(f"{at}.task_sampler: pass_rate")))
     return out
+
+
+def group_size_path(cfg: RunConfig, i: int) -> str:
+    """Where entry ``i``'s group size is set: its own ``workflow_config.group_size``, else the run's."""
+    if cfg.environments[i].workflow_config.group_size is not None:
+        return f"environments.{i}.workflow_config.group_size"
+    return "train.workflow_config.group_size"
 
 
 def _admission_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
@@ -195,23 +216,38 @@ def _admission_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
 
 
 def _entry_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
-    t = cfg.train
+    return (_name_and_weight_problems(cfg, ok) + _size_problems(cfg, ok) + _straggler_problems(cfg, ok)
+            + _label_problems(cfg, ok) + _environment_problems(cfg, ok) + _model_problems(cfg, ok))
+
+
+def _name_and_weight_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
     out: list[Problem] = []
     first: dict[str, int] = {}
+    mixture = len(cfg.environments) > 1
     for i, e in enumerate(cfg.environments):
         if not ok(f"environments.{i}.name"):
             continue
-        if e.name in first:
-            out.append(
-                Problem(
-                    f"environments.{i}.name",
-                    f"{e.name!r} is already the name of environments.{first[e.name]}",
-                )
-            )
+        if mixture and e.name is None:
+            out.append(Problem(f"environments.{i}.name", "a mixture's entries each need a unique name"))
+        elif e.label in first:
+            out.append(Problem(f"environments.{i}.name",
+                               f"{e.label!r} is already the name of environments.{first[e.label]}"))
         else:
-            first.setdefault(e.name, i)
+            first.setdefault(e.label, i)
+    kinds = {i: e.weight == "tasks" for i, e in enumerate(cfg.environments) if ok(f"environments.{i}.weight")}
+    if mixture and len(set(kinds.values())) > 1:
+        odd = next(i for i in kinds if kinds[i] != kinds[min(kinds)])
+        out.append(Problem(f"environments.{odd}.weight", "a mixture's weights are all numbers or all 'tasks'; "
+                                                         f"environments.{min(kinds)} sets "
+                                                         f"{cfg.environments[min(kinds)].weight!r}"))
+    return out
+
+
+def _size_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
+    t = cfg.train
+    out: list[Problem] = []
     # Only the group sizes the user wrote validly: a bound one of them breaks is broken whatever the others are.
-    sizes = {i: e.group_size for i, e in enumerate(cfg.environments) if ok(f"environments.{i}.group_size")}
+    sizes = {i: group_size(cfg, i) for i in range(len(cfg.environments)) if ok(group_size_path(cfg, i))}
     if sizes:
         biggest = max(sizes, key=lambda i: (sizes[i], -i))
         g, m = sizes[biggest], t.max_concurrent_rollouts
@@ -230,39 +266,75 @@ def _entry_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
                     f"{m} permits cannot hold one group of environments.{biggest} (group_size {g}); set at least {g}",
                 )
             )
-        q, smallest = t.straggler.quorum, min(sizes.values())
-        if q is not None and q > smallest and ok("train.straggler.quorum"):
-            out.append(
-                Problem("train.straggler.quorum", f"{q} is more than the smallest group size, {smallest}")
-            )
-    if t.label_by is None and ok("train.rollout_group_limits", "train.label_by", *_each(cfg, "name")):
-        names = {e.name for e in cfg.environments}
-        for label in t.rollout_group_limits:
-            if label not in names:
-                out.append(
-                    Problem(
-                        f"train.rollout_group_limits.{label}",
-                        f"no environment entry is named {label!r} (while label_by is null, labels are entry names)",
-                    )
-                )
+    for i in sizes:
+        w, own = entry_workflow(cfg, i), cfg.environments[i].workflow_config
+        at = (f"environments.{i}.workflow_config.min_successful_group_size" if own.min_successful_group_size
+              is not None else "train.workflow_config.min_successful_group_size")
+        if w.min_successful_group_size > sizes[i] and ok(at):
+            out.append(Problem(at, f"{w.min_successful_group_size} is more than the group size of environments.{i}, "
+                                   f"{sizes[i]}; it must lie in [1, group_size]"))
+    return out
+
+
+def _straggler_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
+    run = cfg.train.workflow_config
+    out: list[Problem] = []
+    if run.straggler_quorum is not None and run.straggler_timeout_seconds is None and ok(
+            "train.workflow_config.straggler_quorum"):
+        out.append(Problem("train.workflow_config.straggler_quorum",
+                           "needs straggler_timeout_seconds (the quorum starts the straggler clock)"))
+    for i, e in enumerate(cfg.environments):
+        w, at = entry_workflow(cfg, i), f"environments.{i}.workflow_config"
+        if e.workflow_config.straggler_quorum is not None and w.straggler_timeout_s is None and ok(
+                f"{at}.straggler_quorum"):
+            out.append(Problem(f"{at}.straggler_quorum", "needs straggler_timeout_seconds (the entry's or the run's)"))
+        quorum_at = (f"{at}.straggler_quorum" if e.workflow_config.straggler_quorum is not None
+                     else "train.workflow_config.straggler_quorum")
+        if w.straggler_quorum is not None and w.straggler_quorum > w.group_size and ok(quorum_at):
+            out.append(Problem(quorum_at, f"{w.straggler_quorum} is more than the group size of environments.{i}, "
+                                          f"{w.group_size}"))
+    return out
+
+
+def _label_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
+    t = cfg.train
+    out: list[Problem] = []
+    if t.label_by is not None or not ok("train.label_by", *_each(cfg, "name")):
+        return out
+    labels = {e.label for e in cfg.environments}
+    keyed = (("train.rollout_group_limits", t.rollout_group_limits),
+             ("train.workflow_config.straggler_policies", t.workflow_config.straggler_policies))
+    for at, by_label in keyed:
+        for label in by_label:
+            if label not in labels and ok(at):
+                out.append(Problem(f"{at}.{label}", f"no environment entry is named {label!r} (while label_by is "
+                                                    "null, labels are entry names)"))
+    return out
+
+
+def _environment_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
+    out: list[Problem] = []
+    workers = cfg.train.workflow_config
+    if workers.worker_python_env_isolation and workers.rollout_isolation != "process" and ok(
+            "train.workflow_config.worker_python_env_isolation", "train.workflow_config.rollout_isolation"):
+        out.append(Problem("train.workflow_config.worker_python_env_isolation", "requires rollout_isolation: process"))
     for i, e in enumerate(cfg.environments):
         at = f"environments.{i}"
-        if e.env not in CORE_ENV_SPLITS or not ok(f"{at}.env"):
+        env = core_environment(e.env)
+        if env is None or not ok(f"{at}.env"):
             continue
-        if ok(f"{at}.env_options"):
-            out += core_option_problems("environment", e.env, e.env_options, f"{at}.env_options")
-        for key in ("split", "eval_split"):
-            split = getattr(e, key)
-            if split not in CORE_ENV_SPLITS[e.env] and ok(f"{at}.{key}"):
-                out.append(Problem(f"{at}.{key}", f"{e.env} has no split {split!r}; its splits are "
-                                                  f"{', '.join(CORE_ENV_SPLITS[e.env])}"))
-    mdl = cfg.model
-    if mdl.kind == "hf" and mdl.path is None and ok("model.kind", "model.path"):
-        out.append(Problem("model.path", "kind hf needs path: a local directory holding the checkpoint"))
-    if (
-        mdl.kind == "tiny"
-        and mdl.d_model % mdl.n_heads
-        and ok("model.kind", "model.d_model", "model.n_heads")
-    ):
-        out.append(Problem("model.d_model", f"{mdl.d_model} is not a multiple of n_heads ({mdl.n_heads})"))
+        if ok(f"{at}.service_kwargs"):
+            out += core_option_problems("environment", env, e.service_kwargs, f"{at}.service_kwargs")
+        for key, default in (("dataset_kwargs", "train"), ("eval_dataset_kwargs", CORE_EVAL_SPLITS[env])):
+            for split in getattr(e, key).splits(default):
+                if split not in CORE_ENV_SPLITS[env] and ok(f"{at}.{key}.split_name"):
+                    out.append(Problem(f"{at}.{key}.split_name", f"{e.env} has no split {split!r}; its splits are "
+                                                                 f"{', '.join(CORE_ENV_SPLITS[env])}"))
     return out
+
+
+def _model_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
+    mdl = cfg.model
+    if cfg.train.model_name == "tiny" and mdl.d_model % mdl.n_heads and ok("model.d_model", "model.n_heads"):
+        return [Problem("model.d_model", f"{mdl.d_model} is not a multiple of n_heads ({mdl.n_heads})")]
+    return []

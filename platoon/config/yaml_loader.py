@@ -25,7 +25,7 @@ from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 MAX_DEPTH = 64
-"""Levels of nesting a document may have (a config needs a handful; ``env_options`` a few more)."""
+"""Levels of nesting a document may have (a config needs a handful; ``service_kwargs`` a few more)."""
 
 MAX_ALIAS_VALUES = 100_000
 """Values that aliases may add to a document beyond the ones it writes out."""

@@ -4,9 +4,10 @@ What this module owns: turning a ``RunConfig`` into the objects one start of ``p
 else (no clock, no loop). The policy layer itself is built by ``platoon.policy.assemble.build_policy``, which the
 simulator calls too; only the pool differs between the two runtimes (here it lists the environments' tasks).
 
-- ``build_environments(cfg)``: each entry's environment (``env`` by name or ``module:Class``, ``env_options``);
-- ``build_pool(cfg, envs)``: the entries' training tasks (``tasks``, else the ``split``'s), each row's data its
-  task's columns (``train.label_by`` may name one);
+- ``build_environments(cfg)``: each entry's environment (``env`` by name or ``module:Class``, ``service_kwargs``);
+- ``build_pool(cfg, envs)``: the entries' training tasks (``entry_tasks``: ``tasks``, else the listed splits', less
+  ``exclude_tasks``, shuffled and limited by ``dataset_kwargs``), each row's data its task's columns
+  (``train.label_by`` may name one);
 - ``build_live(cfg, start=)``: a ``LiveRun`` holding all of it, a trainer policy and a separate sampling copy behind
   the model service (the service's weights change only when a step publishes), and the evaluation of held-out
   pass@1 (``evaluate``: ``eval/pass@1`` with its 95% Wilson interval, and each entry's when there are several).
@@ -24,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from platoon.config.errors import ConfigError, ExtensionError
-from platoon.config.models import RunConfig
+from platoon.config.models import EnvironmentConfig, RunConfig
+from platoon.config.resolve import group_size, sampling, select_tasks
 from platoon.live.envs.resolve import resolve_environment
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
 from platoon.policy.assemble import Policy, build_policy
@@ -34,21 +36,23 @@ EVAL_EPISODES = 1024
 """Held-out episodes of one ``eval/pass@1`` measurement (shared among the entries)."""
 
 EMBEDDED_DEFAULT: list[str] = [
-    "train.steps=300",
+    "train.max_training_steps=300",
     "train.batch_size=32",
     "train.max_staleness=1",
-    "train.eval_every=50",
-    "train.checkpoint_every=50",
+    "eval.every=50",
+    "eval.at_start=true",
+    "checkpoint.recovery_every=50",
+    "checkpoint.keep_recovery=3",
     "train.loss.entropy_coef=0.01",
-    "environments.0.env_options={show_range: true}",
+    "environments.0.service_kwargs={show_range: true}",
 ]
 """Overrides of the config defaults that make ``platoon train`` with no config the CPU demo: the tiny model on
-``number_search`` (groups of 8; each answer shows the range still open), 300 steps of 32 groups. Measured on two
+``platoon-number-search`` (groups of 8; each answer shows the range still open), 300 steps of 32 groups. Measured on two
 shared cores, seeds 0/1/2: 108/135/97 s, held-out pass@1 0.155/0.140/0.173 at step 0 and 0.654/0.608/0.637 at the
 end (past 0.5 by step 150)."""
 
 __all__ = ["EMBEDDED_DEFAULT", "EVAL_EPISODES", "LiveRun", "build_environments", "build_live", "build_model",
-           "build_pool", "evaluate_policy", "pool_rows"]
+           "build_pool", "entry_tasks", "evaluate_policy", "pool_rows"]
 
 
 def build_environments(cfg: RunConfig) -> dict[str, Any]:
@@ -57,11 +61,11 @@ def build_environments(cfg: RunConfig) -> dict[str, Any]:
     problems: list[str] = []
     for i, e in enumerate(cfg.environments):
         try:
-            envs[e.name] = resolve_environment(e.env, e.env_options, package=e.package)
+            envs[e.label] = resolve_environment(e.env, e.service_kwargs, package=e.package)
         except ExtensionError as exc:
             problems.append(f"environments.{i}.env: {exc}")
         except (TypeError, ValueError) as exc:
-            problems.append(f"environments.{i}.env_options: {exc}")
+            problems.append(f"environments.{i}.service_kwargs: {exc}")
     if problems:
         raise ConfigError(problems)
     return envs
@@ -73,32 +77,49 @@ def build_pool(cfg: RunConfig, envs: Mapping[str, Any]) -> TaskPool:
     specs: list[EntrySpec] = []
     problems: list[str] = []
     for i, e in enumerate(cfg.environments):
-        env = envs[e.name]
+        env = envs[e.label]
         try:
-            split = env.task_ids(e.split)
-        except KeyError as exc:
-            problems.append(f"environments.{i}.split: {exc.args[0] if exc.args else exc}")
-            continue
-        try:
-            env.task_ids(e.eval_split)
-        except KeyError as exc:
-            problems.append(f"environments.{i}.eval_split: {exc.args[0] if exc.args else exc}")
-        ids = list(e.tasks) if e.tasks is not None else split
-        known = set(split)
-        missing = [t for t in ids if t not in known]
-        if missing:
-            problems.append(f"environments.{i}.tasks: not in split {e.split!r}: {', '.join(missing[:5])}"
-                            + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
+            ids = entry_tasks(e, env, training=True)
+            entry_tasks(e, env, training=False)
+        except ConfigError as exc:
+            problems += [f"environments.{i}.{p}" for p in exc.problems]
             continue
         data = [dict(env.task(t).columns) for t in ids]
         labels = None
         if label_by is not None:
             labels = [label_value(row.get(label_by)) for row in data]
-        specs.append(EntrySpec(e.name, ids, e.group_size, None if e.weight == "tasks" else e.weight, e.seed,
+        specs.append(EntrySpec(e.label, ids, group_size(cfg, i), None if e.weight == "tasks" else e.weight, e.seed,
                                e.success_threshold, labels, data))
     if problems:
         raise ConfigError(problems)
     return TaskPool.from_entries(specs, label_column=label_by or DEFAULT_LABEL_COLUMN)
+
+
+def entry_tasks(e: EnvironmentConfig, env: Any, *, training: bool) -> list[str]:
+    """Entry ``e``'s training (or evaluation) task ids on ``env``: its ``dataset_kwargs`` (``eval_dataset_kwargs``)
+    splits listed in order (training: its own ``tasks``, each of which must be listed), less ``exclude_tasks``,
+    shuffled by ``shuffle_seed``, the first ``limit``. ConfigError (paths relative to the entry) for an unknown
+    split, a task not listed, or no task left."""
+    kwargs = e.dataset_kwargs if training else e.eval_dataset_kwargs
+    at = "dataset_kwargs" if training else "eval_dataset_kwargs"
+    listed: list[str] = []
+    for split in kwargs.splits("train" if training else getattr(env, "eval_split", "eval")):
+        try:
+            listed += env.task_ids(split)
+        except KeyError as exc:
+            raise ConfigError([f"{at}.split_name: {exc.args[0] if exc.args else exc}"]) from None
+    if training and e.tasks is not None:
+        known = set(listed)
+        missing = [t for t in e.tasks if t not in known]
+        if missing:
+            raise ConfigError([f"tasks: not in split {kwargs.split_name or 'train'!r}: {', '.join(missing[:5])}"
+                               + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")])
+        listed = list(e.tasks)
+    ids = select_tasks(listed, kwargs, e.exclude_tasks)
+    if not ids:
+        raise ConfigError([f"{at}: no {'training' if training else 'evaluation'} task is left (after "
+                           "exclude_tasks and limit)"])
+    return ids
 
 
 def pool_rows(pool: TaskPool) -> list[tuple[str, str | None, str | None]]:
@@ -117,15 +138,17 @@ def evaluate_policy(model: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int 
     shares = [n // len(entries) + (i < n % len(entries)) for i in range(len(entries))]
     per_entry: dict[str, float] = {}
     passed = total = 0
+    temperature, max_tokens = sampling(cfg)
     for e, k in zip(entries, shares, strict=True):
         if k < 1:
             continue
-        r = evaluate(model, envs[e.name], e.eval_split, k, temperature=cfg.model.temperature, seed=cfg.train.seed,
-                     batch_size=cfg.model.max_batch, max_new_tokens=cfg.model.max_new_tokens)
+        env = envs[e.label]
+        r = evaluate(model, env, entry_tasks(e, env, training=False), k, temperature=temperature,
+                     seed=cfg.train.seed, batch_size=cfg.model.max_batch, max_new_tokens=max_tokens)
         passed += round(r.pass_at_1 * k)
         total += k
         if len(entries) > 1:
-            per_entry[f"eval/environment/{e.name.replace('/', '--')}/pass@1"] = r.pass_at_1
+            per_entry[f"eval/environment/{e.label.replace('/', '--')}/pass@1"] = r.pass_at_1
     low, high = wilson_interval(passed, total)
     return {"eval/pass@1": passed / total if total else 0.0, "eval/pass@1_ci_low": low, "eval/pass@1_ci_high": high,
             "eval/episodes": float(total), **per_entry}
@@ -162,7 +185,7 @@ class LiveRun:
 
 
 def build_model(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
-    """The policy ``cfg.model`` names, sized for the environments' vocabularies and contexts, seeded by the run."""
+    """The policy ``train.model_name`` names, sized for the environments' vocabularies and contexts, seeded by the run."""
     import torch
 
     from platoon.live.model_kinds import build_causal_policy
@@ -175,7 +198,8 @@ def build_model(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
         torch.set_num_threads(1)
     vocab = max(len(env.vocab) for env in envs.values())
     context = max(int(env.max_context_tokens) for env in envs.values())
-    return build_causal_policy(cfg.model, vocab_size=vocab, max_len=context, seed=cfg.train.seed)
+    return build_causal_policy(cfg.train.model_name, cfg.model, vocab_size=vocab, max_len=context,
+                               seed=cfg.train.seed, max_new_tokens=sampling(cfg)[1])
 
 
 def default_service(model: Any, cfg: RunConfig, version: int = 0) -> Any:
@@ -209,8 +233,9 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
 
         trainer.load_state_dict(loads_state(trainer_state))
     service = (service_factory or default_service)(copy.deepcopy(model), cfg, version)
-    straggler = cfg.train.straggler
-    workflow = workflow_cls(envs, service, seed=cfg.train.seed, temperature=cfg.model.temperature,
-                            max_new_tokens=cfg.model.max_new_tokens, straggler_timeout_s=straggler.timeout_s,
-                            quorum=straggler.quorum)
+    run = cfg.train.workflow_config
+    temperature, max_tokens = sampling(cfg)
+    workflow = workflow_cls(envs, service, seed=cfg.train.seed, temperature=temperature,
+                            max_new_tokens=max_tokens, straggler_timeout_s=run.straggler_timeout_seconds,
+                            quorum=run.straggler_quorum)
     return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes, clock_start_s)

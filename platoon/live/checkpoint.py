@@ -119,18 +119,19 @@ class LiveRunDir:
     def __init__(self, path: str | os.PathLike[str] | RunDir, *, keep: int | None = None) -> None:
         self.rd = path if isinstance(path, RunDir) else RunDir(path)
         self.path = self.rd.path
-        self.keep = keep  # train.keep_checkpoints: how many checkpoints ``save`` keeps (None: every one)
+        self.keep = keep  # checkpoint.keep_recovery: recovery checkpoints ``save`` keeps (None: every one)
         self._metrics: JsonlWriter | None = None
         self._events: JsonlWriter | None = None
 
     # ------------------------------------------------------------------------------------------- creating
     @classmethod
     def create(cls, path: str | os.PathLike[str], *, config: dict, components: list[dict],
-               pool: list[tuple[str, str | None, str | None]], keep: int | None = None) -> LiveRunDir:
+               pool: list[tuple[str, str | None, str | None]], keep: int | None = None,
+               steps: int | None = None) -> LiveRunDir:
         """A new run directory (``path`` must not exist or be empty) with its lock.json and tasks/pool.json, its
         writer lock held (RunBusyError, FileExistsError)."""
         with RunDir.create(path).undone_on_failure() as rd:
-            rd.write_lock(config, components, {"runtime": "live"})
+            rd.write_lock(config, components, {"runtime": "live", "steps": steps})
             rd.write_pool(pool)
         return cls(rd, keep=keep)
 
@@ -224,10 +225,10 @@ class LiveRunDir:
     def log_lengths(self) -> dict[str, int]:
         return self.rd.log_lengths()
 
-    def save(self, done: int, files: Mapping[str, object], row: dict) -> dict:
+    def save(self, done: int, files: Mapping[str, object], row: dict, permanent: bool = False) -> dict:
         """Write the checkpoint of ``done`` steps (files and row from ``checkpoint_payload``, ``logs`` added),
-        keeping the newest ``keep``."""
-        return save_checkpoint(self.rd, done, files, row, keep=self.keep)
+        kept for good when ``permanent``, else among the newest ``keep`` recovery checkpoints."""
+        return save_checkpoint(self.rd, done, files, row, keep=self.keep, permanent=permanent)
 
     def mark_finished(self, steps: int, start: int | None = None) -> None:
         """The run reached the end of its plan (``lock.json``'s ``finished``)."""

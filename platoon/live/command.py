@@ -4,7 +4,7 @@
   defaults) into a new run directory, or ``--resume RUN``: RUN's newest full checkpoint that reads back, a new start
   number, the statistics' snapshot, the dispatcher resumed by reissue (``dispatch_state.resume``: kept groups first),
   the trainer's state, both logs cut back to the checkpoint, the run's clock going on from the checkpoint's
-  ``clock_s``, then on to ``train.steps`` (``--steps`` sets a new total). A rich progress bar and a line per step
+  ``clock_s``, then on to the planned steps (``--steps`` sets a new total). A rich progress bar and a line per step
   (reward, pass rate, informative share, staleness, permits busy). The run's writer lock is held from the first
   look at the directory to the end (platoon.runs.writer).
 - ``evaluate``: held-out pass@1, with its 95% interval, of a config's initial policy or a run's last checkpoint.
@@ -30,7 +30,7 @@ from typing import Any
 from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.loader import config_from_lock, load_config
 from platoon.config.models import RunConfig
-from platoon.config.resolve import resolve_components
+from platoon.config.resolve import check_plan, resolve_components, run_directory, with_steps
 from platoon.live.build import EMBEDDED_DEFAULT, EVAL_EPISODES, LiveRun, build_live, pool_rows
 from platoon.live.checkpoint import LiveRunDir
 from platoon.live.runtime import LiveRuntime
@@ -44,6 +44,7 @@ from platoon.runs.resume import (
     check_logs,
     check_runtime,
     check_steps,
+    planned_steps,
 )
 from platoon.runs.writer import stale_note
 
@@ -59,12 +60,17 @@ class TrainUsageError(TrainError):
     """A ``--resume`` used as it cannot be (exit 64): the run directory was left as it was."""
 
 
-def load_train_config(config: Path | None, overrides: Sequence[str] = (), steps: int | None = None) -> RunConfig:
-    """``config`` with ``overrides`` (no config: the embedded default), resolved (stage 2); ConfigError if not."""
+def load_train_config(config: Path | None, overrides: Sequence[str] = (), steps: int | None = None, *,
+                      out: Path | None = None) -> RunConfig:
+    """``config`` with ``overrides`` (no config: the embedded default), resolved (stage 2), planning some steps;
+    ConfigError if not. A config file needs ``log_path`` unless ``out`` names the run directory."""
     extra = list(EMBEDDED_DEFAULT) if config is None else []
     if steps is not None:
-        extra.append(f"train.steps={steps}")
-    return load_config(config, [*extra, *overrides], strict_resolve=True)
+        extra += [f"train.max_training_steps={steps}", "train.num_epochs=null"]
+    cfg = load_config(config, [*extra, *overrides], strict_resolve=True,
+                      needs_log_path=config is not None and out is None)
+    check_plan(cfg, str(config) if config is not None else "<default>")
+    return cfg
 
 
 def default_out(root: Path = Path("runs")) -> Path:
@@ -141,7 +147,8 @@ def start_run(cfg: RunConfig, out: Path, **build: Any) -> tuple[LiveRun, LiveRun
     live = build_live(cfg, start=1, **build)
     try:
         run_dir = LiveRunDir.create(out, config=cfg.model_dump(mode="json"), components=[r.to_json() for r in records],
-                                    pool=pool_rows(live.policy.pool), keep=cfg.train.keep_checkpoints)
+                                    pool=pool_rows(live.policy.pool), keep=cfg.checkpoint.keep_recovery,
+                                    steps=live.policy.driver.steps)
     except FileExistsError as exc:
         raise TrainError(f"{exc}; pass --resume {out} to go on with it, or another --out") from None
     return live, run_dir
@@ -195,7 +202,7 @@ def _resume(run_dir: LiveRunDir, path: Path, steps: int | None, log: Any,
     except CheckpointError as exc:
         raise TrainError(f"cannot resume {path}: {exc}") from None
     if steps is not None:
-        cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
+        cfg = with_steps(cfg, steps)
     try:
         live = build_live(cfg, start=point.start, trainer_state=point.trainer_state, version=point.version,
                           clock_start_s=point.clock_s, **build)
@@ -206,16 +213,17 @@ def _resume(run_dir: LiveRunDir, path: Path, steps: int | None, log: Any,
                          f"{exc}") from None
 
     # decided: from here on the resume changes the run
-    run_dir.keep = cfg.train.keep_checkpoints
-    if steps is not None and steps != lock["config"]["train"]["steps"]:
-        run_dir.rd.write_lock(cfg.model_dump(mode="json"), lock.get("components", []), {"runtime": "live"})
+    run_dir.keep = cfg.checkpoint.keep_recovery
+    if steps is not None and steps != planned_steps(lock):
+        run_dir.rd.write_lock(cfg.model_dump(mode="json"), lock.get("components", []),
+                              {"runtime": "live", "steps": steps})
     for note in point.notes:
         log("warning", note)
     if run_dir.rd.writer is not None and (note := stale_note(run_dir.rd.writer)):
         log("info", note)
     run_dir.cut_logs(point.row)
     d = live.dispatcher
-    if point.step >= cfg.train.steps:  # every step done, the end not written: the runtime writes only the end
+    if point.step >= live.policy.driver.steps:  # every step done, the end not written: the runtime writes only the end
         d.step = d.version = point.step
         return live, run_dir, point.name
     live.state_lost = _load_statistics(live, run_dir, point, log)
@@ -296,8 +304,8 @@ def train(config: Path | None = None, overrides: Sequence[str] = (), *, out: Pat
             return Path(resume)
         path = resume
     else:
-        cfg = load_train_config(config, overrides, steps)
-        path = out if out is not None else default_out()
+        cfg = load_train_config(config, overrides, steps, out=out)
+        path = out or run_directory(cfg) or default_out()
         live, run_dir = start_run(cfg, path, **build)
         name = None
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from platoon.live.envs.base import Environment
@@ -41,14 +42,15 @@ def wilson_interval(successes: int, n: int, *, z: float = 1.96) -> tuple[float, 
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def evaluate(model: Any, env: Environment, split: str, n: int, *, temperature: float = 1.0, seed: int = 0,
-             batch_size: int = 256, max_new_tokens: int | None = None) -> EvalResult:
-    """pass@1 of ``model`` (a ``Policy``) over ``n`` episodes of ``split``, with its 95% Wilson interval."""
+def evaluate(model: Any, env: Environment, tasks: str | Sequence[str], n: int, *, temperature: float = 1.0,
+             seed: int = 0, batch_size: int = 256, max_new_tokens: int | None = None) -> EvalResult:
+    """pass@1 of ``model`` (a ``Policy``) over ``n`` episodes of ``tasks`` (task ids, or a split's name), with its
+    95% Wilson interval."""
     if n < 1:
         raise ValueError(f"evaluate: n must be at least 1, got {n}")
-    ids = env.task_ids(split)
+    ids = env.task_ids(tasks) if isinstance(tasks, str) else list(tasks)
     if not ids:
-        raise ValueError(f"evaluate: split {split!r} has no tasks")
+        raise ValueError(f"evaluate: {tasks!r} holds no tasks")
     order = list(ids)
     random.Random(f"evaluate:{seed}").shuffle(order)
     successes = 0

@@ -28,7 +28,7 @@ def require_transformers() -> Any:
         import transformers
     except ImportError as exc:
         raise ImportError(
-            "model.kind hf needs the transformers package: pip install 'platoon[hf]'") from exc
+            "a Hugging Face checkpoint (train.model_name) needs the transformers package: pip install 'platoon[hf]'") from exc
     return transformers
 
 
@@ -50,7 +50,7 @@ class HFPolicy(CausalPolicy):
                         dtype: torch.dtype | None = None) -> HFPolicy:
         """Load the checkpoint in the local directory ``path`` (``FileNotFoundError`` when it is not one)."""
         if not Path(path).is_dir():
-            raise FileNotFoundError(f"model.path {str(path)!r} is not a local directory holding a checkpoint")
+            raise FileNotFoundError(f"train.model_name {str(path)!r} is not a local directory holding a checkpoint")
         transformers = require_transformers()
         kwargs: dict[str, Any] = {"local_files_only": True}
         if dtype is not None:

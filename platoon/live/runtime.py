@@ -114,7 +114,7 @@ class LiveRuntime:
 
     # -------------------------------------------------------------------------------------------------- run
     async def run(self) -> None:
-        """Run this start to the end of the plan (``train.steps``)."""
+        """Run this start to the end of the plan (``driver.steps``)."""
         self.loop = asyncio.get_running_loop()
         self._t0 = self.loop.time()
         self._settled = asyncio.Event()
@@ -124,8 +124,9 @@ class LiveRuntime:
                                               state_lost=self.state_lost)
                 self._drain()
                 if self.run_dir is not None:
-                    await self._checkpoint(self.driver.dispatcher.step)  # the launch save: a start that dies resumes
-                self._carry(decisions)                                    # here
+                    step = self.driver.dispatcher.step  # the launch save: a start that dies resumes here
+                    await self._checkpoint(step, permanent=step == 0)
+                self._carry(decisions)
                 self._rearm()
                 await self._train_loop()
             steps = self.driver.steps
@@ -393,7 +394,7 @@ class LiveRuntime:
         self._drain()
         self._write_row(step.step, self.now(), report.metrics)
         if self.run_dir is not None and report.checkpoint_due:
-            await self._checkpoint(report.done)
+            await self._checkpoint(report.done, report.permanent)
         await self._publish(report.version)
         self._feed(self.driver.publish)
 
@@ -413,7 +414,7 @@ class LiveRuntime:
         if inspect.isawaitable(result):
             await result
 
-    async def _checkpoint(self, done: int) -> None:
+    async def _checkpoint(self, done: int, permanent: bool = False) -> None:
         """Capture the state now (on the loop, between two driver calls) and write it off the loop."""
         assert self.run_dir is not None
         data = await asyncio.to_thread(self.trainer_state) if self.trainer_state is not None else None
@@ -423,4 +424,4 @@ class LiveRuntime:
             files[TRAINER_FILE] = data
         self._drain()
         row["logs"] = self.run_dir.log_lengths()
-        await asyncio.to_thread(self.run_dir.save, done, files, row)
+        await asyncio.to_thread(self.run_dir.save, done, files, row, permanent)

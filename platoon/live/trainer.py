@@ -113,7 +113,8 @@ class GRPOTrainer:
         return cls(policy, objective=loss.objective, clip_low=loss.clip_low_threshold,
                    clip_high=loss.clip_high_threshold, kl_coef=loss.kl_coef, entropy_coef=loss.entropy_coef,
                    lr=model.lr, weight_decay=model.weight_decay, grad_clip=model.grad_clip,
-                   temperature=model.temperature, num_minibatches=train.num_minibatches, seed=train.seed)
+                   temperature=train.workflow_config.rollout_config.inference_params.temperature or 1.0,
+                   num_minibatches=train.num_minibatches, seed=train.seed)
 
     # --- training ----------------------------------------------------------------------------------------------
 

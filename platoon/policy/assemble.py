@@ -13,11 +13,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from platoon.config.models import RunConfig
-from platoon.config.resolve import config_warnings, effective_group_size
+from platoon.config.resolve import (
+    NO_PLAN,
+    config_warnings,
+    effective_group_size,
+    event_interval,
+    planned_steps,
+    steps_per_epoch,
+    straggler_policy,
+)
 from platoon.policy.admission import AdmissionSet
 from platoon.policy.dispatch_metrics import DispatchGauges
 from platoon.policy.dispatcher import Dispatcher, dispatch_config
-from platoon.policy.driver import Driver
+from platoon.policy.driver import Driver, Schedule
 from platoon.policy.members import MemberWatch
 from platoon.policy.pool import TaskPool
 from platoon.policy.recorder import StatsRecorder
@@ -48,25 +56,43 @@ def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1, rolling: boo
     train = cfg.train
     samplers = SamplerSet(
         pool, run_sampler=train.task_sampler, run_options=train.task_sampler_options,
-        entry_samplers={e.name: (e.task_sampler, e.task_sampler_options) for e in cfg.environments},
+        entry_samplers={e.label: (e.task_sampler, e.task_sampler_options) for e in cfg.environments},
         batch_size=train.batch_size, seed=train.seed, clock=clock)
     recorder = StatsRecorder.for_pool(pool, start=start, group_size=effective_group_size(cfg))
     recorder.add_listener(samplers.observe)
     admission = AdmissionSet(
         run_rule=train.group_admission, run_options=train.group_admission_options,
-        entry_rules={e.name: (e.group_admission, e.group_admission_options) for e in cfg.environments},
+        entry_rules={e.label: (e.group_admission, e.group_admission_options) for e in cfg.environments},
         entries=pool.entries, batch_size=train.batch_size, label_column=train.label_by)
-    dispatcher = Dispatcher(dispatch_config(cfg), pool, samplers, recorder, admission, rolling=rolling,
+    steps = planned_steps(cfg, len(pool.rows))
+    if steps is None:
+        raise ValueError(f"train: {NO_PLAN}")
+    dispatcher = Dispatcher(dispatch_config(cfg, steps), pool, samplers, recorder, admission, rolling=rolling,
                             start=start)
     begin_clock(dispatcher, now=now)
     limit = train.max_starting_rollouts
     start_limit = (StartLimit(limit, timer_s=start_timer_s(train.workflow_config.worker_startup_budget_seconds))
                    if limit is not None else None)
-    members = MemberWatch(timeout_s=train.straggler.timeout_s, quorum=train.straggler.quorum)
-    driver = Driver(dispatcher, start_limit=start_limit, members=members, checkpoint_every=train.checkpoint_every,
-                    eval_every=train.eval_every, runtime=runtime, group_workflow=group_workflow,
+    members = MemberWatch(policies=straggler_policies(cfg, pool))
+    driver = Driver(dispatcher, start_limit=start_limit, members=members, schedule=schedule(cfg, len(pool.rows)),
+                    runtime=runtime, group_workflow=group_workflow,
                     config_warnings=tuple(config_warnings(cfg)))
     return Policy(pool, samplers, recorder, admission, dispatcher, driver)
+
+
+def schedule(cfg: RunConfig, tasks: int) -> Schedule:
+    """When the run evaluates and checkpoints, in steps (``eval``/``checkpoint`` over ``tasks`` training tasks)."""
+    per_epoch = steps_per_epoch(cfg, tasks)
+    ev, ck = cfg.eval, cfg.checkpoint
+    recovery = None if ck.recovery_every is None else event_interval(ck.recovery_every, ck.strategy, per_epoch)
+    return Schedule(eval_every=event_interval(ev.every, ev.strategy, per_epoch), eval_at_start=ev.at_start,
+                    checkpoint_every=event_interval(ck.every, ck.strategy, per_epoch), recovery_every=recovery)
+
+
+def straggler_policies(cfg: RunConfig, pool: TaskPool) -> Callable[[str, str], tuple[float | None, int | None]]:
+    """``(entry, label) -> (timeout_s, quorum)`` of a group (``platoon.config.resolve.straggler_policy``)."""
+    index = {e.label: i for i, e in enumerate(cfg.environments)}
+    return lambda entry, label: straggler_policy(cfg, index[entry], label)
 
 
 def begin_clock(dispatcher: Dispatcher, *, now: float) -> None:

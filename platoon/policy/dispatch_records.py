@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from platoon.config.resolve import any_straggler_policy, max_concurrent_rollouts
 from platoon.policy.outputs import Key
 from platoon.policy.permits import DrawLease
 from platoon.policy.samplers.runtime import Token
@@ -89,18 +90,16 @@ class PendingStart:
     token: Token | None = None
 
 
-def dispatch_config(cfg: Any) -> DispatchConfig:
-    """The dispatch settings of a ``RunConfig``."""
+def dispatch_config(cfg: Any, steps: int) -> DispatchConfig:
+    """The dispatch settings of a ``RunConfig`` planned for ``steps`` steps."""
     train = cfg.train
-    largest = max(e.group_size for e in cfg.environments)
-    budget = train.max_concurrent_rollouts or train.batch_size * largest
     return DispatchConfig(
-        batch_size=train.batch_size, steps=train.steps, max_concurrent_rollouts=budget,
+        batch_size=train.batch_size, steps=steps, max_concurrent_rollouts=max_concurrent_rollouts(cfg),
         permit_release=train.permit_release, max_staleness=train.max_staleness,
-        entry_staleness={e.name: e.max_staleness for e in cfg.environments if e.max_staleness is not None},
+        entry_staleness={e.label: e.max_staleness for e in cfg.environments if e.max_staleness is not None},
         max_groups_per_step=train.refill.max_groups_per_step,
         label_limits=dict(train.rollout_group_limits),
-        straggler_policy=train.straggler.timeout_s is not None)
+        straggler_policy=any_straggler_policy(cfg))
 
 
 __all__ = ["TEARDOWN_WAIT_S", "BoundDraw", "DispatchConfig", "PendingKind", "PendingStart", "StepPhase",

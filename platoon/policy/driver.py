@@ -17,8 +17,10 @@ member; its reason is its disposition).
 The step cycle: ``take_step(now=)`` answers ``(TrainStep | None, decisions)`` (the decisions a dequeue unblocks);
 the runtime trains the step, then ``finish_step(now=, metrics=)`` commits it and answers the step's metrics row and
 whether a full checkpoint is due; ``checkpoint(name, done)`` gives its files and row, the same fields in both
-runtimes; ``publish(now=)`` makes the new policy version live and answers what it lets start. Evaluation is due
-before steps ``0, eval_every, ...`` (``eval_due``) and once more at the end.
+runtimes; ``publish(now=)`` makes the new policy version live and answers what it lets start. The ``Schedule`` says when:
+evaluation before step 0 under ``eval.at_start``, before steps ``every, 2 every, ...`` and once more at the end
+(``eval_due``); a checkpoint after every ``checkpoint.every``-th step (kept for good), every ``recovery_every``-th
+(pruned to the newest few) and after the last (``StepReport.checkpoint_due``, ``.permanent``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,29 @@ DRIVER_STATE_FORMAT = 1
 
 
 @dataclass(frozen=True)
+class Schedule:
+    """When a run evaluates and checkpoints, in steps (None: never); built by ``platoon.policy.assemble``."""
+
+    eval_every: int | None = None
+    eval_at_start: bool = False
+    checkpoint_every: int | None = None
+    """Checkpoints kept for good."""
+    recovery_every: int | None = None
+    """Checkpoints a resume starts from, the oldest pruned."""
+
+    def eval_due(self, step: int, steps: int) -> bool:
+        if step == 0:
+            return self.eval_at_start
+        return self.eval_every is not None and (step == steps or step % self.eval_every == 0)
+
+    def checkpoint_due(self, done: int, steps: int) -> tuple[bool, bool]:
+        """``(due, permanent)`` after ``done`` steps: the final checkpoint and ``checkpoint_every``'s are permanent."""
+        permanent = done == steps or (self.checkpoint_every is not None and done % self.checkpoint_every == 0)
+        recovery = self.recovery_every is not None and done % self.recovery_every == 0
+        return permanent or recovery, permanent
+
+
+@dataclass(frozen=True)
 class Outbox:
     """What a runtime writes: events for ``tasks/events.jsonl``, and lines for its log."""
 
@@ -58,6 +83,8 @@ class StepReport:
     done: int
     checkpoint_due: bool
     version: int
+    permanent: bool = False
+    """The due checkpoint is kept for good (``checkpoint.every``, or the final one)."""
 
 
 class Driver:
@@ -66,15 +93,14 @@ class Driver:
     ``config_warnings``: what ``config validate`` warns of this run's config, logged at each start."""
 
     def __init__(self, dispatcher: Dispatcher, *, start_limit: StartLimit | None = None,
-                 members: MemberWatch | None = None, checkpoint_every: int | None = None,
-                 eval_every: int | None = None, runtime: str = "sim", group_workflow: bool = True,
+                 members: MemberWatch | None = None, schedule: Schedule | None = None,
+                 runtime: str = "sim", group_workflow: bool = True,
                  config_warnings: tuple[str, ...] = ()) -> None:
         self.dispatcher = dispatcher
         self.start_limit = start_limit
         self.group_workflow = group_workflow
         self.members = members if members is not None else MemberWatch()
-        self.checkpoint_every = checkpoint_every
-        self.eval_every = eval_every
+        self.schedule = schedule if schedule is not None else Schedule()
         self.runtime = runtime
         self.window = StepWindow(dispatcher.now)
         self.config_warnings = config_warnings
@@ -96,10 +122,8 @@ class Driver:
 
     def eval_due(self, step: int) -> bool:
         """Evaluate the policy that step ``step`` trains from; ``step == steps``: the final policy, evaluated after
-        the last step whenever evaluation is on."""
-        if self.eval_every is None:
-            return False
-        return step == self.steps or step % self.eval_every == 0
+        the last step whenever evaluation is on; step 0 under ``eval.at_start``."""
+        return self.schedule.eval_due(step, self.steps)
 
     # ----------------------------------------------------------------------------------------------- events
     def start(self, *, now: float, checkpoint: str | None = None, state_lost: str | None = None) -> list[Any]:
@@ -219,8 +243,8 @@ class Driver:
             row.update(self.start_limit.metrics(now=now, scope="train"))
         row.update(metrics or {})
         done = step.step + 1
-        due = self.checkpoint_every is not None and (done % self.checkpoint_every == 0 or done == self.steps)
-        return StepReport(step, row, done, due, d.next_version)
+        due, permanent = self.schedule.checkpoint_due(done, self.steps)
+        return StepReport(step, row, done, due, d.next_version, permanent)
 
     def publish(self, *, now: float) -> list[Any]:
         """The new weights are live: the next step begins (or the run is finished)."""
@@ -282,7 +306,8 @@ class Driver:
             if isinstance(dec, GrantPermit):
                 self.members.on_granted(dec.key, dec.index)
             elif isinstance(dec, StartGroup):
-                self.members.open(dec.key, dec.group_size)
+                self.members.open(dec.key, dec.group_size, entry=dec.entry,
+                                  label=self.dispatcher.pool[dec.row_index].label)
         return decisions
 
 

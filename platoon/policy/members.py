@@ -17,7 +17,8 @@ Rules it keeps:
   ``cancelled``): those still waiting for their permit first, then the rest in index order, so that no permit a
   cancelled rollout gives back is handed to a member about to be cancelled. Cancelling a member that has ended ends
   its wait for teardowns, and it keeps its outcome. The group fails once they have unwound.
-- **Stragglers** (``timeout_s`` set). The quorum is ``min(quorum or max(size - 1, 1), size)`` members ended. At the
+- **Stragglers** (the group's ``timeout_s`` set: each group takes its policy when it opens, from ``policies(entry,
+  label)``, else the watch's own ``timeout_s``/``quorum``). The quorum is ``min(quorum or max(size - 1, 1), size)`` members ended. At the
   time the quorum is reached, ``quorum_t``, each running member ``i`` gets the deadline
   ``quorum_t + timeout_s + (delay_i - least delay among the members that started)``; a member that starts later
   gets its own then. With every member started at once (all delays 0.0) that is one deadline for all,
@@ -28,6 +29,7 @@ Rules it keeps:
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -73,35 +75,44 @@ class _Group:
     ended: int = 0
     quorum_t: float | None = None
     warned: bool = False
+    timeout_s: float | None = None
+    quorum: int | None = None
 
     def to_json(self) -> list:
         return [self.size, [s.value for s in self.states], [[i, d] for i, d in sorted(self.delays.items())],
-                [[i, t] for i, t in sorted(self.deadlines.items())], self.ended, self.quorum_t, self.warned]
+                [[i, t] for i, t in sorted(self.deadlines.items())], self.ended, self.quorum_t, self.warned,
+                self.timeout_s, self.quorum]
 
     @classmethod
     def from_json(cls, d: list) -> _Group:
-        size, states, delays, deadlines, ended, quorum_t, warned = d
+        size, states, delays, deadlines, ended, quorum_t, warned, timeout_s, quorum = d
         return cls(size, [MemberState(s) for s in states], {int(i): x for i, x in delays},
-                   {int(i): t for i, t in deadlines}, ended, quorum_t, warned)
+                   {int(i): t for i, t in deadlines}, ended, quorum_t, warned, timeout_s, quorum)
 
 
 class MemberWatch:
     """The members of every group in flight (see the module docstring). ``timeout_s`` None: no straggler policy."""
 
-    def __init__(self, *, timeout_s: float | None = None, quorum: int | None = None) -> None:
+    def __init__(self, *, timeout_s: float | None = None, quorum: int | None = None,
+                 policies: Callable[[str, str], tuple[float | None, int | None]] | None = None) -> None:
         self.timeout_s = timeout_s
         self.quorum = quorum
+        self.policies = policies
         self.groups: dict[Key, _Group] = {}
         self._heap: list[tuple[float, Key, int]] = []
         self._warnings: list[str] = []
         self._running_cancelled = 0
 
     # ------------------------------------------------------------------------------------------------ events
-    def open(self, key: Key, size: int) -> None:
-        """Group ``key`` of ``size`` members started: every member waits for its permit."""
+    def open(self, key: Key, size: int, *, entry: str | None = None, label: str | None = None) -> None:
+        """Group ``key`` of ``size`` members started: every member waits for its permit. The group's straggler
+        policy is ``policies(entry, label)`` when both are given and the watch has ``policies``, else the watch's."""
         if key in self.groups:
             raise MemberError(f"group {key} is already open")
-        self.groups[key] = _Group(size, [MemberState.WAITING] * size)
+        timeout_s, quorum = self.timeout_s, self.quorum
+        if self.policies is not None and entry is not None:
+            timeout_s, quorum = self.policies(entry, label if label is not None else entry)
+        self.groups[key] = _Group(size, [MemberState.WAITING] * size, timeout_s=timeout_s, quorum=quorum)
 
     def close(self, key: Key) -> None:
         """Group ``key`` settled: forget it (its deadlines lapse)."""
@@ -128,7 +139,7 @@ class MemberWatch:
         g.ended += 1
         if raised:
             return self._fail(key, g, index)
-        if self.timeout_s is not None and g.quorum_t is None and g.ended >= self._quorum(g.size):
+        if g.timeout_s is not None and g.quorum_t is None and g.ended >= self._quorum(g):
             g.quorum_t = now
             for i, state in enumerate(g.states):
                 if state is MemberState.RUNNING:
@@ -169,8 +180,8 @@ class MemberWatch:
             if not g.warned:
                 g.warned = True
                 self._warnings.append(
-                    f"rollout {index} of group {key} ran past its straggler deadline ({self.timeout_s:g}s after the "
-                    f"quorum of {self._quorum(g.size)}); cutting it")
+                    f"rollout {index} of group {key} ran past its straggler deadline ({g.timeout_s:g}s after the "
+                    f"quorum of {self._quorum(g)}); cutting it")
         return cuts
 
     def state(self, key: Key, index: int) -> MemberState | None:
@@ -204,8 +215,9 @@ class MemberWatch:
         heapq.heapify(self._heap)
 
     # -------------------------------------------------------------------------------------------- internals
-    def _quorum(self, size: int) -> int:
-        return min(self.quorum or max(size - 1, 1), size)
+    @staticmethod
+    def _quorum(g: _Group) -> int:
+        return min(g.quorum or max(g.size - 1, 1), g.size)
 
     def _move(self, key: Key, index: int, sources: tuple[MemberState, ...], target: MemberState,
               event: str) -> _Group:
@@ -222,9 +234,9 @@ class MemberWatch:
         return g
 
     def _arm(self, key: Key, g: _Group, index: int) -> None:
-        assert self.timeout_s is not None and g.quorum_t is not None
+        assert g.timeout_s is not None and g.quorum_t is not None
         least = min(g.delays.values())
-        due = g.quorum_t + self.timeout_s + (g.delays[index] - least)
+        due = g.quorum_t + g.timeout_s + (g.delays[index] - least)
         g.deadlines[index] = due
         heapq.heappush(self._heap, (due, key, index))
 

@@ -46,7 +46,7 @@ from platoon.runs.rundir import PathLike, RunDir, as_run_dir, checkpoint_name
 DEFAULT_FORMATS: Mapping[str, frozenset[int]] = {"tasks/dispatch-*.json": frozenset({1, 2})}
 
 #: Keys of a checkpoints.jsonl row that save_checkpoint sets itself.
-ROW_BASE_KEYS = ("step", "name", "path", "files", "time", "pruned")
+ROW_BASE_KEYS = ("step", "name", "path", "files", "time", "permanent", "pruned")
 
 
 class CheckpointError(ValueError):
@@ -159,7 +159,7 @@ def _with_sha256(value: object, hashes: Mapping[str, str]) -> object:
 
 def save_checkpoint(
     run_dir: RunDir | PathLike, step: int, files: Mapping[str, object], row: Mapping[str, object], *,
-    keep: int | None = None,
+    keep: int | None = None, permanent: bool = False,
 ) -> dict:
     """Write the full checkpoint of ``step`` and append its row to ``checkpoints.jsonl``; return the row.
 
@@ -169,8 +169,10 @@ def save_checkpoint(
     one of ``files`` (``{"file": name, ...}``) gets that file's ``sha256``. Every file, and the row,
     is checked before anything is written: a bad name or value raises ValueError/TypeError and leaves the run
     directory as it was. A step saved again gets a fresh directory and a new row (see the module's guarantees).
-    ``keep`` (at least 1; None: every one) is how many checkpoints to keep: the newest by step, this one included;
-    the directories of the others are removed after the row is committed, which names them under ``pruned``.
+    ``permanent`` checkpoints (``checkpoint.every``, the launch and the final one) are kept for good; ``keep`` (at
+    least 1; None: every one) is how many of the others, the recovery checkpoints, to keep: the newest by step, this
+    one included; the directories of the others are removed after the row is committed, which names them under
+    ``pruned``. The row records ``permanent``.
     """
     rd = as_run_dir(run_dir)
     name = checkpoint_name(step)
@@ -187,9 +189,10 @@ def save_checkpoint(
         "path": f"checkpoints/{name}",
         "files": hashes,
         "time": time.time(),
+        "permanent": bool(permanent),
         **{k: _with_sha256(v, hashes) for k, v in row.items()},
     }
-    pruned = _to_prune(rd, step, keep) if keep is not None else []
+    pruned = _to_prune(rd, step, keep, permanent) if keep is not None else []
     if pruned:
         out["pruned"] = pruned
     jsonl_line(out)  # refuse a row that is not JSON-safe before any file is written
@@ -224,15 +227,17 @@ def save_checkpoint(
     return out
 
 
-def _to_prune(rd: RunDir, step: int, keep: int) -> list[str]:
-    """The checkpoint directories beyond the ``keep`` newest steps (``step`` among them), oldest first."""
-    steps = {step}
+def _to_prune(rd: RunDir, step: int, keep: int, permanent: bool) -> list[str]:
+    """The recovery checkpoint directories beyond the ``keep`` newest (``step`` among them unless ``permanent``),
+    oldest first; a permanent checkpoint is never pruned (a step saved again takes its newest row's kind)."""
+    kinds = {}
     for row in read_checkpoint_rows(rd):
         s = row.get("step")
         if isinstance(s, int) and not isinstance(s, bool) and s >= 0:
-            steps.add(s)
-    kept = set(sorted(steps, reverse=True)[:keep])
-    return [checkpoint_name(s) for s in sorted(steps - kept) if rd.checkpoint_dir(s).is_dir()]
+            kinds[s] = row.get("permanent") is True
+    kinds[step] = permanent
+    recovery = sorted((s for s, kept_for_good in kinds.items() if not kept_for_good), reverse=True)
+    return [checkpoint_name(s) for s in sorted(recovery[keep:]) if rd.checkpoint_dir(s).is_dir()]
 
 
 def read_checkpoint_rows(run_dir: RunDir | PathLike) -> list[dict]:

@@ -44,8 +44,8 @@ class LogsLost(CheckpointError):
 
 
 def planned_steps(lock: Mapping[str, Any]) -> int | None:
-    """``train.steps`` of the run's config as ``lock.json`` records it, or None."""
-    steps = ((lock.get("config") or {}).get("train") or {}).get("steps")
+    """The run's planned steps as ``lock.json`` records them (``steps``, written with the config), or None."""
+    steps = lock.get("steps")
     return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
 
 
@@ -64,7 +64,7 @@ def check_steps(steps: int | None, done: int, checkpoint: str) -> None:
 
 
 def is_finished(lock: Mapping[str, Any], steps: int | None = None) -> bool:
-    """True when the run's last ``finished`` entry is for ``steps`` (default: the config's ``train.steps``)."""
+    """True when the run's last ``finished`` entry is for ``steps`` (default: the planned steps lock.json records)."""
     entries = lock.get("finished")
     target = planned_steps(lock) if steps is None else steps
     if not isinstance(entries, list) or not entries or not isinstance(entries[-1], Mapping):

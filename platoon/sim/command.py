@@ -26,6 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from platoon.config.resolve import run_directory
 from platoon.console import make_console
 from platoon.runs.resume import RunFinished
 from platoon.runs.writer import WRITER_FILE, WriterLock
@@ -57,7 +58,7 @@ class Request:
         if self.permit_release is not None:
             extra.append(f"train.permit_release={self.permit_release}")
         if self.steps is not None:
-            extra.append(f"train.steps={self.steps}")
+            extra += [f"train.max_training_steps={self.steps}", "train.num_epochs=null"]
         if self.seed is not None:
             extra.append(f"train.seed={self.seed}")
         return [*self.overrides, *extra]
@@ -94,7 +95,7 @@ def simulate(req: Request, console: Console | None = None) -> Outcome:
     if req.sweep:
         return sweep(req, console)
     cfg = load_sim_config(req.config, preset=req.preset, overrides=req.all_overrides())
-    out = req.out or next_run_dir(Path("runs"), _name(req))
+    out = req.out or run_directory(cfg) or next_run_dir(Path("runs"), _name(req))
     run = SimRun.create(cfg, out, log=_logger(console))
     with discarded_unless_stepped(run):
         _run_with_progress(run, console, f"simulating {out}")
@@ -137,7 +138,7 @@ def _logger(console: Console):
 
 
 def _run_with_progress(run: SimRun, console: Console, what: str) -> None:
-    total = run.cfg.train.steps
+    total = run.driver.steps
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("sim {task.fields[sim]}"), TimeElapsedColumn(), console=console,
                   transient=False, disable=not console.is_terminal) as progress:

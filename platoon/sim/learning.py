@@ -81,6 +81,15 @@ class EntryTasks:
         return cls(entry, ids, difficulty, length, None, heldout, [{} for _ in ids])
 
 
+    def select(self, task_ids: Sequence[str]) -> EntryTasks:
+        """These tasks only, in the order of ``task_ids`` (each one of this entry's)."""
+        at = {t: i for i, t in enumerate(self.task_ids)}
+        ix = [at[t] for t in task_ids]
+        rate = None if self.fixed_rate is None else self.fixed_rate[ix]
+        return EntryTasks(self.entry, list(task_ids), self.difficulty[ix], self.length[ix], rate, self.heldout,
+                          [self.data[i] for i in ix])
+
+
 def sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 

@@ -8,8 +8,9 @@ slots, members, the step window). A step's row is the driver's (docs/metrics.md)
 the simulator knows and ``eval/pass@1`` at steps 0, ``eval_every``, ... (the policy the step trained on); a run that
 learns ends with a row ``{"step": steps, "eval/pass@1": ...}`` for the final policy.
 
-Checkpoints are taken at launch (``000000``) and right after a step's metrics (every ``train.checkpoint_every``
-steps and after the last), named by the steps done; the newest ``train.keep_checkpoints`` are kept. Each records the
+Checkpoints are taken at launch (``000000``) and right after a step's metrics (every ``checkpoint.every`` steps, kept
+for good, every ``checkpoint.recovery_every``, the newest ``checkpoint.keep_recovery`` kept, and after the last),
+named by the steps done. Each records the
 lengths of ``metrics.jsonl`` and ``tasks/events.jsonl`` then; ``resume`` cuts the logs back to them (what a killed
 run wrote after its checkpoint is written again, identically, by the replay) and restores the dispatcher, the
 statistics and the runtime exactly, so a run killed anywhere and resumed ends byte-identical to one that never
@@ -33,11 +34,18 @@ from pathlib import Path
 
 from platoon.config.loader import config_from_lock
 from platoon.config.models import RunConfig
-from platoon.config.resolve import resolve_components
+from platoon.config.resolve import check_plan, resolve_components, with_steps
 from platoon.policy.assemble import build_policy
 from platoon.policy.driver import StepReport
 from platoon.runs import RunDir, checkpoint_name, load_latest_checkpoint, metrics_row, save_checkpoint
-from platoon.runs.resume import ResumeRefused, check_finished, check_logs, check_runtime, check_steps
+from platoon.runs.resume import (
+    ResumeRefused,
+    check_finished,
+    check_logs,
+    check_runtime,
+    check_steps,
+    planned_steps,
+)
 from platoon.runs.writer import stale_note
 from platoon.sim.runtime import SimRuntime
 from platoon.sim.setup import build_tasks
@@ -73,11 +81,13 @@ class SimRun:
     def create(cls, cfg: RunConfig, path: Path, *, log: Logger | None = None) -> SimRun:
         """A new run of ``cfg`` in the new (or empty) directory ``path``. ConfigError for a config the simulator
         cannot build; FileExistsError when ``path`` holds something."""
+        check_plan(cfg)
         records = resolve_components(cfg)
         tasks = build_tasks(cfg)
         policy = build_policy(cfg, tasks.pool, start=1, clock=time.perf_counter)
         with RunDir.create(path).undone_on_failure() as rd:
-            rd.write_lock(cfg.model_dump(mode="json"), [r.to_json() for r in records], {"runtime": "sim"})
+            rd.write_lock(cfg.model_dump(mode="json"), [r.to_json() for r in records],
+                          {"runtime": "sim", "steps": policy.driver.steps})
             rd.write_pool([(row.task_id, row.entry, row.label) for row in tasks.pool.rows])  # for platoon tasks show
             run = cls(cfg, rd, SimRuntime(cfg, tasks, policy), log=log)
             run._checkpoint(0)  # the launch checkpoint, before anything runs: a run killed before its first step
@@ -116,7 +126,7 @@ class SimRun:
                               f"driver-{name}.json or dispatch state)")
         check_logs(rd, ckpt.row)
         if steps is not None:
-            cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
+            cfg = with_steps(cfg, steps)
         for note in ckpt.passed_over:
             log("warning", note)
         tasks = build_tasks(cfg)
@@ -133,8 +143,8 @@ class SimRun:
         if rd.writer is not None and rd.writer.previous:
             log("info", stale_note(rd.writer))
         _cut_logs(rd, ckpt.row.get("logs") or {})
-        if steps is not None and steps != lock["config"].get("train", {}).get("steps"):
-            rd.write_lock(cfg.model_dump(mode="json"), lock.get("components", []), {"runtime": "sim"})
+        if steps is not None and steps != planned_steps(lock):
+            rd.write_lock(cfg.model_dump(mode="json"), lock.get("components", []), {"runtime": "sim", "steps": steps})
         run = cls(cfg, rd, rt, log=log)
         if not rt.begun:
             rt.begin()
@@ -169,22 +179,24 @@ class SimRun:
         self.metrics.write(metrics_row(report.step.step, now, report.metrics))
         self._drain()
         if report.checkpoint_due:
-            self._checkpoint(report.done)
+            self._checkpoint(report.done, report.permanent)
         if self.on_step is not None:
             self.on_step(report.step.step, now)
 
-    def _checkpoint(self, done: int) -> None:
+    def _checkpoint(self, done: int, permanent: bool = False) -> None:
         name = checkpoint_name(done)
         files, row = self.driver.checkpoint(name, done)
         files[f"sim-{name}.json"] = self.rt.state_dict()
         row["logs"] = self.rd.log_lengths()
-        save_checkpoint(self.rd, done, files, row, keep=self.cfg.train.keep_checkpoints)
+        save_checkpoint(self.rd, done, files, row, keep=self.cfg.checkpoint.keep_recovery,
+                        permanent=permanent or done == 0)
 
     def _finish(self, now: float) -> None:
-        if self.rt.learns and self.driver.eval_due(self.cfg.train.steps):
-            self.metrics.write(metrics_row(self.cfg.train.steps, now, {"eval/pass@1": self.rt.learner.pass_at_1()}))
+        steps = self.driver.steps
+        if self.rt.learns and self.driver.eval_due(steps):
+            self.metrics.write(metrics_row(steps, now, {"eval/pass@1": self.rt.learner.pass_at_1()}))
         self._drain()
-        self.rd.mark_finished(self.cfg.train.steps, self.driver.dispatcher.start_number)
+        self.rd.mark_finished(steps, self.driver.dispatcher.start_number)
 
 
 def _cut_logs(rd: RunDir, lengths: dict) -> None:

@@ -30,7 +30,7 @@ from platoon.config.presets import (
     preset_path,
     unknown_preset,
 )
-from platoon.config.resolve import RUN_ONLY_SIM_KEYS, merge_sim
+from platoon.config.resolve import RUN_ONLY_SIM_KEYS, group_size, merge_sim, select_tasks
 from platoon.config.sim import SimConfig
 from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
 from platoon.sim.learning import EntryTasks, Learner
@@ -98,7 +98,8 @@ def build_tasks(cfg: RunConfig) -> SimTasks:
     for i, (e, sim) in enumerate(zip(cfg.environments, sims, strict=True)):
         where = f"environments.{i}.sim" if e.sim else "sim"
         try:
-            entries.append(EntryTasks.build(e.name, sim, seed=e.seed, task_ids=e.tasks))
+            tasks = EntryTasks.build(e.label, sim, seed=e.seed, task_ids=e.tasks)
+            entries.append(tasks.select(select_tasks(tasks.task_ids, e.dataset_kwargs, e.exclude_tasks)))
         except ValueError as exc:
             problems.append(f"{where}.tasks: {exc}")
         try:
@@ -109,14 +110,15 @@ def build_tasks(cfg: RunConfig) -> SimTasks:
         raise ConfigError(problems)
     label_by = cfg.train.label_by
     specs = []
-    for e, tasks in zip(cfg.environments, entries, strict=True):
+    for i, (e, tasks) in enumerate(zip(cfg.environments, entries, strict=True)):
         labels = None
         if label_by is not None:
             labels = [label_value(row.get(label_by)) for row in tasks.data]
-        specs.append(EntrySpec(e.name, tasks.task_ids, e.group_size, None if e.weight == "tasks" else e.weight,
-                               e.seed, e.success_threshold, labels, tasks.data))
+        specs.append(EntrySpec(e.label, tasks.task_ids, group_size(cfg, i),
+                               None if e.weight == "tasks" else e.weight, e.seed, e.success_threshold, labels,
+                               tasks.data))
     pool = TaskPool.from_entries(specs, label_column=label_by or DEFAULT_LABEL_COLUMN)
-    index = {e.name: i for i, e in enumerate(cfg.environments)}
+    index = {e.label: i for i, e in enumerate(cfg.environments)}
     row_entry = [index[row.entry] for row in pool.rows]
     offsets: dict[str, int] = {}
     row_task = []

@@ -17,6 +17,7 @@ outcome = episode.outcome()          # reward in [0, 1] and success: the rollout
 
 Rules it keeps:
 - ``task_ids(split)`` lists a split's tasks in a fixed order; an unknown split raises ``KeyError`` naming the known;
+  an optional ``eval_split`` attribute names the split evaluation lists by default (else ``eval``);
 - ``task(task_id)`` rebuilds the same ``Task`` every time (a resume, a worker, an evaluation ask again);
 - ``step`` may return a ``Step`` or an awaitable of one (an environment that does I/O); a runtime calls it through
   ``astep``. The built-in's steps are pure and microseconds long, so they run on the event loop;
@@ -25,7 +26,7 @@ Rules it keeps:
   ``MemberResult.scored``/``flag``); a partial-credit reward below 1 may go with ``success=False``.
 
 Environments plug in by name (``@environment("name")`` from ``platoon.config.registry``) or as ``module:Class``;
-``platoon.live.envs.resolve.resolve_environment`` turns an entry's ``env`` and ``env_options`` into an instance.
+``platoon.live.envs.resolve.resolve_environment`` turns an entry's ``env`` and ``service_kwargs`` into an instance.
 """
 
 from __future__ import annotations

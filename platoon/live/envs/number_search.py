@@ -11,8 +11,8 @@ every N of ``ranges`` with every ``g = L(N) + offset`` of ``guess_offsets`` (at 
 random policy sometimes solves (small N, spare guesses) to tasks that even binary search loses half the time: groups
 stay mixed for long, which the adaptive sampler and group admission need.
 
-Splits are ``train`` and ``heldout`` over triples, stratified by (N, g): of each (N, g)'s targets, a seeded
-``heldout_fraction`` (at least one) is held out. (Holding out whole targets does not generalise: a target the policy
+Splits are ``train`` and ``val`` (its evaluation split) over triples, stratified by (N, g): of each (N, g)'s targets, a seeded
+``val_fraction`` (at least one) is held out. (Holding out whole targets does not generalise: a target the policy
 never had to find is one it never learns to name.)
 
 Rewards (``reward``): ``partial`` (default) gives 1 for a find and otherwise partial credit for narrowing the range,
@@ -38,7 +38,7 @@ from platoon.live.envs.base import Outcome, Step, Task
 PAD, BOS, SEP, LOWER, HIGHER, FOUND, INVALID = range(7)
 SPECIALS = ("<pad>", "<bos>", "|", "<", ">", "=", "?")
 FIRST_NUMBER = len(SPECIALS)
-SPLITS = ("train", "heldout")
+SPLITS = ("train", "val")
 
 __all__ = ["NumberSearch", "NumberSearchEpisode", "optimal_success"]
 
@@ -53,16 +53,19 @@ def optimal_success(n: int, guesses: int) -> float:
     return min(1.0, (2**guesses - 1) / n)
 
 
-@environment("number_search")
+@environment("platoon-number-search")
 class NumberSearch:
-    """The built-in environment (see the module's doc). Options are the entry's ``env_options``."""
+    """The built-in environment (see the module's doc). Options are the entry's ``service_kwargs``."""
+
+    eval_split = "val"
+    """The split an entry evaluates on when its ``eval_dataset_kwargs.split_name`` is null."""
 
     def __init__(
         self,
         *,
         ranges: Sequence[int] = (4, 8, 12, 16, 24),
         guess_offsets: Sequence[int] = (-1, 0, 1, 2),
-        heldout_fraction: float = 0.25,
+        val_fraction: float = 0.25,
         split_seed: int = 0,
         reward: Literal["partial", "binary"] = "partial",
         partial_weight: float = 0.5,
@@ -73,8 +76,8 @@ class NumberSearch:
             raise ValueError(f"ranges must be integers of at least 2, got {ranges!r}")
         if not guess_offsets:
             raise ValueError("guess_offsets must not be empty")
-        if not 0.0 < heldout_fraction < 1.0:
-            raise ValueError(f"heldout_fraction must lie strictly between 0 and 1, got {heldout_fraction!r}")
+        if not 0.0 < val_fraction < 1.0:
+            raise ValueError(f"val_fraction must lie strictly between 0 and 1, got {val_fraction!r}")
         if reward not in ("partial", "binary"):
             raise ValueError(f"reward must be 'partial' or 'binary', got {reward!r}")
         if not 0.0 <= partial_weight < 1.0:
@@ -93,9 +96,9 @@ class NumberSearch:
                 targets = list(range(1, n + 1))
                 # A generator per (N, g) so that adding a range or an offset leaves the other splits as they were.
                 random.Random(f"number_search:{split_seed}:{n}:{g}").shuffle(targets)
-                held = set(targets[: max(1, round(heldout_fraction * n))])
+                held = set(targets[: max(1, round(val_fraction * n))])
                 for t in range(1, n + 1):
-                    split = "heldout" if t in held else "train"
+                    split = "val" if t in held else "train"
                     task = Task(
                         task_id=f"n{n}-g{g}-t{t}",
                         split=split,

@@ -1,4 +1,4 @@
-"""Resolving an entry's environment: ``env`` (a registered name or ``module:Class``) and ``env_options`` to an instance.
+"""Resolving an entry's environment: ``env`` (a registered name or ``module:Class``) and ``service_kwargs`` to an instance.
 
 It sits above the built-in (``number_search``, itself above the protocol in ``base``) and imports it: the built-in
 registers its name when imported, so ``number_search`` resolves here whatever else was imported first.
@@ -17,7 +17,8 @@ __all__ = ["resolve_environment"]
 
 
 def resolve_environment(env: str, options: Mapping[str, Any] | None = None, *, package: str | None = None) -> Any:
-    """An environment instance from an entry's ``env`` (a registered name or ``module:Class``) and ``env_options``.
+    """An environment instance from an entry's ``env`` (a registered name, ``name@version``, or ``module:Class``) and
+    ``service_kwargs``.
 
     ``package`` is imported first (it may register the name). An unknown name raises ``ExtensionError`` with the
     registry's did-you-mean message; options the class does not take raise ``TypeError`` from its constructor.
@@ -27,7 +28,8 @@ def resolve_environment(env: str, options: Mapping[str, Any] | None = None, *, p
     if ":" in env:
         cls = registry.import_ref(env)
     else:
-        cls = registry.lookup("environment", env)
+        name = env.partition("@")[0]  # name@version: the config's rules checked the version of a core one
+        cls = registry.lookup("environment", name)
         if cls is None:
-            raise ExtensionError(registry.unknown_name_message("environment", env))
+            raise ExtensionError(registry.unknown_name_message("environment", name))
     return cls(**dict(options or {}))

@@ -1,0 +1,55 @@
+"""The base of every config model, and the mark of keys that have no effect here.
+
+Every section model derives from ``ConfigModel``: frozen, strict (YAML's types are the config's types: ``"8"`` is not
+an int, ``true`` is not a number), unknown keys refused (with the class's ``UNKNOWN_KEY_HINTS``), floats finite.
+
+``NO_EFFECT`` names the fields of a class that platoon 0.4.0's configs may set for components this backend does not
+have (the Tinker service, LoRA, Weights & Biases, the watchdog, harnesses, ...). They are typed as 0.4.0 types them,
+so a wrong value gets the problem 0.4.0 reports, and a config that sets one loads with one warning naming every such
+key it set (``platoon.config.no_effect``). ``NO_EFFECT_ALL`` marks a whole section so.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ConfigModel(BaseModel):
+    """Base of every config model: frozen, strict, unknown keys refused (with the class's hints), floats finite."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {}
+    """Unknown key -> the whole message after ``<path>: `` (starting ``unknown key; ...``)."""
+
+    NO_EFFECT: ClassVar[frozenset[str]] = frozenset()
+    """Fields a 0.4.0 config may set that nothing here acts on (each one set is warned about)."""
+
+    NO_EFFECT_ALL: ClassVar[bool] = False
+    """True: the whole section has no effect here (a config that sets any of it is warned about once)."""
+
+
+def no_effect_paths(model: ConfigModel, prefix: str = "") -> list[str]:
+    """The dotted paths of every key ``model`` sets (explicitly, at any depth) that has no effect here: a field its
+    class lists in ``NO_EFFECT``, or any key of a ``NO_EFFECT_ALL`` section (named once, by the section's path)."""
+    out: list[str] = []
+    for name in sorted(model.model_fields_set):
+        path = f"{prefix}.{name}" if prefix else name
+        value = getattr(model, name)
+        if name in type(model).NO_EFFECT or (isinstance(value, ConfigModel) and type(value).NO_EFFECT_ALL
+                                             and value.model_fields_set):
+            out.append(path)
+        elif isinstance(value, ConfigModel):
+            out += no_effect_paths(value, path)
+        elif isinstance(value, list | tuple):
+            out += [p for i, v in enumerate(value) if isinstance(v, ConfigModel)
+                    for p in no_effect_paths(v, f"{path}.{i}")]
+        elif isinstance(value, dict):
+            out += [p for k, v in value.items() if isinstance(v, ConfigModel)
+                    for p in no_effect_paths(v, f"{path}.{k}")]
+    return out
+
+
+__all__ = ["ConfigModel", "no_effect_paths"]

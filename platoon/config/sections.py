@@ -1,0 +1,173 @@
+"""The run-level sections beside ``train``, under platoon 0.4.0's names and defaults: ``checkpoint``, ``eval``,
+``stats`` (its ``wandb``), ``watchdog``, and an entry's ``dataset_kwargs``.
+
+What acts here (docs/configuration.md): ``checkpoint.every`` (checkpoints kept for good), ``checkpoint.recovery_every``
+and ``keep_recovery`` (checkpoints a resume starts from, the oldest pruned), ``checkpoint.strategy`` and
+``eval.strategy`` (``every`` counts steps, or epochs: passes over the training tasks), ``eval.every``,
+``eval.at_start``, ``stats.experiment_name``/``trial_name`` (the run directory under ``log_path``), and the listing
+keys of ``dataset_kwargs``. ``stats.wandb``, ``watchdog`` and ``checkpoint.load_checkpoint_path`` name components
+this backend does not have: typed as 0.4.0 types them, warned about when set (``platoon.config.base``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from platoon.config.base import ConfigModel
+from platoon.config.bounds import INT64_MAX, INT64_MIN, MAX_ROLLOUTS, MAX_STEPS, MAX_TASKS
+
+_STRATEGY = ("step", "epoch")
+
+
+def _strategy_hint(section: str, replacement: str) -> Any:
+    def check(v: object) -> object:
+        if v == "none":
+            raise ValueError(f"'none' is not one of 'step', 'epoch'; platoon 0.3.0 removed it; use {section}.every: 0, "
+                             f"which {replacement}")
+        return v
+    return check
+
+
+class CheckpointConfig(ConfigModel):
+    """When a run writes full checkpoints (weights, optimizer, dispatch and statistics: what a resume reads).
+
+    Checkpoints are written when a run starts, after the last step, every ``every`` steps (kept for good) and every
+    ``recovery_every`` steps (the newest ``keep_recovery`` kept). ``strategy: epoch`` counts both in passes over the
+    training tasks."""
+
+    NO_EFFECT: ClassVar[frozenset[str]] = frozenset({"load_checkpoint_path"})
+
+    every: int | None = Field(
+        None, ge=0, le=MAX_STEPS,
+        description="Write a checkpoint kept for good every this many steps (epochs under strategy: epoch); 0: "
+        "none; null: 0, or 1 when strategy is set.",
+    )
+    strategy: Literal["step", "epoch"] | None = Field(
+        None, description="The unit of every and recovery_every: step or epoch (a pass over the training tasks); "
+        "null: step.",
+    )
+    load_checkpoint_path: str | None = Field(None, description="A Tinker checkpoint to start from (no effect here).")
+    recovery_every: int | None = Field(
+        None, ge=1, le=MAX_STEPS,
+        description="Write a recovery checkpoint (a resume's starting point, pruned by keep_recovery) every this many "
+        "steps; null: none beyond the launch and final ones.",
+    )
+    keep_recovery: int | None = Field(
+        None, ge=1, le=MAX_STEPS,
+        description="Recovery checkpoints to keep, the newest (a resume falls back to an older one that reads "
+        "back); null: every one.",
+    )
+
+    @field_validator("strategy", mode="before")
+    @classmethod
+    def _removed(cls, v: object) -> object:
+        return _strategy_hint("checkpoint", "saves no permanent checkpoint")(v)
+
+
+class EvalConfig(ConfigModel):
+    """Held-out evaluation during training: pass@1 on each entry's eval split."""
+
+    UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {
+        "num_concurrent_rollout_workflow_workers": "unknown key; platoon 0.3.0 removed it; use "
+        "eval.max_concurrent_rollouts",
+        "max_starting_rollouts": "unknown key; train.max_starting_rollouts limits evaluation's start-ups too",
+    }
+    NO_EFFECT: ClassVar[frozenset[str]] = frozenset({"max_concurrent_rollouts", "workflow_config"})
+
+    every: int | None = Field(
+        None, ge=0, le=MAX_STEPS,
+        description="Evaluate every this many steps (epochs under strategy: epoch) and after the last; 0: never; "
+        "null: 0, or 1 when strategy is set.",
+    )
+    strategy: Literal["step", "epoch"] | None = Field(None, description="The unit of every; null: step.")
+    at_start: bool = Field(False, description="Also evaluate the starting policy, at step 0.")
+    max_concurrent_rollouts: int | None = Field(None, ge=1, le=MAX_ROLLOUTS,
+                                                description="Evaluation's rollouts at once (no effect here).")
+    workflow_config: dict[str, Any] = Field(default_factory=dict,
+                                            description="Evaluation's workflow settings (no effect here).")
+
+    @field_validator("strategy", mode="before")
+    @classmethod
+    def _removed(cls, v: object) -> object:
+        return _strategy_hint("eval", "never evaluates")(v)
+
+
+class WandbConfig(ConfigModel):
+    """Weights & Biases logging (no effect here: metrics go to the run directory's metrics.jsonl)."""
+
+    NO_EFFECT_ALL: ClassVar[bool] = True
+
+    mode: str = Field("online", description="No effect here.")
+    project: str | None = Field(None, description="No effect here.")
+    entity: str | None = Field(None, description="No effect here.")
+    name: str | None = Field(None, description="No effect here.")
+    group: str | None = Field(None, description="No effect here.")
+    notes: str | None = Field(None, description="No effect here.")
+    api_key: str | None = Field(None, description="No effect here.")
+    base_url: str | None = Field(None, description="No effect here.")
+    resume_run_id: str | None = Field(None, description="No effect here.")
+    tags: list[str] = Field(default_factory=list, description="No effect here.")
+
+
+class StatsConfig(ConfigModel):
+    """Where a run's directory lies under ``log_path``, and external loggers."""
+
+    experiment_name: str = Field("platoon_tinker", min_length=1,
+                                 description="The run directory is log_path/experiment_name/trial_name.")
+    trial_name: str = Field("run", min_length=1, description="See experiment_name.")
+    wandb: WandbConfig = Field(default_factory=WandbConfig, description="Weights & Biases (no effect here).")
+
+    @field_validator("experiment_name", "trial_name")
+    @classmethod
+    def _one_component(cls, v: str) -> str:
+        if "/" in v or "\\" in v or v in (".", ".."):
+            raise ValueError(f"must be one path component (no '/', not '.' or '..'), got {v!r}")
+        return v
+
+
+class WatchdogConfig(ConfigModel):
+    """0.4.0's restart watchdog (no effect here: a run that stops is resumed with ``platoon train --resume``)."""
+
+    NO_EFFECT_ALL: ClassVar[bool] = True
+
+    enabled: bool = Field(True, description="No effect here.")
+    timeout_seconds: float = Field(600, gt=0, description="No effect here.")
+    exit_code: int = Field(2, description="No effect here.")
+    max_restarts: int = Field(0, ge=0, description="No effect here.")
+
+
+class DatasetKwargs(ConfigModel):
+    """How an entry lists its tasks: which split(s), shuffled by which seed, how many."""
+
+    UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {}
+
+    split_name: str | list[str] | None = Field(
+        None, description="The split (or splits, listed in order) to list; null: train for training, the "
+        "environment's evaluation split for eval_dataset_kwargs.",
+    )
+    shuffle_seed: int | None = Field(
+        None, ge=INT64_MIN, le=INT64_MAX, description="Shuffle the listing with this seed before limit; null: keep "
+        "the environment's order.",
+    )
+    limit: int | None = Field(None, ge=1, le=MAX_TASKS, description="Keep the first this many tasks; null: all.")
+
+    @field_validator("split_name")
+    @classmethod
+    def _splits(cls, v: str | list[str] | None) -> str | list[str] | None:
+        names = [v] if isinstance(v, str) else (v or [])
+        if isinstance(v, list) and not v:
+            raise ValueError("must name at least one split")
+        if any(not n for n in names):
+            raise ValueError("a split name must not be empty")
+        return v
+
+    def splits(self, default: str) -> list[str]:
+        """The splits to list, in order (``default`` when ``split_name`` is null)."""
+        if self.split_name is None:
+            return [default]
+        return [self.split_name] if isinstance(self.split_name, str) else list(self.split_name)
+
+
+__all__ = ["CheckpointConfig", "DatasetKwargs", "EvalConfig", "StatsConfig", "WandbConfig", "WatchdogConfig"]
