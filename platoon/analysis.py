@@ -10,6 +10,9 @@ Frames of a :class:`Run`:
   row. A metric a step did not log is NaN.
 - ``events``: one row per line of ``tasks/events.jsonl``, in file order; column ``event`` first, then every field.
 - ``checkpoints``: one row per line of ``checkpoints.jsonl``, in file order.
+
+A run directory of platoon 0.4.0 reads too: its ``tasks/events.jsonl`` and ``checkpoints.jsonl`` are read as they are
+(a row's ``step`` is its ``batch``), and ``metrics`` is empty, since 0.4.0 wrote its step metrics to no file.
 - ``tasks``: one row per task, in the order of its first draw: ``task_id``, ``draws`` (a reissue continues its
   original draw and is not counted again), ``settles``, ``attempts`` (valid rollouts of its settled groups),
   ``passes``, then one count per fate in the order ``fate_consumed, fate_stale, fate_failed, fate_skipped,
@@ -28,6 +31,7 @@ from platoon.runs.atomic import PathLike
 from platoon.runs.checkpoints import read_checkpoint_rows
 from platoon.runs.jsonl import iter_jsonl
 from platoon.runs.rundir import RunDir
+from platoon.runs.v040 import is_v040_row
 
 #: The fates of a group in the per-task statistics, in their column order (reference 1.2).
 FATES = ("consumed", "stale", "failed", "skipped", "lost", "rejected")
@@ -130,6 +134,14 @@ def tasks_frame(events: Iterable[dict]) -> pd.DataFrame:
     return frame.fillna(0).astype({c: "int64" for c in columns[1:]})
 
 
+def _with_step(row: dict) -> dict:
+    """A checkpoint row with its ``step``: a row of platoon 0.4.0 (run directories of 0.4.0 read as they are,
+    ``platoon.runs.v040``) names it ``batch``."""
+    if is_v040_row(row) and "step" not in row and _is_step(row.get("batch")):
+        return {"step": row["batch"], **row}
+    return row
+
+
 def load_run(path: PathLike, *, events: bool = True) -> Run:
     """Read the run directory at ``path`` into a :class:`Run`.
 
@@ -143,7 +155,7 @@ def load_run(path: PathLike, *, events: bool = True) -> Run:
     if not run_dir.path.is_dir():
         raise FileNotFoundError(f"{run_dir.path}: not a run directory")
     lock = run_dir.read_lock() if run_dir.lock_path.exists() else {}
-    rows = read_checkpoint_rows(run_dir)
+    rows = [_with_step(row) for row in read_checkpoint_rows(run_dir)]
     if events:
         event_rows = run_dir.read_events()
         event_frame, task_frame = events_frame(event_rows), tasks_frame(event_rows)

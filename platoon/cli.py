@@ -226,9 +226,18 @@ def _latest_snapshot(run: Path) -> tuple[dict, dict, list | None]:
     stderr for every newer one passed over; exit 1 when none reads."""
     from platoon.runs.checkpoints import CheckpointError, load_latest_checkpoint
     from platoon.runs.rundir import RunDir
+    from platoon.runs.v040 import is_v040_run, latest_v040_snapshot
 
     if not run.is_dir():
         fail(f"{run}: not a run directory", EXIT_RUNTIME)
+    if is_v040_run(run):  # platoon 0.4.0's layout: the snapshot lists every task of its pool
+        try:
+            found = latest_v040_snapshot(run)
+        except CheckpointError as exc:
+            fail(str(exc), EXIT_RUNTIME)
+        for note in found.passed_over:
+            typer.echo(f"platoon: {note}", err=True)
+        return found.row, found.snapshot, None
     try:
         loaded = load_latest_checkpoint(run)
     except CheckpointError as exc:
@@ -245,7 +254,7 @@ def _task_rows(run: Path) -> tuple[dict, int, list[dict]]:
     from platoon.policy.task_table import store_from_snapshot, task_rows
 
     row, snapshot, pool = _latest_snapshot(run)
-    version = row.get("policy_version", row.get("step", 0)) or 0
+    version = row.get("policy_version", row.get("step", row.get("batch", 0))) or 0
     return row, version, task_rows(store_from_snapshot(snapshot, pool), version)
 
 
