@@ -229,7 +229,7 @@ def _validate(data: dict[str, Any], problems: list[Problem]) -> RunConfig | None
 
 def _file_problems(cfg: RunConfig, invalid: frozenset[str]) -> list[Problem]:
     """The files the config names, read as the run will read them: each entry's task file and empirical duration
-    files (its sim block merged onto the run's), ``train.model_name`` unless ``tiny``; and the run's tasks over every
+    files (its sim block merged onto the run's); and the run's tasks over every
     entry, at most ``MAX_TASKS`` training and as many held-out."""
     out: list[Problem] = []
     base = cfg.sim.model_dump(mode="json")
@@ -272,10 +272,6 @@ def _file_problems(cfg: RunConfig, invalid: frozenset[str]) -> list[Problem]:
         if count > MAX_TASKS and "environments" not in invalid:
             out.append(Problem("environments", f"the entries hold {count} {what} tasks in all; a run may have at "
                                                f"most {MAX_TASKS}"))
-    name = cfg.train.model_name
-    if name != "tiny" and "train.model_name" not in invalid and not Path(name).expanduser().is_dir():
-        out.append(Problem("train.model_name", f"{name!r} is neither tiny (the built-in model) nor a local "
-                                               "directory holding a Hugging Face checkpoint"))
     return out
 
 

@@ -22,6 +22,7 @@ import copy
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from platoon.config.errors import ConfigError, ExtensionError
@@ -190,6 +191,11 @@ def build_model(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
 
     from platoon.live.model_kinds import build_causal_policy
 
+    name = cfg.train.model_name
+    if name != "tiny" and not Path(name).expanduser().is_dir():
+        raise ConfigError([f"train.model_name: {name!r} is neither tiny (the built-in model) nor a local directory "
+                           "holding a Hugging Face checkpoint (the simulator takes any name; training needs the "
+                           "weights here: docs/migrating-from-0.4.md)"])
     if cfg.model.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError(["model.device: cuda, and this torch sees no CUDA device; use auto or cpu"])
     if cfg.model.device == "cpu" or not torch.cuda.is_available():
