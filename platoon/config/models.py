@@ -128,6 +128,12 @@ class TrainConfig(_Config):
         "on_stale": "unknown key; not in this release: a stale group is dropped, and under a group admission rule "
         "the step takes another in its place",
         "steps": "unknown key; use train.max_training_steps (or train.num_epochs)",
+        "checkpoint_every": "unknown key; use checkpoint.recovery_every (checkpoints a resume starts from, pruned) "
+        "or checkpoint.every (kept for good)",
+        "keep_checkpoints": "unknown key; use checkpoint.keep_recovery",
+        "eval_every": "unknown key; use eval.every (and eval.at_start for step 0)",
+        "straggler": "unknown key; use train.workflow_config.straggler_timeout_seconds and straggler_quorum (by "
+        "label: straggler_policies)",
     }
     NO_EFFECT: ClassVar[frozenset[str]] = _TINKER_NO_EFFECT
 
