@@ -425,7 +425,8 @@ class RunConfig(_Config):
     log_path: str | None = Field(
         None, min_length=1,
         description="Runs go to log_path/stats.experiment_name/stats.trial_name (--out names the directory "
-        "instead); train and simulate need one of the two.",
+        "instead); config validate, and train without --out, require it (simulate without either writes "
+        "runs/sim-<config>-<n>).",
     )
     tinker_base_url: str | None = Field(None, description="A Tinker service (no effect here).")
     environments: list[EnvironmentConfig] = Field(

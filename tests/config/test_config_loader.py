@@ -305,6 +305,18 @@ def test_an_override_may_append_one_entry() -> None:
     assert [e.name for e in cfg.environments] == ["first", "extra"]
 
 
+def test_an_override_sets_only_its_own_key(tmp_path: Path) -> None:
+    # the section an override reaches into starts empty: the defaults do not stand in for what the file lacks
+    assert problems(tmp_path, "", ("train.batch_size=4",), raw=True) == [
+        "train.model_name: missing required key",
+        "train.renderer_name: missing required key",
+    ]
+    cfg = load_config(None, ["environments.0.workflow_config.group_size=4", "train.workflow_config.group_size=2"])
+    assert cfg.environments[0].model_fields_set == {"workflow_config"}
+    assert cfg.train.workflow_config.model_fields_set == {"group_size"}
+    assert load_config_warnings(cfg) == []
+
+
 def test_an_override_names_its_problem(tmp_path: Path) -> None:
     assert problems(tmp_path, "", ("train.max_training_steps=many",)) == [
         "override train.max_training_steps=many: train.max_training_steps: must be an integer, got 'many'"
