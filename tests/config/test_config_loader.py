@@ -315,6 +315,9 @@ def test_an_override_sets_only_its_own_key(tmp_path: Path) -> None:
     assert cfg.environments[0].model_fields_set == {"workflow_config"}
     assert cfg.train.workflow_config.model_fields_set == {"group_size"}
     assert load_config_warnings(cfg) == []
+    # a distribution's field keeps the default distribution it belongs to
+    duration = load_config(None, ["sim.rollout.duration.median_s=3"]).sim.rollout.duration
+    assert (duration.dist, duration.median_s, duration.sigma) == ("lognormal", 3.0, 0.5)
 
 
 def test_an_override_names_its_problem(tmp_path: Path) -> None:
