@@ -181,7 +181,7 @@ def config_validate(
     failed = False
     for path in configs:
         try:
-            cfg = load_config(path, overrides or (), strict_resolve=not no_resolve)
+            cfg = load_config(path, overrides or (), strict_resolve=not no_resolve, needs_log_path=True)
         except (ConfigError, ExtensionError) as exc:
             failed = True
             typer.echo(f"FAIL {path}")

@@ -8,6 +8,7 @@ The drawn counterpart, over every field of the schema, is tests/test_bad_input_p
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -19,8 +20,8 @@ from platoon.cli import app, main
 from platoon.runs.rundir import RunDir
 
 runner = CliRunner()
-SMALL = ["--set", "train.batch_size=2", "--set", "environments.0.group_size=2", "--set", "sim.population.tasks=8",
-         "--set", "sim.population.heldout=2", "--set", "train.steps=1"]
+SMALL = ["--set", "train.batch_size=2", "--set", "train.workflow_config.group_size=2", "--set",
+         "sim.population.tasks=8", "--set", "sim.population.heldout=2", "--set", "train.max_training_steps=1"]
 
 
 def invoke(*args: object):
@@ -31,9 +32,23 @@ def invoke(*args: object):
     return result
 
 
+REQUIRED_TRAIN = "model_name: tiny, renderer_name: role_colon"
+
+
+def complete(text: str) -> str:
+    """``text`` with what every config sets: ``log_path``, and a model and a renderer in its train section (put in
+    its ``train: {`` or given one). Done on the text, so that the YAML a test writes (anchors, dates, deep nesting,
+    duplicate keys) reaches the loader as written."""
+    if "train: {" in text:
+        text = text.replace("train: {", "train: {" + REQUIRED_TRAIN + ", ", 1)
+    elif not re.search(r"^train:", text, flags=re.M):
+        text = f"train: {{{REQUIRED_TRAIN}}}\n" + text
+    return "log_path: runs\n" + text
+
+
 def write(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
     path = tmp_path / name
-    path.write_text(text)
+    path.write_text(complete(text))
     return path
 
 
@@ -78,7 +93,6 @@ FILE_CASES = {
     "an entry's GPUs": ("environments: [{name: a, sim: {gpus: 2}}]", "environments.0.sim.gpus: ", "the run's alone"),
     "an entry's trainer": ("environments: [{name: a, sim: {trainer: {step_s: 2}}}]", "environments.0.sim.trainer: ",
                            "the run's alone"),
-    "hf without its checkpoint": ("model: {kind: hf, path: no-such-dir}", "model.path: ", "no such directory"),
 }
 
 
@@ -114,17 +128,23 @@ OUT_OF_RANGE = {
     "sim: {learning: {initial_ability: 1.0e+308}}": "sim.learning.initial_ability: must be at most 50.0",
     "sim: {gpus: .inf}": "sim.gpus: must be a finite number",
     "model: {lr: .inf}": "model.lr: must be a finite number, got inf",
-    "model: {temperature: .nan}": "model.temperature: must be a finite number",
+    "train: {workflow_config: {rollout_config: {inference_params: {temperature: .nan}}}}":
+        "train.workflow_config.rollout_config.inference_params.temperature: must be a finite number",
+    "train: {workflow_config: {straggler_timeout_seconds: .inf}}":
+        "train.workflow_config.straggler_timeout_seconds: must be a finite number",
     "train: {loss: {kl_coef: .nan}}": "train.loss.kl_coef: must be a finite number, got nan",
     "train: {refill: {max_groups_per_step: 1.0e+300}}": "train.refill.max_groups_per_step: must be at most 100",
     "environments: [{name: a, success_threshold: .nan}]":
         "environments.0.success_threshold: must be a finite number, got nan",
-    "environments: [{name: a, weight: 1.0e+308}, {name: b}]": "environments.0.weight: must be between 1e-06 and",
+    "environments: [{name: a, weight: 1.0e+308}, {name: b, weight: 1}]": "environments.0.weight: must be between 1e-06 and",
     "train: {seed: 100000000000000000000000}": "train.seed: must be a 64-bit integer",
     "environments: [{name: a, seed: -9223372036854775809}]": "environments.0.seed: must be a 64-bit integer",
-    "environments: [{name: a, group_size: 1000000000000}]": "environments.0.group_size: must be at most 4096",
+    "environments: [{name: a, workflow_config: {group_size: 1000000000000}}]":
+        "environments.0.workflow_config.group_size: must be at most 4096",
+    "environments: [{name: a, dataset_kwargs: {limit: 100000000000}}]":
+        "environments.0.dataset_kwargs.limit: must be at most 1000000",
     "sim: {population: {tasks: 100000000000}}": "sim.population.tasks: must be at most 1000000",
-    "train: {batch_size: 65536}\nenvironments: [{name: a, group_size: 4096}]":
+    "train: {batch_size: 65536}\nenvironments: [{name: a, workflow_config: {group_size: 4096}}]":
         "train.batch_size: 65536 groups of environments.0's 4096 rollouts make steps of 268435456 rollouts; a step "
         "may train at most 1048576",
     "train: {batch_size: 1000000000000}": "train.batch_size: must be at most 65536",
@@ -132,8 +152,12 @@ OUT_OF_RANGE = {
     "model: {d_model: 1000000000}": "model.d_model: must be at most 1024",
     "environments: [{name: a, env: 'builtins:dict'}]":
         "environments.0.env: builtins:dict: dict is not an environment: it has no method task_ids()",
-    "environments: [{name: a, env_options: {ranges: [1]}}]": "environments.0.env_options.ranges.0: must be at least 2",
-    "environments: [{name: a, split: validation}]": "environments.0.split: number_search has no split 'validation'",
+    "environments: [{name: a, service_kwargs: {ranges: [1]}}]":
+        "environments.0.service_kwargs.ranges.0: must be at least 2",
+    "environments: [{name: a, dataset_kwargs: {split_name: validation}}]":
+        "environments.0.dataset_kwargs.split_name: platoon-number-search has no split 'validation'",
+    "environments: [{name: a, env: platoon-number-search@2}]":
+        "environments.0.env: platoon-number-search is at version 1, not '2'",
     "environments: [{name: a, tasks: [t1, t2, t1]}]":
         "environments.0.tasks: task 't1' is listed twice (items 0 and 2)",
     "environments: [{name: a, sim: {population: {tasks: 1000000}}}, {name: b, sim: {population: {tasks: 1000000}}}]":
@@ -187,7 +211,7 @@ def test_a_run_that_fails_before_its_first_step_leaves_no_directory(tmp_path: Pa
 
 def test_deeply_nested_yaml_is_refused_in_a_file_and_an_override(tmp_path: Path) -> None:
     deep = "[" * 3000 + "]" * 3000
-    config = write(tmp_path, f"environments: [{{name: a, env_options: {{x: {deep}}}}}]\n")
+    config = write(tmp_path, f"environments: [{{name: a, service_kwargs: {{x: {deep}}}}}]\n")
     for args in (("config", "validate", config), ("config", "show", config),
                  ("simulate", config, "--out", tmp_path / "out"),
                  ("config", "validate", write(tmp_path, "", "empty.yaml"), "--set", f"train.seed={deep}")):
@@ -209,7 +233,7 @@ def test_a_5000_digit_integer_is_refused_in_a_file_and_an_override(tmp_path: Pat
 BOMB = """
 environments:
   - name: a
-    env_options:
+    service_kwargs:
       a: &a [x, x, x, x, x, x, x, x, x, x]
       b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]
       c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]
@@ -234,22 +258,23 @@ def test_an_alias_bomb_is_refused_at_once_by_every_command(tmp_path: Path) -> No
 
 
 def test_duplicate_keys_are_refused_naming_both_lines(tmp_path: Path) -> None:
-    config = write(tmp_path, "train:\n  steps: 1\n  seed: 2\n  steps: 3\nenvironments:\n  - {name: a, name: b}\n")
+    config = write(tmp_path, "train:\n  batch_size: 1\n  seed: 2\n  batch_size: 3\nenvironments:\n"
+                             "  - {name: a, name: b}\n")
     result = invoke("config", "validate", config)
     assert result.exit_code == 78
-    assert result.output.splitlines()[1:] == [
-        "  train.steps: duplicate key, on lines 2 and 4; a key may appear once in a mapping",
-        "  environments.0.name: duplicate key, on lines 6 and 6; a key may appear once in a mapping",
+    assert result.output.splitlines()[1:] == [  # the lines of the file as written, after log_path's
+        "  train.batch_size: duplicate key, on lines 3 and 5; a key may appear once in a mapping",
+        "  environments.0.name: duplicate key, on lines 7 and 7; a key may appear once in a mapping",
     ]
     assert invoke("simulate", config, "--out", tmp_path / "out").exit_code == 78
-    merged = write(tmp_path, "x: &x {steps: 1}\ntrain:\n  <<: *x\n  steps: 2\n", "merge.yaml")
+    merged = write(tmp_path, "x: &x {batch_size: 1}\ntrain:\n  <<: *x\n  batch_size: 2\n", "merge.yaml")
     assert "duplicate key" not in invoke("config", "validate", merged).output  # a merge key's keys may be overridden
 
 
 def test_a_date_is_text_and_binary_data_is_refused(tmp_path: Path) -> None:
     ok = invoke("config", "show", write(tmp_path, "environments: [{name: 2024-05-01}]\n"))
     assert ok.exit_code == 0 and "name: '2024-05-01'" in ok.output
-    bad = invoke("config", "validate", write(tmp_path, "environments: [{name: a, env_options: {k: !!binary aGk=}}]\n"))
+    bad = invoke("config", "validate", write(tmp_path, "environments: [{name: a, service_kwargs: {k: !!binary aGk=}}]\n"))
     assert bad.exit_code == 78 and "binary data is not a config value" in bad.output
 
 
@@ -262,8 +287,14 @@ def sim_run(tmp_path: Path) -> Path:
 
 def test_a_lock_without_a_config_or_with_an_invalid_one_is_refused(sim_run: Path) -> None:
     lock = json.loads((sim_run / "lock.json").read_text())
-    for config, needle in ((None, "holds no config"), ({"train": {"steps": "many"}}, "train.steps: must be an integer"),
-                           ({"train": {"steps": 2}, "sim": {"gpus": float("1e308")}}, "sim.gpus: must be at most")):
+    train = {"model_name": "tiny", "renderer_name": "role_colon"}
+    for config, needle in ((None, "holds no config"),
+                           ({"train": {**train, "max_training_steps": "many"}},
+                            "train.max_training_steps: must be an integer"),
+                           ({"train": {**train, "max_training_steps": 2}, "sim": {"gpus": float("1e308")}},
+                            "sim.gpus: must be at most"),
+                           # a run recorded before 0.4.0's names: its lock names the keys that moved
+                           ({"train": {"steps": 2}}, "train.steps: unknown key; use train.max_training_steps")):
         if config is None:
             lock.pop("config", None)
         else:
@@ -318,8 +349,8 @@ def test_a_live_run_that_fails_before_its_first_step_leaves_no_directory(tmp_pat
         raise RuntimeError("the trainer fell over")
 
     out = tmp_path / "live"
-    small = ["--set", "train.steps=1", "--set", "train.batch_size=2", "--set", "environments.0.group_size=2",
-             "--set", "train.eval_every=null", "--set", "model.d_model=8", "--set", "model.n_heads=1"]
+    small = ["--set", "train.max_training_steps=1", "--set", "train.batch_size=2", "--set",
+             "train.workflow_config.group_size=2", "--set", "model.d_model=8", "--set", "model.n_heads=1"]
     monkeypatch.setattr(runtime.LiveRuntime, "run", broken)
     result = runner.invoke(app, ["train", "--out", str(out), *small])
     assert isinstance(result.exception, RuntimeError) and not out.exists()

@@ -5,13 +5,18 @@ The strategies read the schema itself: every field of ``platoon/config/models.py
 (an entry's ``sim`` overrides included) is a leaf with its type and its bounds (``ge``/``gt``/``le``/``lt``, list
 lengths), and an example sets one to three leaves of a small base config to a value drawn for its type: in range,
 at a bound, just past one, non-finite, past 64 bits, of the wrong type, or null. Files (``sim.tasks``, empirical
-durations, ``model.path``) are drawn from a fixture of good and bad ones, durations as whole distributions, and
-free-form mappings (options, ``env_options``) as small JSON-like trees.
+durations, a checkpoint directory in ``train.model_name``) are drawn from a fixture of good and bad ones, durations as
+whole distributions, and free-form mappings (options, ``service_kwargs``) as small JSON-like trees.
+
+Two differences between ``config validate`` and a run are by design (docs/configuration.md, "Validation"):
+``config validate`` requires ``log_path``, which a run given ``--out`` does not read, so a config without one is
+validated with ``--set log_path=runs``; and a run refuses a config without a plan (neither ``num_epochs`` nor
+``max_training_steps``), which ``config validate`` passes.
 
 In-range sizes are drawn small (a run of the largest allowed batch is valid and merely slow), so each run takes a
 fraction of a second. ``simulate`` runs every field; ``train`` runs the fields a live run reads that validation can
-judge without building the environment (``LIVE_LEAVES``), on a CPU (``model.device: cuda`` is the machine's to
-refuse).
+judge without building the environment or loading the model (``LIVE_LEAVES``), on a CPU (``model.device: cuda`` is
+the machine's to refuse).
 """
 
 from __future__ import annotations
@@ -39,19 +44,24 @@ from platoon.config.sim import SimConfig
 runner = CliRunner()
 
 BASE: dict[str, Any] = {
-    "train": {"steps": 1, "batch_size": 2, "eval_every": 1, "checkpoint_every": 1},
-    "environments": [{"name": "a", "group_size": 2}],
+    "log_path": "runs",
+    "train": {"model_name": "tiny", "renderer_name": "role_colon", "max_training_steps": 1, "batch_size": 2,
+              "workflow_config": {"group_size": 2}},
+    "eval": {"every": 1},
+    "checkpoint": {"every": 1},
+    "environments": [{"name": "a"}],
     "model": {"d_model": 8, "n_layers": 1, "n_heads": 1},
     "sim": {"population": {"tasks": 8, "heldout": 2}},
 }
 """A run of one step of two groups of two rollouts over eight tasks (and a model of 8 dimensions for train)."""
 
-BASE_TRAIN = {**BASE, "train": {**BASE["train"], "eval_every": None}}
-"""Without the held-out evaluation (a thousand episodes) unless an example sets it."""
+BASE_TRAIN = {k: v for k, v in BASE.items() if k != "eval"}
+"""Without the held-out evaluation unless an example sets it."""
 
-SMALL = {"steps": 2, "batch_size": 4, "group_size": 4, "max_concurrent_rollouts": 16, "tasks": 16, "heldout": 8,
-         "quorum": 4, "max_starting_rollouts": 16, "d_model": 16, "n_layers": 2, "n_heads": 2, "max_batch": 64,
-         "max_new_tokens": 4, "num_minibatches": 4, "model_calls": 64}
+SMALL = {"max_training_steps": 2, "num_epochs": 1, "batch_size": 4, "group_size": 4, "max_concurrent_rollouts": 16,
+         "tasks": 16, "heldout": 8, "straggler_quorum": 4, "min_successful_group_size": 4, "max_starting_rollouts": 16,
+         "d_model": 16, "n_layers": 2, "n_heads": 2, "max_batch": 64, "max_completion_tokens": 4,
+         "num_minibatches": 4, "model_calls": 64}
 """In-range values of these sizes are drawn at most this large (the upper bound itself is valid and merely slow)."""
 
 EXTRA_BOUNDS = {"weight": (1e-6, 1e6), "max_groups_per_step": (1.0, 100.0)}
@@ -149,11 +159,13 @@ def schema_leaves(model: type[BaseModel], prefix: tuple[str | int, ...] = ()) ->
 
 LEAVES = schema_leaves(RunConfig)
 SIM_LEAVES = [leaf for leaf in LEAVES if leaf.path[0] == "sim" or "sim" in leaf.path[:3]]
-LIVE_LEAVES = [leaf for leaf in LEAVES if leaf.path[0] in ("train", "model")
+LIVE_LEAVES = [leaf for leaf in LEAVES if (leaf.path[0] in ("train", "model", "eval", "checkpoint")
+                                            and leaf.dotted != "train.model_name")
                or (leaf.path[0] == "environments" and "sim" not in leaf.path
-                   and leaf.path[-1] not in ("tasks", "split", "eval_split", "env", "package"))]
-"""The fields a live run reads that ``config validate`` can check without building the environment (its task ids and
-splits, and a non-core environment's option values, are the environment's own)."""
+                   and leaf.path[-1] not in ("tasks", "exclude_tasks", "split_name", "env", "package"))]
+"""The fields a live run reads that ``config validate`` can check without building the environment or loading the
+model (its task ids and splits, a non-core environment's option values and a checkpoint's weights are theirs to
+judge)."""
 
 
 def test_the_strategies_cover_every_field_of_the_schema() -> None:
@@ -162,7 +174,11 @@ def test_the_strategies_cover_every_field_of_the_schema() -> None:
         for name in model.model_fields:
             assert f"{prefix}{name}" in leaves
     assert "environments.0.sim.rollout.duration" in leaves and "train.loss.kl_coef" in leaves
-    assert len(LEAVES) > 90
+    assert {"log_path", "checkpoint.every", "eval.at_start", "train.workflow_config.straggler_quorum",
+            "train.workflow_config.rollout_config.inference_params.temperature",
+            "environments.0.workflow_config.group_size", "environments.0.dataset_kwargs.split_name",
+            "stats.wandb.project", "watchdog.enabled"} <= leaves
+    assert len(LEAVES) > 200
 
 
 # --- values ------------------------------------------------------------------------------------------------------
@@ -183,7 +199,8 @@ def json_like(depth: int = 2) -> st.SearchStrategy[Any]:
 
 
 OPTION_KEYS = ["explore", "max_draws_per_epoch", "max_outstanding_per_task", "candidates", "seed", "band",
-               "ranges", "guess_offsets", "heldout_fraction", "split_seed", "reward", "partial_weight", "show_range"]
+               "ranges", "guess_offsets", "val_fraction", "split_seed", "reward", "partial_weight", "show_range",
+               "timeout_seconds", "quorum"]
 
 
 def _int_values(leaf: Leaf) -> st.SearchStrategy[Any]:
@@ -222,6 +239,8 @@ def duration_values(files: list[str]) -> st.SearchStrategy[Any]:
 
 def leaf_values(leaf: Leaf, files: dict[str, list[str]]) -> st.SearchStrategy[Any]:
     name = leaf.path[-1]
+    if name == "split_name":  # a split or a list of them
+        return st.sampled_from(["train", "val", "heldout", ["val", "train"], ["train", "train"], [], "", 3, None])
     if leaf.kind == "int":
         values = _int_values(leaf)
     elif leaf.kind == "float":
@@ -237,20 +256,22 @@ def leaf_values(leaf: Leaf, files: dict[str, list[str]]) -> st.SearchStrategy[An
             values = st.sampled_from([*files["tasks"], None, 3])
         elif name == "file":
             values = st.sampled_from([*files["durations"], None, 3])
-        elif name == "path":
-            values = st.sampled_from([*files["model"], None])
+        elif name == "model_name":
+            values = st.sampled_from(["tiny", *files["model"], None])
         elif name == "preset":
             values = st.sampled_from(["long-agentic", "math", "textcraft-synth", "nope", "long-agentc", "../x", "", 3, None])
         elif name in ("task_sampler", "group_admission"):
             values = st.sampled_from(["auto", "weighted", "uniform", "pass_rate", "all", "informative", "nope",
                                       "builtins:dict", "no.such:Class", "", "math:pi", None])
         elif name == "env":
-            values = st.sampled_from(["number_search", "nope", "builtins:dict", "math:pi", "", "os:path",
+            values = st.sampled_from(["platoon-number-search", "platoon-number-search@1", "platoon-number-search@2",
+                                      "number_search", "nope", "builtins:dict", "math:pi", "", "os:path",
                                       "platoon.live.envs.number_search:NumberSearch", None])
         elif name == "package":
             values = st.sampled_from(["json", "no_such_package_xyz", "", "platoon.live.envs.number_search", None])
         else:
-            values = st.one_of(st.text(max_size=8), st.sampled_from(["train", "heldout", "a", "a/b", 3, True, [], None]))
+            values = st.one_of(st.text(max_size=8), st.sampled_from(["train", "val", "a", "a/b", "a::b", 3, True, [],
+                                                                     None]))
     elif leaf.kind == "str_list":
         ids = st.sampled_from(["t1", "t2", "n4-g2-t1", 7, "", True, 1.5])
         values = st.one_of(st.lists(ids, max_size=4), st.sampled_from(["t1", [[1]], {}, None]))
@@ -357,15 +378,31 @@ def invoke(*args: Any):
     return result
 
 
+def with_log_path(data: dict[str, Any]) -> list[str]:
+    """The override ``config validate`` needs to judge ``data`` as a run given ``--out`` does: ``log_path`` where the
+    config leaves it out (a run given ``--out`` does not read it)."""
+    return [] if data.get("log_path") is not None else ["--set", "log_path=runs"]
+
+
+def plans(data: dict[str, Any]) -> bool:
+    """Whether ``data`` sets a plan (or a value there that validation refuses anyway): a run without one is refused."""
+    train = data.get("train")
+    return not isinstance(train, dict) or any(train.get(k) is not None for k in ("max_training_steps", "num_epochs"))
+
+
 def verdicts(workdir: Path, data: Any, command: str) -> None:
-    """validate, then the run: the same verdict, no traceback; a refused run leaves no directory."""
+    """validate, then the run: the same verdict (but a run refuses a config without a plan), no traceback; a refused
+    run leaves no directory."""
     path = write(workdir, data)
     out = workdir / f"run-{path.stem}"
-    validate = invoke("config", "validate", path)
+    validate = invoke("config", "validate", path, *with_log_path(data))
     run = invoke(command, path, "--out", out)
-    assert run.exit_code == validate.exit_code, (
+    expected = validate.exit_code if plans(data) else 78
+    assert run.exit_code == expected, (
         f"config validate says {validate.exit_code}, {command} {run.exit_code}\n{path.read_text()}\n"
         f"{validate.output}\n{run.output}")
+    if not plans(data) and validate.exit_code == 0:
+        assert "set num_epochs or max_training_steps" in run.output, run.output
     assert out.exists() == (run.exit_code == 0), run.output
     shutil.rmtree(out, ignore_errors=True)
     path.unlink()
@@ -382,7 +419,7 @@ def examples(n: int) -> settings:
 def test_validate_and_show_exit_0_or_78_and_agree(workdir: Path, case: tuple[dict, list[str]]) -> None:
     data, _ = case
     path = write(workdir, data)
-    plain = invoke("config", "validate", "--no-resolve", path)
+    plain = invoke("config", "validate", "--no-resolve", path, *with_log_path(data))
     show = invoke("config", "show", path)
     assert show.exit_code == plain.exit_code, f"{path.read_text()}\n{plain.output}\n{show.output}"
     invoke("config", "validate", path)

@@ -10,14 +10,33 @@ import yaml
 from typer.testing import CliRunner
 
 from platoon.cli import app
-from platoon.config import RunConfig, load_config
+from platoon.config import load_config
+from platoon.config.models import default_config
 
 runner = CliRunner()
 
+REQUIRED = {"log_path": "runs", "train": {"model_name": "tiny", "renderer_name": "role_colon", "max_training_steps": 10}}
+"""What every file ``config validate`` passes sets (where runs go, a model, a renderer, a plan), under a test's own."""
 
-def write(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
+
+def complete(text: str) -> str:
+    """The YAML ``text`` with ``REQUIRED`` under its own keys (``text`` as is when it is not a YAML mapping whose train
+    section is a mapping or absent)."""
+    text = textwrap.dedent(text)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    data = {} if data is None else data
+    if not isinstance(data, dict) or not isinstance(data.get("train", {}), dict):
+        return text
+    return yaml.safe_dump({**REQUIRED, **data, "train": {**REQUIRED["train"], **data.get("train", {})}},
+                          sort_keys=False)
+
+
+def write(tmp_path: Path, text: str, name: str = "run.yaml", *, raw: bool = False) -> Path:
     path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
+    path.write_text(textwrap.dedent(text) if raw else complete(text))
     return path
 
 
@@ -56,18 +75,18 @@ def test_five_unrelated_mistakes_print_five_lines_and_exit_78(tmp_path: Path) ->
 
 
 MALFORMED = {
-    "types": ("train: {steps: ten, seed: 1.5}", ["train.steps: ", "train.seed: "]),
+    "types": ("train: {max_training_steps: ten, seed: 1.5}", ["train.max_training_steps: ", "train.seed: "]),
     "unknown keys": (
         """
         train: {stpes: 1}
-        environments: [{name: a, colour: red}]
+        environments: [{name: a, xyzzy: red}]
         model: {layers: 2}
         sim: {rollout: {duration: {dist: fixed, value_s: 1, scale: 2}}, speed: 3}
         extra: 1
         """,
         [
             "train.stpes: ",
-            "environments.0.colour: ",
+            "environments.0.xyzzy: ",
             "model.layers: ",
             "sim.rollout.duration.scale: ",
             "sim.speed: ",
@@ -100,16 +119,36 @@ MALFORMED = {
     "cross-field": (
         """
         train: {task_sampler: uniform, num_minibatches: 2, max_concurrent_rollouts: 2}
-        environments: [{name: a, weight: 2, group_admission: informative}, {name: a, group_size: 4}]
+        environments: [{name: a, weight: 2, group_admission: informative}, {name: a, workflow_config: {group_size: 4}}]
         """,
         [
             "environments.0.weight: ",
             "train.num_minibatches: ",
             "environments.1.name: ",
+            "environments.1.weight: ",
             "train.max_concurrent_rollouts: ",
         ],
     ),
-    "yaml": ("train: {steps: 1\n", ["<yaml>: line "]),
+    "0.4.0 rules": (
+        """
+        train: {workflow_config: {straggler_quorum: 2, min_successful_group_size: 9}}
+        environments: [{env: platoon-number-search@2, dataset_kwargs: {split_name: heldout}}, {name: b}]
+        checkpoint: {strategy: none}
+        """,
+        [
+            "environments.0.env: platoon-number-search is at version 1",
+            "checkpoint.strategy: 'none' is not one of 'step', 'epoch'; platoon 0.3.0 removed it",
+            "environments.0.name: a mixture's entries each need a unique name",
+            "train.workflow_config.min_successful_group_size: 9 is more than the group size of environments.0",
+            "train.workflow_config.min_successful_group_size: 9 is more than the group size of environments.1",
+            "train.workflow_config.straggler_quorum: needs straggler_timeout_seconds",
+        ],
+    ),
+    "environments as a mapping": (
+        "environments: {a: {}}",
+        ["environments: must be a list of entries"],
+    ),
+    "yaml": ("train: {max_training_steps: 1\n", ["<yaml>: line "]),
 }
 
 
@@ -138,20 +177,46 @@ def test_task_order_via_set_fails(tmp_path: Path) -> None:
 
 
 def test_ok_files_warnings_and_several_files(tmp_path: Path) -> None:
-    good = write(tmp_path, "train: {steps: 3}", "good.yaml")
+    good = write(tmp_path, "train: {max_training_steps: 3}", "good.yaml")
     warned = write(
         tmp_path, "train: {group_admission: informative, loss: {entropy_coef: 0.01}}", "warned.yaml"
     )
-    bad = write(tmp_path, "train: {steps: 0}", "bad.yaml")
+    bad = write(tmp_path, "train: {max_training_steps: 0}", "bad.yaml")
     result = invoke("config", "validate", good, warned, bad)
     assert result.exit_code == 78
     lines = result.stdout.splitlines()
     assert lines[0] == f"ok   {good}"
     assert lines[1] == f"ok   {warned}"
     assert lines[2].startswith("  warning: train.loss: kl_coef 0 and entropy_coef 0.01 train terms")
-    assert lines[3:] == [f"FAIL {bad}", "  train.steps: must be at least 1, got 0"]
+    assert lines[3:] == [f"FAIL {bad}", "  train.max_training_steps: must be at least 1, got 0"]
     result = invoke("config", "validate", good, warned)
     assert result.exit_code == 0
+
+
+def test_validate_requires_log_path_as_0_4_does(tmp_path: Path) -> None:
+    path = write(tmp_path, "train: {model_name: tiny, renderer_name: role_colon, max_training_steps: 3}", raw=True)
+    result = invoke("config", "validate", path)
+    assert result.exit_code == 78
+    assert result.stdout.splitlines()[1:] == [
+        "  log_path: missing required key (where runs go; train --out DIR names the run directory instead)"
+    ]
+    assert invoke("config", "validate", path, "--set", "log_path=runs").exit_code == 0
+    assert invoke("config", "show", path).exit_code == 0  # only where runs go needs it
+
+
+def test_validate_names_every_no_effect_key_in_one_warning(tmp_path: Path) -> None:
+    text = """
+        tinker_base_url: http://localhost:8000
+        train: {lora_rank: 8, workflow_config: {worker_start_method: exec, worker_startup_budget_seconds: 60}}
+        stats: {wandb: {project: p}}
+    """
+    result = invoke("config", "validate", write(tmp_path, text))
+    assert result.exit_code == 0, result.stdout
+    [warning] = [line for line in result.stdout.splitlines() if line.startswith("  warning: ")]
+    keys = warning.removeprefix("  warning: ").split(": no effect here")[0].split(", ")
+    # worker_startup_budget_seconds acts (the start limit's timer), so it is not among them
+    assert sorted(keys) == ["stats.wandb", "tinker_base_url", "train.lora_rank",
+                            "train.workflow_config.worker_start_method"]
 
 
 def test_validate_without_a_file_is_a_usage_error() -> None:
@@ -178,31 +243,33 @@ def test_show_defaults_round_trips(tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert "# Groups per step.\n  batch_size: 32\n" in result.stdout
     assert "task_order" not in result.stdout
+    assert "# Rollouts per task (a group); an entry may set its own.\n    group_size: 8\n" in result.stdout
     path = tmp_path / "defaults.yaml"
     path.write_text(result.stdout)
-    assert load_config(path) == RunConfig()
+    assert load_config(path) == default_config()
 
 
 def test_show_prints_the_config_as_loaded(tmp_path: Path) -> None:
-    path = write(tmp_path, "environments: [{name: a, group_size: 4}, {name: b, task_sampler: pass_rate}]")
-    result = invoke("config", "show", path, "--set", "train.steps=9")
+    path = write(tmp_path, "environments: [{name: a, workflow_config: {group_size: 4}}, {name: b, task_sampler: pass_rate}]")
+    result = invoke("config", "show", path, "--set", "train.max_training_steps=9")
     assert result.exit_code == 0
     data = yaml.safe_load(result.stdout)
-    assert data["train"]["steps"] == 9 and data["train"]["batch_size"] == 32
-    assert [e["group_size"] for e in data["environments"]] == [4, 8]
-    assert "#   b: drawn by pass_rate@b under weighted; group_admission: all (run)" in result.stdout
+    assert data["train"]["max_training_steps"] == 9 and data["train"]["batch_size"] == 32
+    assert [e["workflow_config"]["group_size"] for e in data["environments"]] == [4, None]
+    assert "#   a: drawn by uniform@a under weighted; group_admission: all (run); group_size 4" in result.stdout
+    assert "#   b: drawn by pass_rate@b under weighted; group_admission: all (run); group_size 8" in result.stdout
     again = tmp_path / "again.yaml"
     again.write_text(result.stdout)
-    assert load_config(again) == load_config(path, ["train.steps=9"])
+    assert load_config(again) == load_config(path, ["train.max_training_steps=9"])
 
 
 def test_show_on_a_bad_config_exits_78_on_stderr(tmp_path: Path) -> None:
-    path = write(tmp_path, "train: {steps: x, task_order: auto}")
+    path = write(tmp_path, "train: {max_training_steps: x, task_order: auto}")
     result = invoke("config", "show", path)
     assert result.exit_code == 78
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
         f"platoon: invalid config {path}:",
-        "  train.steps: must be an integer, got 'x'",
+        "  train.max_training_steps: must be an integer, got 'x'",
         "  train.task_order: unknown key; platoon 0.4.0 removed it; use train.task_sampler",
     ]

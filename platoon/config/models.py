@@ -128,6 +128,12 @@ class TrainConfig(_Config):
         "on_stale": "unknown key; not in this release: a stale group is dropped, and under a group admission rule "
         "the step takes another in its place",
         "steps": "unknown key; use train.max_training_steps (or train.num_epochs)",
+        "checkpoint_every": "unknown key; use checkpoint.recovery_every (checkpoints a resume starts from, pruned) "
+        "or checkpoint.every (kept for good)",
+        "keep_checkpoints": "unknown key; use checkpoint.keep_recovery",
+        "eval_every": "unknown key; use eval.every (and eval.at_start for step 0)",
+        "straggler": "unknown key; use train.workflow_config.straggler_timeout_seconds and straggler_quorum (by "
+        "label: straggler_policies)",
     }
     NO_EFFECT: ClassVar[frozenset[str]] = _TINKER_NO_EFFECT
 
@@ -419,7 +425,8 @@ class RunConfig(_Config):
     log_path: str | None = Field(
         None, min_length=1,
         description="Runs go to log_path/stats.experiment_name/stats.trial_name (--out names the directory "
-        "instead); train and simulate need one of the two.",
+        "instead); config validate, and train without --out, require it (simulate without either writes "
+        "runs/sim-<config>-<n>).",
     )
     tinker_base_url: str | None = Field(None, description="A Tinker service (no effect here).")
     environments: list[EnvironmentConfig] = Field(

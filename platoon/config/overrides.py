@@ -7,7 +7,9 @@ Rules it keeps:
 - the value is YAML (``null`` for None, ``[1, 2]`` for a list, ``{a: 1}`` for a mapping), read as a file is
   (``platoon.config.yaml_loader``: plain data, no duplicate keys, bounded);
 - a list is indexed by a number, and an index one past the end appends; a key the data lacks on the way to the
-  last one starts as a copy of its default when that is a list or a mapping, else as an empty mapping;
+  last one starts empty (``_empty_like``): a mapping, or its default's list with each mapping in it emptied (a default
+  distribution is copied whole), so that an override sets only its own key (a required key stays missing; the
+  no-effect warning names only keys set);
 - a malformed override is one problem keyed ``override <text>``, and is not recorded as applied;
 - a problem at a key an override set, or below it, is prefixed ``override <key>=<value>: ``.
 """
@@ -73,8 +75,7 @@ def apply_override(
                 node[part] = value
                 break
             if part not in node:
-                default = _at(defaults, parts[: depth + 1])
-                node[part] = copy.deepcopy(default) if isinstance(default, list | dict) else {}
+                node[part] = _empty_like(_at(defaults, parts[: depth + 1]))
             node = node[part]
         else:
             problems.append(Problem(f"override {text}", f"{here} is {_kind(node)}, not a mapping or a list"))
@@ -88,6 +89,19 @@ def override_value(raw: str) -> tuple[Any, bool]:
         return load_yaml(raw), True
     except yaml.YAMLError:
         return None, False
+
+
+def _empty_like(default: Any) -> Any:
+    """What a key the data lacks starts as on an override's way to its key: ``default``'s items when it is a list
+    (``environments.0.name=x`` indexes the default entry), each mapping among them emptied (its fields' defaults stand
+    in when it validates); a copy of a default distribution (``sim.rollout.duration.median_s=3`` keeps its ``dist``
+    and other fields, which mean nothing without it); else an empty mapping. Otherwise never a copy of the defaults'
+    values: they would read as set."""
+    if isinstance(default, list):
+        return [{} if isinstance(item, dict) else copy.deepcopy(item) for item in default]
+    if isinstance(default, dict) and "dist" in default:
+        return copy.deepcopy(default)
+    return {}
 
 
 def _at(data: Any, parts: Sequence[str]) -> Any:

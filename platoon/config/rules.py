@@ -279,18 +279,20 @@ def _size_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
 def _straggler_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
     run = cfg.train.workflow_config
     out: list[Problem] = []
+    run_timeout = "train.workflow_config.straggler_timeout_seconds"
     if run.straggler_quorum is not None and run.straggler_timeout_seconds is None and ok(
-            "train.workflow_config.straggler_quorum"):
+            "train.workflow_config.straggler_quorum", run_timeout):
         out.append(Problem("train.workflow_config.straggler_quorum",
                            "needs straggler_timeout_seconds (the quorum starts the straggler clock)"))
     for i, e in enumerate(cfg.environments):
         w, at = entry_workflow(cfg, i), f"environments.{i}.workflow_config"
         if e.workflow_config.straggler_quorum is not None and w.straggler_timeout_s is None and ok(
-                f"{at}.straggler_quorum"):
+                f"{at}.straggler_quorum", f"{at}.straggler_timeout_seconds", run_timeout):
             out.append(Problem(f"{at}.straggler_quorum", "needs straggler_timeout_seconds (the entry's or the run's)"))
         quorum_at = (f"{at}.straggler_quorum" if e.workflow_config.straggler_quorum is not None
                      else "train.workflow_config.straggler_quorum")
-        if w.straggler_quorum is not None and w.straggler_quorum > w.group_size and ok(quorum_at):
+        if (w.straggler_quorum is not None and w.straggler_quorum > w.group_size
+                and ok(quorum_at, group_size_path(cfg, i))):
             out.append(Problem(quorum_at, f"{w.straggler_quorum} is more than the group size of environments.{i}, "
                                           f"{w.group_size}"))
     return out

@@ -124,7 +124,8 @@ _WORKER_KEYS = frozenset({
     "worker_launch_concurrent_groups", "worker_rss_soft_limit_bytes", "worker_mem_available_floor_bytes",
     "worker_binding_poll_seconds", "worker_unbounded_rollout_budget_seconds", "worker_python_env_isolation",
 })
-"""The rollout-worker keys: every rollout runs in the trainer's process in this release, so none acts yet."""
+"""The rollout-worker keys: every rollout runs in the trainer's process in this release, so none acts yet but
+``worker_startup_budget_seconds``, which also sets the start limit's timer (``platoon.policy.start_limit``)."""
 
 
 class WorkflowConfig(ConfigModel):
@@ -134,7 +135,7 @@ class WorkflowConfig(ConfigModel):
         "max_starting_rollouts": "unknown key; platoon 0.4.0 moved it; use train.max_starting_rollouts",
         "straggler_policy_key": "unknown key; platoon 0.3.0 removed it; use train.label_by",
     }
-    NO_EFFECT: ClassVar[frozenset[str]] = _WORKFLOW_NO_EFFECT | _WORKER_KEYS
+    NO_EFFECT: ClassVar[frozenset[str]] = _WORKFLOW_NO_EFFECT | (_WORKER_KEYS - {"worker_startup_budget_seconds"})
 
     group_size: int = Field(8, ge=1, le=MAX_GROUP, description="Rollouts per task (a group); an entry may set its own.")
     rollout_config: RolloutConfig = Field(default_factory=RolloutConfig, description="How one rollout runs.")
@@ -183,7 +184,10 @@ class WorkflowConfig(ConfigModel):
         default_factory=list,
         description="Modules (dotted names) the workers' fork server imports before it forks them.",
     )
-    worker_startup_budget_seconds: float = Field(300.0, gt=0, le=MAX_SECONDS, description="A worker's start-up budget.")
+    worker_startup_budget_seconds: float = Field(
+        300.0, gt=0, le=MAX_SECONDS,
+        description="A worker's start-up budget; here it sets the start limit's timer (this plus 300 s).",
+    )
     worker_finalize_grace_seconds: float = Field(120.0, ge=0, le=MAX_SECONDS, description="Rollout workers.")
     worker_parent_grace_seconds: float = Field(60.0, ge=0, le=MAX_SECONDS, description="Rollout workers.")
     worker_termination_grace_seconds: float = Field(10.0, ge=0, le=MAX_SECONDS, description="Rollout workers.")

@@ -6,38 +6,70 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
-from platoon.config import ConfigError, RunConfig, load_config, load_config_warnings, to_yaml
+from platoon.config import ConfigError, load_config, load_config_warnings, to_yaml
+from platoon.config.models import EMBEDDED_DEFAULT, default_config
+
+REQUIRED = {"model_name": "tiny", "renderer_name": "role_colon", "max_training_steps": 10}
+"""The keys every config sets (a model, a renderer, a plan), added by ``complete`` under a test's own."""
 
 
-def write(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
+def complete(text: str) -> str:
+    """The YAML ``text`` with ``REQUIRED`` under its own train keys (when its train section is a mapping or absent)."""
+    data = yaml.safe_load(textwrap.dedent(text))
+    data = {} if data is None else data
+    if isinstance(data, dict) and isinstance(data.setdefault("train", {}), dict):
+        data["train"] = {**REQUIRED, **data["train"]}
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def write(tmp_path: Path, text: str, name: str = "run.yaml", *, raw: bool = False) -> Path:
+    """Write ``text`` as a config: completed by ``complete`` unless ``raw``."""
     path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
+    path.write_text(textwrap.dedent(text) if raw else complete(text))
     return path
 
 
-def problems(tmp_path: Path, text: str, overrides: tuple[str, ...] = ()) -> list[str]:
+def problems(tmp_path: Path, text: str, overrides: tuple[str, ...] = (), *, raw: bool = False) -> list[str]:
     with pytest.raises(ConfigError) as info:
-        load_config(write(tmp_path, text), overrides)
+        load_config(write(tmp_path, text, raw=raw), overrides)
     return info.value.problems
 
 
 def test_none_is_the_embedded_default() -> None:
-    assert load_config(None) == RunConfig()
+    assert load_config(None) == default_config()
+    assert load_config(None).train.max_training_steps == EMBEDDED_DEFAULT["train"]["max_training_steps"]
 
 
-def test_an_empty_file_is_the_default(tmp_path: Path) -> None:
-    assert load_config(write(tmp_path, "")) == RunConfig()
+def test_a_file_sets_its_model_and_renderer_and_the_rest_is_default(tmp_path: Path) -> None:
+    assert problems(tmp_path, "", raw=True) == ["train: missing required key"]
+    assert problems(tmp_path, "train: {}", raw=True) == [
+        "train.model_name: missing required key",
+        "train.renderer_name: missing required key",
+    ]
+    text = "train: {model_name: tiny, renderer_name: role_colon, max_training_steps: 100}"
+    assert load_config(write(tmp_path, text, raw=True)) == default_config()
+
+
+def test_log_path_is_required_where_asked_for(tmp_path: Path) -> None:
+    path = write(tmp_path, "")
+    assert load_config(path).log_path is None
+    with pytest.raises(ConfigError) as info:
+        load_config(path, needs_log_path=True)
+    [line] = info.value.problems
+    assert line.startswith("log_path: missing required key")
+    assert load_config(path, ["log_path=logs"], needs_log_path=True).log_path == "logs"
 
 
 def test_five_mistakes_in_one_file(tmp_path: Path) -> None:
     text = """
         train:
-          steps: ten
+          max_training_steps: ten
           task_order: auto
         environments:
           - name: a
-            grup_size: 4
+            workflow_config: {grup_size: 4}
         model:
           lr: -1
         sim:
@@ -45,9 +77,9 @@ def test_five_mistakes_in_one_file(tmp_path: Path) -> None:
             duration: {dist: fixed, value_s: 1, mean_s: 2}
     """
     assert problems(tmp_path, text) == [
-        "train.steps: must be an integer, got 'ten'",
+        "train.max_training_steps: must be an integer, got 'ten'",
         "train.task_order: unknown key; platoon 0.4.0 removed it; use train.task_sampler",
-        "environments.0.grup_size: unknown key; did you mean 'group_size'?",
+        "environments.0.workflow_config.grup_size: unknown key; did you mean 'group_size'?",
         "model.lr: must be above 0.0, got -1",
         "sim.rollout.duration.mean_s: unknown key",
     ]
@@ -58,12 +90,15 @@ def test_five_mistakes_in_one_file(tmp_path: Path) -> None:
     [
         ("bogus: 1", ["bogus: unknown key"]),
         ("trian: {}", ["trian: unknown key; did you mean 'train'?"]),
-        ("train: {stpes: 3}", ["train.stpes: unknown key; did you mean 'steps'?"]),
+        ("train: {max_training_step: 3}", ["train.max_training_step: unknown key; did you mean 'max_training_steps'?"]),
+        ("train: {workflow_config: {group_sise: 3}}",
+         ["train.workflow_config.group_sise: unknown key; did you mean 'group_size'?"]),
+        ("checkpoint: {evrey: 3}", ["checkpoint.evrey: unknown key; did you mean 'every'?"]),
         (
             "train: {refill: {max_groups: 2}}",
             ["train.refill.max_groups: unknown key; did you mean 'max_groups_per_step'?"],
         ),
-        ("environments: [{name: a, colour: red}]", ["environments.0.colour: unknown key"]),
+        ("environments: [{name: a, xyzzy: red}]", ["environments.0.xyzzy: unknown key"]),
         ("model: {layers: 3}", ["model.layers: unknown key; did you mean 'n_layers'?"]),
         ("sim: {rollouts: {}}", ["sim.rollouts: unknown key; did you mean 'rollout'?"]),
         (
@@ -81,6 +116,47 @@ def test_five_mistakes_in_one_file(tmp_path: Path) -> None:
 )
 def test_unknown_keys_at_every_level(tmp_path: Path, text: str, expected: list[str]) -> None:
     assert problems(tmp_path, text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("train: {steps: 3}", "train.steps: unknown key; use train.max_training_steps (or train.num_epochs)"),
+        ("train: {checkpoint_every: 3}", "train.checkpoint_every: unknown key; use checkpoint.recovery_every"),
+        ("train: {keep_checkpoints: 3}", "train.keep_checkpoints: unknown key; use checkpoint.keep_recovery"),
+        ("train: {eval_every: 3}", "train.eval_every: unknown key; use eval.every"),
+        ("train: {straggler: {timeout_s: 3}}",
+         "train.straggler: unknown key; use train.workflow_config.straggler_timeout_seconds"),
+        ("environments: [{group_size: 4}]",
+         "environments.0.group_size: unknown key; use the entry's workflow_config.group_size"),
+        ("environments: [{env_options: {}}]", "environments.0.env_options: unknown key; use service_kwargs"),
+        ("environments: [{split: train}]", "environments.0.split: unknown key; use dataset_kwargs.split_name"),
+        ("environments: [{eval_split: val}]",
+         "environments.0.eval_split: unknown key; use eval_dataset_kwargs.split_name"),
+        ("model: {kind: tiny}", "model.kind: unknown key; use train.model_name"),
+        ("model: {path: ckpt}", "model.path: unknown key; use train.model_name"),
+        ("model: {temperature: 0.5}",
+         "model.temperature: unknown key; use train.workflow_config.rollout_config.inference_params.temperature"),
+        ("model: {max_new_tokens: 4}", "model.max_new_tokens: unknown key; use train.workflow_config.rollout_config."
+                                       "inference_params.max_completion_tokens"),
+    ],
+)
+def test_keys_this_release_renamed_name_their_new_place(tmp_path: Path, text: str, expected: str) -> None:
+    [line] = problems(tmp_path, text)
+    assert line.startswith(expected), line
+
+
+def test_environments_as_a_mapping_is_refused(tmp_path: Path) -> None:
+    assert problems(tmp_path, "environments: {easy: {env: platoon-number-search}}") == [
+        "environments: must be a list of entries (a mapping is refused: write '- name: ...' items)"
+    ]
+
+
+@pytest.mark.parametrize("section", ["checkpoint", "eval"])
+def test_strategy_none_names_its_0_3_replacement(tmp_path: Path, section: str) -> None:
+    [line] = problems(tmp_path, f"{section}: {{strategy: none}}")
+    assert line.startswith(f"{section}.strategy: 'none' is not one of 'step', 'epoch'; platoon 0.3.0 removed it; use "
+                           f"{section}.every: 0, which ")
 
 
 @pytest.mark.parametrize(
@@ -109,7 +185,10 @@ def test_task_order_via_override_is_prefixed(tmp_path: Path) -> None:
     ("key", "message"),
     [
         ("rollout_group_key", "unknown key; platoon 0.3.0 removed it; use train.label_by"),
-        ("num_concurrent_rollout_workflow_workers", "unknown key; use train.max_concurrent_rollouts"),
+        (
+            "num_concurrent_rollout_workflow_workers",
+            "unknown key; platoon 0.3.0 removed it; use train.max_concurrent_rollouts",
+        ),
         (
             "on_stale",
             "unknown key; not in this release: a stale group is dropped, and under a group admission rule "
@@ -122,37 +201,38 @@ def test_other_removed_keys_have_their_hints(tmp_path: Path, key: str, message: 
 
 
 def test_a_copied_0_2_defaults_dump_fails_on_task_order(tmp_path: Path) -> None:
-    text = to_yaml(RunConfig()).replace(
+    text = to_yaml(default_config()).replace(
         "  task_sampler: auto\n", "  task_sampler: auto\n  task_order: auto\n"
     )
-    assert problems(tmp_path, text) == [
+    assert problems(tmp_path, text, raw=True) == [
         "train.task_order: unknown key; platoon 0.4.0 removed it; use train.task_sampler"
     ]
 
 
 def test_wrong_types_everywhere(tmp_path: Path) -> None:
     text = """
-        train: {batch_size: [1], loss: {kl_coef: none}, straggler: 5}
-        environments: [{name: a, group_size: 2.5, tasks: {a: 1}, env_options: []}]
+        train: {batch_size: [1], loss: {kl_coef: none}, workflow_config: 5}
+        environments: [{name: a, workflow_config: {group_size: 2.5}, tasks: {a: 1}, service_kwargs: []}]
         model: {device: gpu}
         sim: {trainer: {step_s: fast}}
     """
     assert problems(tmp_path, text) == [
         "train.batch_size: must be an integer, got a list",
         "train.loss.kl_coef: must be a number, got 'none'",
-        "train.straggler: must be a mapping, got 5",
-        "environments.0.group_size: must be an integer, got 2.5",
+        "train.workflow_config: must be a mapping, got 5",
+        "environments.0.workflow_config.group_size: must be an integer, got 2.5",
         "environments.0.tasks: must be a list, got a mapping",
-        "environments.0.env_options: must be a mapping, got a list",
+        "environments.0.service_kwargs: must be a mapping, got a list",
         "model.device: must be 'auto', 'cpu' or 'cuda', got 'gpu'",
         "sim.trainer.step_s: must be a number, got 'fast'",
     ]
 
 
 def test_a_section_that_is_not_a_mapping(tmp_path: Path) -> None:
-    assert problems(tmp_path, "train: 3\nenvironments: {name: a}") == [
+    assert problems(tmp_path, "train: 3\nenvironments: [3]\ncheckpoint: [1]") == [
         "train: must be a mapping, got 3",
-        "environments: must be a list, got a mapping",
+        "environments.0: must be a mapping, got 3",
+        "checkpoint: must be a mapping, got a list",
     ]
 
 
@@ -174,12 +254,12 @@ def test_durations_are_a_union_on_dist(tmp_path: Path) -> None:
 
 
 def test_yaml_syntax_error_names_line_and_column(tmp_path: Path) -> None:
-    [line] = problems(tmp_path, "train:\n  steps: [1, 2\n")
+    [line] = problems(tmp_path, "train:\n  max_training_steps: [1, 2\n", raw=True)
     assert line.startswith("<yaml>: line 3, column 1: ")
 
 
 def test_a_list_at_the_top_is_refused(tmp_path: Path) -> None:
-    assert problems(tmp_path, "- a\n") == [
+    assert problems(tmp_path, "- a\n", raw=True) == [
         "<root>: must be a mapping of train, environments, model and sim, got a list"
     ]
 
@@ -195,46 +275,63 @@ def test_a_missing_file(tmp_path: Path) -> None:
 
 
 def test_overrides_are_yaml_typed_and_index_lists(tmp_path: Path) -> None:
-    path = write(tmp_path, "environments: [{name: a}, {name: b}]")
+    path = write(tmp_path, "train: {max_staleness: 2}\nenvironments: [{name: a}, {name: b}]")
     cfg = load_config(
         path,
         [
-            "train.steps=7",
+            "train.max_training_steps=7",
             "train.max_staleness=null",
             "train.task_sampler_options={}",
-            "environments.1.group_size=4",
+            "environments.1.workflow_config.group_size=4",
             "environments.0.tasks=[1, two]",
             "train.loss.kl_coef=0.5",
             "train.label_by=",
         ],
     )
-    assert cfg.train.steps == 7 and cfg.train.max_staleness is None and cfg.train.label_by is None
-    assert cfg.environments[1].group_size == 4 and cfg.environments[0].tasks == ["1", "two"]
+    assert cfg.train.max_training_steps == 7 and cfg.train.max_staleness is None and cfg.train.label_by is None
+    assert cfg.environments[1].workflow_config.group_size == 4 and cfg.environments[0].tasks == ["1", "two"]
     assert cfg.train.loss.kl_coef == 0.5
 
 
 def test_an_override_reaches_the_default_entry() -> None:
-    cfg = load_config(None, ["environments.0.group_size=4"])
-    assert cfg.environments[0].name == "number-search" and cfg.environments[0].group_size == 4
+    cfg = load_config(None, ["environments.0.workflow_config.group_size=4"])
+    assert cfg.environments[0].label == "default" and cfg.environments[0].workflow_config.group_size == 4
 
 
 def test_an_override_may_append_one_entry() -> None:
-    cfg = load_config(None, ["environments.1.name=extra", "environments.1.group_size=2"])
-    assert [e.name for e in cfg.environments] == ["number-search", "extra"]
+    # a mixture's entries each need a name, so the default entry gets one too
+    cfg = load_config(None, ["environments.0.name=first", "environments.1.name=extra",
+                             "environments.1.workflow_config.group_size=2"])
+    assert [e.name for e in cfg.environments] == ["first", "extra"]
+
+
+def test_an_override_sets_only_its_own_key(tmp_path: Path) -> None:
+    # the section an override reaches into starts empty: the defaults do not stand in for what the file lacks
+    assert problems(tmp_path, "", ("train.batch_size=4",), raw=True) == [
+        "train.model_name: missing required key",
+        "train.renderer_name: missing required key",
+    ]
+    cfg = load_config(None, ["environments.0.workflow_config.group_size=4", "train.workflow_config.group_size=2"])
+    assert cfg.environments[0].model_fields_set == {"workflow_config"}
+    assert cfg.train.workflow_config.model_fields_set == {"group_size"}
+    assert load_config_warnings(cfg) == []
+    # a distribution's field keeps the default distribution it belongs to
+    duration = load_config(None, ["sim.rollout.duration.median_s=3"]).sim.rollout.duration
+    assert (duration.dist, duration.median_s, duration.sigma) == ("lognormal", 3.0, 0.5)
 
 
 def test_an_override_names_its_problem(tmp_path: Path) -> None:
-    assert problems(tmp_path, "", ("train.steps=many",)) == [
-        "override train.steps=many: train.steps: must be an integer, got 'many'"
+    assert problems(tmp_path, "", ("train.max_training_steps=many",)) == [
+        "override train.max_training_steps=many: train.max_training_steps: must be an integer, got 'many'"
     ]
 
 
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("train.steps", "override train.steps: expected dotted.key=value"),
+        ("train.batch_size", "override train.batch_size: expected dotted.key=value"),
         ("=3", "override =3: expected dotted.key=value"),
-        ("train..steps=3", "override train..steps=3: expected dotted.key=value"),
+        ("train..batch_size=3", "override train..batch_size=3: expected dotted.key=value"),
         (
             "environments.5.name=x",
             "override environments.5.name=x: environments has 1 items; index 5 is past its end",
@@ -243,8 +340,11 @@ def test_an_override_names_its_problem(tmp_path: Path) -> None:
             "environments.x.name=x",
             "override environments.x.name=x: environments is a list: index it with a number",
         ),
-        ("train.steps.x=1", "override train.steps.x=1: train.steps is a int, not a mapping or a list"),
-        ("train.steps=[1", "override train.steps=[1: the value is not YAML"),
+        (
+            "train.max_training_steps.x=1",
+            "override train.max_training_steps.x=1: train.max_training_steps is a int, not a mapping or a list",
+        ),
+        ("train.batch_size=[1", "override train.batch_size=[1: the value is not YAML"),
     ],
 )
 def test_malformed_overrides(tmp_path: Path, override: str, message: str) -> None:
@@ -253,9 +353,9 @@ def test_malformed_overrides(tmp_path: Path, override: str, message: str) -> Non
 
 
 def test_override_problems_join_the_files(tmp_path: Path) -> None:
-    assert problems(tmp_path, "train: {steps: 0}", ("model.kind=big",)) == [
-        "train.steps: must be at least 1, got 0",
-        "override model.kind=big: model.kind: must be 'tiny' or 'hf', got 'big'",
+    assert problems(tmp_path, "train: {max_training_steps: 0}", ("model.device=gpu",)) == [
+        "train.max_training_steps: must be at least 1, got 0",
+        "override model.device=gpu: model.device: must be 'auto', 'cpu' or 'cuda', got 'gpu'",
     ]
 
 

@@ -7,11 +7,13 @@ import pytest
 from pydantic import BaseModel
 
 from platoon.config.models import (
+    EMBEDDED_DEFAULT,
     EnvironmentConfig,
     LossConfig,
     RunConfig,
     TrainConfig,
     WorkflowConfig,
+    default_config,
     describe_errors,
 )
 
@@ -36,45 +38,63 @@ def _models(root: type[BaseModel]) -> set[type[BaseModel]]:
 
 
 def test_defaults_are_the_documented_ones() -> None:
-    cfg = RunConfig()
+    cfg = default_config()
     t = cfg.train
-    assert (t.steps, t.batch_size, t.max_concurrent_rollouts, t.permit_release) == (100, 32, None, "rollout")
+    assert (t.model_name, t.renderer_name, t.max_training_steps, t.num_epochs) == ("tiny", "role_colon", 100, None)
+    assert (t.batch_size, t.max_concurrent_rollouts, t.permit_release) == (32, None, "rollout")
     assert (t.max_staleness, t.max_starting_rollouts, t.task_sampler, t.group_admission) == (
-        1,
+        None,
         None,
         "auto",
         "all",
     )
     assert (t.refill.max_groups_per_step, t.num_minibatches, t.seed) == (3.0, 1, 0)
-    assert (t.checkpoint_every, t.eval_every, t.label_by, t.rollout_group_limits) == (10, 10, None, {})
+    assert (t.label_by, t.rollout_group_limits) == (None, {})
     assert t.loss.objective == "ppo" and (t.loss.clip_low_threshold, t.loss.clip_high_threshold) == (
         0.2,
         0.28,
     )
-    assert t.workflow_config.worker_start_method == "forkserver"
-    assert t.workflow_config.rollout_isolation == "inprocess"
-    assert t.workflow_config.worker_startup_budget_seconds == 300.0
-    assert (t.straggler.timeout_s, t.straggler.quorum) == (None, None)
+    w = t.workflow_config
+    assert (w.group_size, w.min_successful_group_size, w.leave_one_out_baseline, w.filter_zero_advantage_datums) == (
+        8, 1, False, True
+    )
+    assert (w.straggler_timeout_seconds, w.straggler_quorum, w.straggler_policies) == (None, None, {})
+    assert w.worker_start_method == "forkserver" and w.rollout_isolation == "inprocess"
+    assert w.worker_startup_budget_seconds == 300.0
+    params = w.rollout_config.inference_params
+    assert (params.temperature, params.max_completion_tokens) == (None, None)
+    assert (cfg.log_path, cfg.stats.experiment_name, cfg.stats.trial_name) == (None, "platoon_tinker", "run")
+    c = cfg.checkpoint
+    assert (c.every, c.strategy, c.recovery_every, c.keep_recovery) == (None, None, None, None)
+    assert (cfg.eval.every, cfg.eval.strategy, cfg.eval.at_start) == (None, None, False)
     [e] = cfg.environments
-    assert (e.name, e.env, e.group_size, e.weight, e.split, e.eval_split) == (
-        "number-search",
-        "number_search",
-        8,
-        1.0,
-        "train",
-        "heldout",
+    assert (e.name, e.label, e.env, e.weight, e.workflow_config.group_size) == (
+        None, "default", "platoon-number-search", "tasks", None
     )
-    assert (cfg.model.kind, cfg.model.device, cfg.model.max_batch, cfg.model.max_new_tokens) == (
-        "tiny",
-        "auto",
-        256,
-        8,
-    )
+    assert (e.dataset_kwargs.split_name, e.eval_dataset_kwargs.split_name, e.exclude_tasks) == (None, None, [])
+    assert (cfg.model.device, cfg.model.max_batch, cfg.model.d_model) == ("auto", 256, 64)
+
+
+def test_a_config_needs_its_train_section_model_and_renderer() -> None:
+    with pytest.raises(pydantic.ValidationError) as info:
+        RunConfig.model_validate({})
+    assert [str(p) for p in describe_errors(info.value, root=RunConfig, data={})] == [
+        "train: missing required key"
+    ]
+    data: dict = {"train": {}}
+    with pytest.raises(pydantic.ValidationError) as info:
+        RunConfig.model_validate(data)
+    assert [str(p) for p in describe_errors(info.value, root=RunConfig, data=data)] == [
+        "train.model_name: missing required key",
+        "train.renderer_name: missing required key",
+    ]
+    assert default_config() == RunConfig.model_validate(EMBEDDED_DEFAULT)
 
 
 def test_every_field_of_every_model_has_a_description() -> None:
     models = _models(RunConfig)
-    assert {"TrainConfig", "RefillConfig", "LossConfig", "StragglerConfig", "SimConfig"} <= {
+    assert {"TrainConfig", "RefillConfig", "LossConfig", "WorkflowConfig", "StragglerPolicy", "CheckpointConfig",
+            "EvalConfig", "DatasetKwargs", "SimConfig"} <= {
         m.__name__ for m in models
     }
     missing = [f"{m.__name__}.{n}" for m in models for n, f in m.model_fields.items() if not f.description]
@@ -85,18 +105,18 @@ def test_every_model_is_frozen_and_forbids_unknown_keys() -> None:
     for m in _models(RunConfig):
         assert m.model_config.get("frozen") is True, m
         assert m.model_config.get("extra") == "forbid", m
-    cfg = RunConfig()
+    cfg = default_config()
     with pytest.raises(pydantic.ValidationError):
-        cfg.train.steps = 5  # type: ignore[misc]
+        cfg.train.max_training_steps = 5  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
-        ({"steps": "10"}, "train.steps: must be an integer, got '10'"),
-        ({"steps": 1.5}, "train.steps: must be an integer, got 1.5"),
-        ({"steps": True}, "train.steps: must be an integer, got true"),
-        ({"steps": 0}, "train.steps: must be at least 1, got 0"),
+        ({"max_training_steps": "10"}, "train.max_training_steps: must be an integer, got '10'"),
+        ({"max_training_steps": 1.5}, "train.max_training_steps: must be an integer, got 1.5"),
+        ({"num_epochs": True}, "train.num_epochs: must be an integer, got true"),
+        ({"max_training_steps": 0}, "train.max_training_steps: must be at least 1, got 0"),
         ({"max_staleness": -1}, "train.max_staleness: must be at least 0, got -1"),
         ({"permit_release": "both"}, "train.permit_release: must be 'rollout' or 'group', got 'both'"),
         (
@@ -123,19 +143,31 @@ def test_every_model_is_frozen_and_forbids_unknown_keys() -> None:
             {"workflow_config": {"worker_preload": ["ok.mod", "not a module"]}},
             "train.workflow_config.worker_preload: must be dotted module names",
         ),
-        ({"straggler": {"timeout_s": 0}}, "train.straggler.timeout_s: must be above 0"),
+        (
+            {"workflow_config": {"straggler_timeout_seconds": 0}},
+            "train.workflow_config.straggler_timeout_seconds: must be above 0",
+        ),
+        (
+            {"workflow_config": {"straggler_policies": {"a": {"quorum": 0}}}},
+            "train.workflow_config.straggler_policies.a.quorum: must be at least 1, got 0",
+        ),
+        (
+            {"workflow_config": {"worker_start_method": "spawn"}},
+            "train.workflow_config.worker_start_method: must be 'forkserver' or 'exec', got 'spawn'",
+        ),
         ({"rollout_group_limits": {"a": 0}}, "train.rollout_group_limits.a: must be at least 1, got 0"),
     ],
 )
 def test_train_field_checks(data: dict, expected: str) -> None:
+    full = {"train": {**EMBEDDED_DEFAULT["train"], **data}}
     with pytest.raises(pydantic.ValidationError) as info:
-        RunConfig.model_validate({"train": data})
-    [line] = [str(p) for p in describe_errors(info.value, root=RunConfig, data={"train": data})]
+        RunConfig.model_validate(full)
+    [line] = [str(p) for p in describe_errors(info.value, root=RunConfig, data=full)]
     assert line.startswith(expected), line
 
 
 def test_refill_cap_message_names_the_value() -> None:
-    data = {"train": {"refill": {"max_groups_per_step": 0.5}}}
+    data = {"train": {**EMBEDDED_DEFAULT["train"], "refill": {"max_groups_per_step": 0.5}}}
     with pytest.raises(pydantic.ValidationError) as info:
         RunConfig.model_validate(data)
     [p] = describe_errors(info.value, root=RunConfig, data=data)
@@ -155,16 +187,17 @@ def test_task_ids_read_as_text() -> None:
     assert e.tasks == ["17", "b"]
 
 
-def test_entry_name_is_required_and_not_empty() -> None:
-    with pytest.raises(pydantic.ValidationError, match="name"):
-        EnvironmentConfig.model_validate({})
-    with pytest.raises(pydantic.ValidationError):
-        EnvironmentConfig.model_validate({"name": ""})
+def test_entry_name_is_optional_and_not_empty() -> None:
+    assert EnvironmentConfig.model_validate({}).label == "default"
+    assert EnvironmentConfig.model_validate({"name": "a/b"}).label == "a/b"
+    for bad in ("", "a::b", "a\tb"):
+        with pytest.raises(pydantic.ValidationError):
+            EnvironmentConfig.model_validate({"name": bad})
 
 
 def test_no_environments_is_refused() -> None:
     with pytest.raises(pydantic.ValidationError, match="at least one environment entry"):
-        RunConfig.model_validate({"environments": []})
+        RunConfig.model_validate({**EMBEDDED_DEFAULT, "environments": []})
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from platoon.config import (
     ConfigError,
@@ -28,6 +29,20 @@ from platoon.config import (
     run_sampler,
     step_cap,
 )
+from platoon.config.models import default_config
+from platoon.config.resolve import (
+    entry_workflow,
+    event_interval,
+    group_size,
+    planned_steps,
+    run_directory,
+    sampling,
+    select_tasks,
+    steps_per_epoch,
+    straggler_policy,
+    with_steps,
+)
+from platoon.config.sections import DatasetKwargs
 
 _names = itertools.count()
 
@@ -133,9 +148,22 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
                 registry.unregister(kind, n)
 
 
+def train(**keys: object) -> TrainConfig:
+    """A TrainConfig built in code: the keys every config sets, and ``keys``."""
+    return TrainConfig(**{"model_name": "tiny", "renderer_name": "role_colon", "max_training_steps": 10, **keys})
+
+
+def run(train_keys: dict | None = None, environments: list[EnvironmentConfig] | None = None) -> RunConfig:
+    """A RunConfig built in code (the default entry unless ``environments``)."""
+    extra = {} if environments is None else {"environments": environments}
+    return RunConfig(train=train(**(train_keys or {})), **extra)
+
+
 def cfg_of(text: str, tmp_path: Path) -> RunConfig:
+    data = yaml.safe_load(textwrap.dedent(text))
+    data["train"] = {"model_name": "tiny", "renderer_name": "role_colon", **data.get("train", {})}
     path = tmp_path / "run.yaml"
-    path.write_text(textwrap.dedent(text))
+    path.write_text(yaml.safe_dump(data))
     return load_config(path)
 
 
@@ -149,18 +177,18 @@ def resolve_problems(cfg: RunConfig, **kw: bool) -> list[str]:
 
 
 def test_auto_is_uniform_for_one_plain_entry_and_weighted_otherwise() -> None:
-    one = RunConfig()
+    one = default_config()
     assert run_sampler(one) == "uniform" and entry_sampler(one, 0) is None
-    own = RunConfig(environments=[EnvironmentConfig(name="a", task_sampler="pass_rate")])
+    own = run(environments=[EnvironmentConfig(name="a", task_sampler="pass_rate")])
     assert run_sampler(own) == "weighted" and entry_sampler(own, 0) == "pass_rate"
-    own_uniform = RunConfig(environments=[EnvironmentConfig(name="a", task_sampler="uniform")])
+    own_uniform = run(environments=[EnvironmentConfig(name="a", task_sampler="uniform")])
     assert run_sampler(own_uniform) == "uniform"
-    two = RunConfig(environments=[EnvironmentConfig(name="a"), EnvironmentConfig(name="b")])
+    two = run(environments=[EnvironmentConfig(name="a"), EnvironmentConfig(name="b")])
     assert run_sampler(two) == "weighted" and [entry_sampler(two, i) for i in (0, 1)] == [
         "uniform",
         "uniform",
     ]
-    flat = RunConfig(train=TrainConfig(task_sampler="pass_rate"), environments=two.environments)
+    flat = run({"task_sampler": "pass_rate"}, two.environments)
     assert entry_sampler(flat, 1) is None
 
 
@@ -169,33 +197,97 @@ def test_rule_mode_is_decided_by_name() -> None:
         EnvironmentConfig(name="a"),
         EnvironmentConfig(name="b", group_admission="pkg:AdmitEverything"),
     ]
-    assert is_rule_mode(RunConfig(environments=entries))
-    assert not is_rule_mode(RunConfig())
-    assert is_rule_mode(RunConfig(train=TrainConfig(group_admission="informative")))
+    assert is_rule_mode(run(environments=entries))
+    assert not is_rule_mode(default_config())
+    assert is_rule_mode(run({"group_admission": "informative"}))
     every_own_all = [EnvironmentConfig(name="a", group_admission="all")]
-    assert not is_rule_mode(
-        RunConfig(train=TrainConfig(group_admission="informative"), environments=every_own_all)
-    )
-    cfg = RunConfig(
-        train=TrainConfig(group_admission="informative", group_admission_options={"band": [0.1, 0.9]}),
-        environments=entries,
-    )
+    assert not is_rule_mode(run({"group_admission": "informative"}, every_own_all))
+    cfg = run({"group_admission": "informative", "group_admission_options": {"band": [0.1, 0.9]}}, entries)
     assert entry_admission(cfg, 0) == ("informative", {"band": [0.1, 0.9]}, "run")
     assert entry_admission(cfg, 1) == ("pkg:AdmitEverything", {}, "entry")
 
 
 def test_permits_staleness_and_cap() -> None:
     entries = [
-        EnvironmentConfig(name="a", group_size=4),
-        EnvironmentConfig(name="b", group_size=6, max_staleness=0),
+        EnvironmentConfig(name="a", workflow_config={"group_size": 4}),
+        EnvironmentConfig(name="b", workflow_config={"group_size": 6}, max_staleness=0),
+        EnvironmentConfig(name="c"),
     ]
-    cfg = RunConfig(train=TrainConfig(batch_size=10), environments=entries)
+    cfg = run({"batch_size": 10, "workflow_config": {"group_size": 5}}, entries)
+    assert [group_size(cfg, i) for i in range(3)] == [4, 6, 5]
     assert effective_group_size(cfg) == 6 and max_concurrent_rollouts(cfg) == 60
-    assert max_concurrent_rollouts(RunConfig(train=TrainConfig(max_concurrent_rollouts=7))) == 7
-    assert (entry_max_staleness(cfg, 0), entry_max_staleness(cfg, 1)) == (1, 0)
-    assert step_cap(RunConfig(train=TrainConfig(batch_size=10, refill={"max_groups_per_step": 1.1}))) == 11
-    assert step_cap(RunConfig(train=TrainConfig(batch_size=10, refill={"max_groups_per_step": 1.0}))) == 10
-    assert step_cap(RunConfig(train=TrainConfig(batch_size=32))) == 96
+    assert max_concurrent_rollouts(default_config()) == 32 * 8
+    assert max_concurrent_rollouts(run({"max_concurrent_rollouts": 7})) == 7
+    assert [entry_max_staleness(cfg, i) for i in range(3)] == [None, 0, None]
+    assert entry_max_staleness(run({"max_staleness": 2}, entries), 0) == 2
+    assert step_cap(run({"batch_size": 10, "refill": {"max_groups_per_step": 1.1}})) == 11
+    assert step_cap(run({"batch_size": 10, "refill": {"max_groups_per_step": 1.0}})) == 10
+    assert step_cap(run({"batch_size": 32})) == 96
+
+
+def test_an_entrys_workflow_settings_inherit_the_runs() -> None:
+    entries = [
+        EnvironmentConfig(name="a", workflow_config={"straggler_timeout_seconds": 5.0, "min_successful_group_size": 2,
+                                                     "leave_one_out_baseline": True}),
+        EnvironmentConfig(name="b"),
+    ]
+    policies = {"hard": {"timeout_seconds": 90.0, "quorum": 3}}
+    cfg = run({"workflow_config": {"straggler_timeout_seconds": 60.0, "straggler_quorum": 6,
+                                   "straggler_policies": policies}}, entries)
+    a, b = entry_workflow(cfg, 0), entry_workflow(cfg, 1)
+    assert (a.straggler_timeout_s, a.straggler_quorum, a.min_successful_group_size, a.leave_one_out_baseline) == (
+        5.0, 6, 2, True)
+    assert (b.straggler_timeout_s, b.straggler_quorum, b.min_successful_group_size, b.leave_one_out_baseline) == (
+        60.0, 6, 1, False)
+    # a label's own policy replaces the entry's and the run's keys for that label's groups
+    assert straggler_policy(cfg, 0, "hard") == (90.0, 3)
+    assert straggler_policy(cfg, 0, "a") == (5.0, 6) and straggler_policy(cfg, 1, "b") == (60.0, 6)
+    assert straggler_policy(default_config(), 0, "default") == (None, None)
+
+
+def test_sampling_reads_the_rollouts_inference_params() -> None:
+    assert sampling(default_config()) == (1.0, None)
+    params = {"temperature": 0.7, "max_completion_tokens": 6}
+    cfg = run({"workflow_config": {"rollout_config": {"inference_params": params}}})
+    assert sampling(cfg) == (0.7, 6)
+
+
+def test_the_plan_the_shorter_of_epochs_and_steps() -> None:
+    assert steps_per_epoch(default_config(), 100) == 4 and steps_per_epoch(default_config(), 0) == 1
+    assert planned_steps(run({"max_training_steps": 10}), 1000) == 10
+    epochs = run({"max_training_steps": None, "num_epochs": 2, "batch_size": 10})
+    assert planned_steps(epochs, 95) == 20
+    both = run({"max_training_steps": 15, "num_epochs": 2, "batch_size": 10})
+    assert planned_steps(both, 95) == 15 and planned_steps(both, 50) == 10
+    assert planned_steps(run({"max_training_steps": None}), 95) is None
+    again = with_steps(both, 40)
+    assert (again.train.max_training_steps, again.train.num_epochs, planned_steps(again, 50)) == (40, None, 40)
+
+
+@pytest.mark.parametrize(
+    ("every", "strategy", "per_epoch", "expected"),
+    [(None, None, 5, None), (0, None, 5, None), (3, None, 5, 3), (None, "step", 5, 1), (None, "epoch", 5, 5),
+     (2, "epoch", 5, 10), (0, "epoch", 5, None)],
+)
+def test_event_interval_counts_steps_or_epochs(every, strategy, per_epoch, expected) -> None:
+    assert event_interval(every, strategy, per_epoch) == expected
+
+
+def test_the_run_directory_lies_under_log_path() -> None:
+    assert run_directory(default_config()) is None
+    cfg = RunConfig.model_validate({"train": {"model_name": "tiny", "renderer_name": "r"}, "log_path": "/logs",
+                                    "stats": {"experiment_name": "exp", "trial_name": "t1"}})
+    assert run_directory(cfg) == Path("/logs/exp/t1")
+
+
+def test_select_tasks_excludes_then_shuffles_then_limits() -> None:
+    listed = [f"t{i}" for i in range(10)]
+    assert select_tasks(listed, DatasetKwargs(), []) == listed
+    assert select_tasks(listed, DatasetKwargs(limit=3), ["t0", "t2"]) == ["t1", "t3", "t4"]
+    shuffled = select_tasks(listed, DatasetKwargs(shuffle_seed=7), ["t9"])
+    assert sorted(shuffled) == sorted(listed[:9]) and shuffled != listed[:9]
+    assert shuffled == select_tasks(listed, DatasetKwargs(shuffle_seed=7), ["t9"])
+    assert select_tasks(listed, DatasetKwargs(shuffle_seed=7, limit=4), ["t9"]) == shuffled[:4]
 
 
 def test_entry_sim_merges_and_a_distribution_replaces_whole(tmp_path: Path) -> None:
@@ -218,20 +310,20 @@ def test_entry_sim_merges_and_a_distribution_replaces_whole(tmp_path: Path) -> N
 
 
 def test_default_config_records_its_run_sampler() -> None:
-    [record] = resolve_components(RunConfig())
+    [record] = resolve_components(default_config())
     assert record.to_json() == {
         "kind": "task_sampler",
         "ref": "auto",
         "resolved": None,
         "core": "uniform",
         "level": "run",
-        "environments": ["number-search"],
+        "environments": ["default"],
         "options": {"train": {}},
     }
 
 
 def test_pass_rate_records_its_options_with_defaults() -> None:
-    cfg = RunConfig(train=TrainConfig(task_sampler="pass_rate", task_sampler_options={"explore": 0.5}))
+    cfg = run({"task_sampler": "pass_rate", "task_sampler_options": {"explore": 0.5}})
     [record] = resolve_components(cfg)
     assert record.options == {
         "train": {
@@ -250,7 +342,7 @@ def test_entry_samplers_group_by_name_under_weighted() -> None:
         EnvironmentConfig(name="b"),
         EnvironmentConfig(name="c", task_sampler="pass_rate", task_sampler_options={"seed": 3}),
     ]
-    records = [r.to_json() for r in resolve_components(RunConfig(environments=entries))]
+    records = [r.to_json() for r in resolve_components(run(environments=entries))]
     assert [(r["ref"], r["core"], r["level"], r["environments"]) for r in records] == [
         ("auto", "weighted", "run", ["a", "b", "c"]),
         ("pass_rate", "pass_rate", "entry", ["a", "c"]),
@@ -261,7 +353,7 @@ def test_entry_samplers_group_by_name_under_weighted() -> None:
 
 def test_rules_are_recorded_in_rule_mode_only() -> None:
     entries = [EnvironmentConfig(name="a"), EnvironmentConfig(name="b", group_admission="all")]
-    cfg = RunConfig(train=TrainConfig(group_admission="informative"), environments=entries)
+    cfg = run({"group_admission": "informative"}, entries)
     rules = [r.to_json() for r in resolve_components(cfg) if r.kind == "group_admission"]
     assert rules == [
         {
@@ -274,11 +366,11 @@ def test_rules_are_recorded_in_rule_mode_only() -> None:
             "options": {"train": {"band": None}},
         }
     ]
-    assert [r for r in resolve_components(RunConfig()) if r.kind == "group_admission"] == []
+    assert [r for r in resolve_components(default_config()) if r.kind == "group_admission"] == []
 
 
 def test_informative_needs_a_workflow_that_gives_verdicts() -> None:
-    cfg = RunConfig(environments=[EnvironmentConfig(name="a", group_admission="informative")])
+    cfg = run(environments=[EnvironmentConfig(name="a", group_admission="informative")])
     [line] = resolve_problems(cfg, workflow_gives_verdicts=False)
     assert line.startswith(
         "environments.0.group_admission: informative rejects groups by their workflow's verdict"
@@ -294,16 +386,13 @@ def test_a_package_registers_components_with_every_schema_kind(plugin: str) -> N
         EnvironmentConfig(name="b", task_sampler=f"{plugin}_fn", task_sampler_options={"n": "7"}),
         EnvironmentConfig(name="c", group_admission=f"{plugin}_rule"),
     ]
-    cfg = RunConfig(
-        train=TrainConfig(task_sampler=f"{plugin}_model", task_sampler_options={"depth": 3}),
-        environments=entries,
-    )
+    cfg = run({"task_sampler": f"{plugin}_model", "task_sampler_options": {"depth": 3}}, entries)
     with pytest.raises(ConfigError):
         resolve_components(cfg, workflow_gives_verdicts=False)
     records = {(r.kind, r.ref): r for r in resolve_components(cfg)}
-    run = records[("task_sampler", f"{plugin}_model")]
-    assert run.resolved == f"{plugin}:WithModel" and run.core is None
-    assert run.options == {"train": {"depth": 3, "label": "x"}} and run.parsed["train"].depth == 3
+    model = records[("task_sampler", f"{plugin}_model")]
+    assert model.resolved == f"{plugin}:WithModel" and model.core is None
+    assert model.options == {"train": {"depth": 3, "label": "x"}} and model.parsed["train"].depth == 3
     assert records[("task_sampler", f"{plugin}_dc")].options == {"a": {"k": 4}}
     assert records[("task_sampler", f"{plugin}_fn")].options == {"b": {"n": 7}}
     rule = records[("group_admission", f"{plugin}_rule")]
@@ -329,10 +418,7 @@ def test_stage_two_gathers_every_problem(plugin: str) -> None:
         ),
         EnvironmentConfig(name="i", env=f"{plugin}:Nothing"),
     ]
-    cfg = RunConfig(
-        train=TrainConfig(task_sampler=f"{plugin}_model", task_sampler_options={"depth": 9, "label": 3}),
-        environments=entries,
-    )
+    cfg = run({"task_sampler": f"{plugin}_model", "task_sampler_options": {"depth": 9, "label": 3}}, entries)
     assert resolve_problems(cfg) == [
         "train.task_sampler_options.label: must be a string, got 3",
         "environments.0.task_sampler_options.kk: unknown key; did you mean 'k'?",
@@ -352,10 +438,7 @@ def test_stage_two_gathers_every_problem(plugin: str) -> None:
 
 def test_a_check_message_gets_the_name_prefixed(plugin: str) -> None:
     entries = [EnvironmentConfig(name="a", package=plugin)]
-    cfg = RunConfig(
-        train=TrainConfig(task_sampler=f"{plugin}_model", task_sampler_options={"depth": 9}),
-        environments=entries,
-    )
+    cfg = run({"task_sampler": f"{plugin}_model", "task_sampler_options": {"depth": 9}}, entries)
     assert resolve_problems(cfg) == [
         f"train.task_sampler: {plugin}_model: depth 9 is too deep for batch_size 32",
     ]
@@ -366,10 +449,10 @@ def test_a_run_sampler_without_slots_refuses_entry_samplers(plugin: str) -> None
         EnvironmentConfig(name="a", package=plugin, task_sampler="pass_rate"),
         EnvironmentConfig(name="b"),
     ]
-    cfg = RunConfig(train=TrainConfig(task_sampler=f"{plugin}_noslots"), environments=entries)
+    cfg = run({"task_sampler": f"{plugin}_noslots"}, entries)
     [line] = resolve_problems(cfg)
     assert line.startswith(f"environments.0.task_sampler: {plugin}_noslots hands no slots to entries")
-    slots = RunConfig(train=TrainConfig(task_sampler=f"{plugin}_slots"), environments=entries)
+    slots = run({"task_sampler": f"{plugin}_slots"}, entries)
     refs = [(r.ref, r.level, r.environments) for r in resolve_components(slots)]
     assert refs == [
         (f"{plugin}_slots", "run", ("a", "b")),
@@ -379,7 +462,7 @@ def test_a_run_sampler_without_slots_refuses_entry_samplers(plugin: str) -> None
 
 
 def test_a_package_that_fails_to_import() -> None:
-    cfg = RunConfig(environments=[EnvironmentConfig(name="a", package="no_such_package_xyz")])
+    cfg = run(environments=[EnvironmentConfig(name="a", package="no_such_package_xyz")])
     [line] = resolve_problems(cfg)
     assert line.startswith(
         "environments.0.package: cannot import package 'no_such_package_xyz': ModuleNotFoundError"

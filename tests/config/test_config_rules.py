@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from platoon.config import (
     ConfigError,
@@ -17,6 +18,19 @@ from platoon.config import (
     registry,
 )
 from platoon.config.loader import config_problems
+from platoon.config.models import default_config
+
+REQUIRED = {"model_name": "tiny", "renderer_name": "role_colon", "max_training_steps": 10}
+"""The keys every config sets (a model, a renderer, a plan), added under a test's own train keys."""
+
+
+def complete(text: str) -> str:
+    """The YAML ``text`` with ``REQUIRED`` under its own train keys (when its train section is a mapping or absent)."""
+    data = yaml.safe_load(textwrap.dedent(text))
+    data = {} if data is None else data
+    if isinstance(data, dict) and isinstance(data.setdefault("train", {}), dict):
+        data["train"] = {**REQUIRED, **data["train"]}
+    return yaml.safe_dump(data, sort_keys=False)
 
 NOT_ONE_OF_SAMPLERS = (
     "is not one of 'auto', 'weighted', 'uniform', 'pass_rate', a name an environment's package registers, or "
@@ -26,7 +40,7 @@ NOT_ONE_OF_SAMPLERS = (
 
 def problems(tmp_path: Path, text: str) -> list[str]:
     path = tmp_path / "run.yaml"
-    path.write_text(textwrap.dedent(text))
+    path.write_text(complete(text))
     with pytest.raises(ConfigError) as info:
         load_config(path)
     return info.value.problems
@@ -34,8 +48,13 @@ def problems(tmp_path: Path, text: str) -> list[str]:
 
 def loads(tmp_path: Path, text: str) -> RunConfig:
     path = tmp_path / "run.yaml"
-    path.write_text(textwrap.dedent(text))
+    path.write_text(complete(text))
     return load_config(path)
+
+
+def train(**keys: object) -> TrainConfig:
+    """A TrainConfig built in code: the required keys and ``keys``."""
+    return TrainConfig(**{"model_name": "tiny", "renderer_name": "role_colon", **keys})
 
 
 # --- names -----------------------------------------------------------------------------------------------------
@@ -55,9 +74,25 @@ def test_unresolvable_names_are_refused_at_load(tmp_path: Path) -> None:
         "package registers, or module:Class",
         "environments.0.group_admission: 'strict' is not one of 'all', 'informative', a name an environment's "
         "package registers, or module:Class",
-        "environments.0.env: 'textcraft' is not one of 'number_search', a name an environment's package registers, "
-        "or module:Class",
+        "environments.0.env: 'textcraft' is not one of 'platoon-number-search', a name an environment's package "
+        "registers, or module:Class",
     ]
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ("platoon-number-search@2", "environments.0.env: platoon-number-search is at version 1, not '2'"),
+        (
+            "number_search",
+            "environments.0.env: 'number_search' is not one of 'platoon-number-search', a name an environment's "
+            "package registers, or module:Class; did you mean 'platoon-number-search'?",
+        ),
+    ],
+)
+def test_the_core_environment_is_named_as_0_4_names_it(tmp_path: Path, env: str, expected: str) -> None:
+    assert problems(tmp_path, f"environments: [{{env: '{env}'}}]") == [expected]
+    assert loads(tmp_path, "environments: [{env: platoon-number-search@1}]").environments[0].env.endswith("@1")
 
 
 def test_an_empty_name_is_unresolvable(tmp_path: Path) -> None:
@@ -158,9 +193,9 @@ def test_a_run_sampler_over_every_task_refuses_entry_settings(tmp_path: Path, ru
     text = f"""
         train: {{task_sampler: {run}}}
         environments:
-          - {{name: a, weight: 2}}
-          - {{name: b, weight: tasks, task_sampler: uniform}}
-          - {{name: c, weight: 1.0, task_sampler_options: {{x: 1}}}}
+          - {{name: a, weight: tasks}}
+          - {{name: b, task_sampler: uniform}}
+          - {{name: c, task_sampler_options: {{x: 1}}}}
     """
     lines = problems(tmp_path, text)
     assert [line.split(":")[0] for line in lines] == [
@@ -173,18 +208,19 @@ def test_a_run_sampler_over_every_task_refuses_entry_settings(tmp_path: Path, ru
 
 def test_pass_rate_refuses_groups_of_one(tmp_path: Path) -> None:
     run = problems(
-        tmp_path, "train: {task_sampler: pass_rate}\nenvironments: [{name: a, group_size: 1}, {name: b}]"
+        tmp_path,
+        "train: {task_sampler: pass_rate}\nenvironments: [{name: a, workflow_config: {group_size: 1}}, {name: b}]",
     )
     assert run == [
-        "environments.0.group_size: pass_rate chooses tasks likely to mix passes and failures, which a group of one "
+        "environments.0.workflow_config.group_size: pass_rate chooses tasks likely to mix passes and failures, which a group of one "
         "never does (train.task_sampler: pass_rate); use uniform, or a group size of 2 or more"
     ]
     entry = problems(
         tmp_path,
-        "environments: [{name: a, group_size: 1, task_sampler: pass_rate}, {name: b, group_size: 1}]",
+        "train: {workflow_config: {group_size: 1}}\nenvironments: [{name: a, task_sampler: pass_rate}, {name: b}]",
     )
     assert entry == [
-        "environments.0.group_size: pass_rate chooses tasks likely to mix passes and failures, which a group of one "
+        "train.workflow_config.group_size: pass_rate chooses tasks likely to mix passes and failures, which a group of one "
         "never does (environments.0.task_sampler: pass_rate); use uniform, or a group size of 2 or more"
     ]
 
@@ -212,19 +248,99 @@ def test_duplicate_names_permits_quorum_and_labels(tmp_path: Path) -> None:
     text = """
         train:
           max_concurrent_rollouts: 6
-          straggler: {quorum: 5}
+          workflow_config: {straggler_timeout_seconds: 60, straggler_quorum: 5, straggler_policies: {gone: {}}}
           rollout_group_limits: {a/x: 2, nope: 1}
-        environments: [{name: a/x, group_size: 4}, {name: b, group_size: 8}, {name: a/x, group_size: 2}]
+        environments:
+          - {name: a/x, workflow_config: {group_size: 4}}
+          - {name: b}
+          - {name: a/x, workflow_config: {group_size: 2}}
         model: {d_model: 30, n_heads: 4}
     """
     assert problems(tmp_path, text) == [
         "environments.2.name: 'a/x' is already the name of environments.0",
         "train.max_concurrent_rollouts: 6 permits cannot hold one group of environments.1 (group_size 8); set at "
         "least 8",
-        "train.straggler.quorum: 5 is more than the smallest group size, 2",
+        "train.workflow_config.straggler_quorum: 5 is more than the group size of environments.0, 4",
+        "train.workflow_config.straggler_quorum: 5 is more than the group size of environments.2, 2",
         "train.rollout_group_limits.nope: no environment entry is named 'nope' (while label_by is null, labels are "
         "entry names)",
+        "train.workflow_config.straggler_policies.gone: no environment entry is named 'gone' (while label_by is "
+        "null, labels are entry names)",
         "model.d_model: 30 is not a multiple of n_heads (4)",
+    ]
+
+
+def test_a_mixtures_entries_each_need_a_unique_name(tmp_path: Path) -> None:
+    text = "environments: [{name: a}, {}, {name: a}, {name: b}, {name: b}]"
+    assert problems(tmp_path, text) == [
+        "environments.1.name: a mixture's entries each need a unique name",
+        "environments.2.name: 'a' is already the name of environments.0",
+        "environments.4.name: 'b' is already the name of environments.3",
+    ]
+    assert loads(tmp_path, "environments: [{}]").environments[0].label == "default"
+    [line] = problems(tmp_path, "environments: [{name: 'a::b'}]")
+    assert line.startswith("environments.0.name: must not contain '::'")
+
+
+def test_a_mixtures_weights_are_all_numbers_or_all_tasks(tmp_path: Path) -> None:
+    assert problems(tmp_path, "environments: [{name: a, weight: 2}, {name: b}, {name: c, weight: 1}]") == [
+        "environments.1.weight: a mixture's weights are all numbers or all 'tasks'; environments.0 sets 2.0"
+    ]
+    assert problems(tmp_path, "environments: [{name: a}, {name: b, weight: 3}]") == [
+        "environments.1.weight: a mixture's weights are all numbers or all 'tasks'; environments.0 sets 'tasks'"
+    ]
+    assert [e.weight for e in loads(tmp_path, "environments: [{name: a}, {name: b}]").environments] == [
+        "tasks", "tasks"
+    ]
+    assert [e.weight for e in loads(tmp_path, "environments: [{name: a, weight: 1}, {name: b, weight: 3}]")
+            .environments] == [1.0, 3.0]
+
+
+def test_a_straggler_quorum_needs_a_timeout(tmp_path: Path) -> None:
+    text = """
+        train: {workflow_config: {straggler_quorum: 3}}
+        environments:
+          - {name: a, workflow_config: {straggler_quorum: 2}}
+          - {name: b, workflow_config: {straggler_timeout_seconds: 30}}
+    """
+    assert problems(tmp_path, text) == [
+        "train.workflow_config.straggler_quorum: needs straggler_timeout_seconds (the quorum starts the straggler "
+        "clock)",
+        "environments.0.workflow_config.straggler_quorum: needs straggler_timeout_seconds (the entry's or the run's)",
+    ]
+    ok = loads(tmp_path, "train: {workflow_config: {straggler_timeout_seconds: 30, straggler_quorum: 3}}")
+    assert ok.train.workflow_config.straggler_quorum == 3
+
+
+def test_min_successful_group_size_lies_within_the_group(tmp_path: Path) -> None:
+    text = """
+        train: {workflow_config: {group_size: 4, min_successful_group_size: 5}}
+        environments:
+          - {name: a, workflow_config: {group_size: 8}}
+          - {name: b, workflow_config: {min_successful_group_size: 3, group_size: 2}}
+          - {name: c}
+    """
+    assert problems(tmp_path, text) == [
+        "environments.1.workflow_config.min_successful_group_size: 3 is more than the group size of "
+        "environments.1, 2; it must lie in [1, group_size]",
+        "train.workflow_config.min_successful_group_size: 5 is more than the group size of environments.2, 4; it "
+        "must lie in [1, group_size]",
+    ]
+    cfg = loads(tmp_path, "train: {workflow_config: {group_size: 4, min_successful_group_size: 4}}")
+    assert cfg.train.workflow_config.min_successful_group_size == 4
+
+
+def test_a_split_the_environment_lacks_is_refused(tmp_path: Path) -> None:
+    text = """
+        environments:
+          - {name: a, dataset_kwargs: {split_name: heldout}}
+          - {name: b, dataset_kwargs: {split_name: [train, val]}, eval_dataset_kwargs: {split_name: test}}
+    """
+    assert problems(tmp_path, text) == [
+        "environments.0.dataset_kwargs.split_name: platoon-number-search has no split 'heldout'; its splits are "
+        "train, val",
+        "environments.1.eval_dataset_kwargs.split_name: platoon-number-search has no split 'test'; its splits are "
+        "train, val",
     ]
 
 
@@ -232,10 +348,11 @@ def test_group_limits_name_any_label_under_label_by(tmp_path: Path) -> None:
     assert loads(tmp_path, "train: {label_by: difficulty, rollout_group_limits: {hard: 2}}").train.label_by
 
 
-def test_hf_needs_a_path(tmp_path: Path) -> None:
-    assert problems(tmp_path, "model: {kind: hf}") == [
-        "model.path: kind hf needs path: a local directory holding the checkpoint"
-    ]
+def test_the_built_in_models_shape_is_checked_only_for_tiny(tmp_path: Path) -> None:
+    assert problems(tmp_path, "model: {d_model: 30, n_heads: 4}") == ["model.d_model: 30 is not a multiple of n_heads (4)"]
+    (tmp_path / "ckpt").mkdir()
+    cfg = loads(tmp_path, f"train: {{model_name: {tmp_path / 'ckpt'}}}\nmodel: {{d_model: 30, n_heads: 4}}")
+    assert cfg.model.d_model == 30
 
 
 # --- one mistake, one line -------------------------------------------------------------------------------------
@@ -243,17 +360,23 @@ def test_hf_needs_a_path(tmp_path: Path) -> None:
 
 def test_a_bad_value_is_not_reported_again_by_a_rule(tmp_path: Path) -> None:
     # group_size 0 fails its own check; the permits rule must not complain about the default that stands in.
-    text = "train: {max_concurrent_rollouts: 4}\nenvironments: [{name: a, group_size: 0}, {name: b, group_size: 2}]"
-    assert problems(tmp_path, text) == ["environments.0.group_size: must be at least 1, got 0"]
+    text = """
+        train: {max_concurrent_rollouts: 4, workflow_config: {group_size: 2}}
+        environments: [{name: a, workflow_config: {group_size: 0}}, {name: b}]
+    """
+    assert problems(tmp_path, text) == ["environments.0.workflow_config.group_size: must be at least 1, got 0"]
+    # so is the quorum rule beside a timeout that failed its own check
+    text = "train: {workflow_config: {straggler_timeout_seconds: -1, straggler_quorum: 2}}"
+    assert problems(tmp_path, text) == ["train.workflow_config.straggler_timeout_seconds: must be above 0.0, got -1"]
 
 
 def test_rules_still_run_beside_unrelated_type_errors(tmp_path: Path) -> None:
     text = """
-        train: {steps: x, num_minibatches: 2, group_admission: informative}
+        train: {max_training_steps: x, num_minibatches: 2, group_admission: informative}
         environments: [{name: a}, {name: a, seed: y}, just-a-string]
     """
     assert problems(tmp_path, text) == [
-        "train.steps: must be an integer, got 'x'",
+        "train.max_training_steps: must be an integer, got 'x'",
         "environments.1.seed: must be an integer, got 'y'",
         "environments.2: must be a mapping, got 'just-a-string'",
         "train.num_minibatches: takes 2 optimizer steps a batch, and a group admission rule (informative) makes "
@@ -264,8 +387,8 @@ def test_rules_still_run_beside_unrelated_type_errors(tmp_path: Path) -> None:
 
 def test_configs_built_in_code_are_checked_too() -> None:
     cfg = RunConfig(
-        train=TrainConfig(task_sampler="uniform", num_minibatches=2, group_admission="informative"),
-        environments=[EnvironmentConfig(name="a", weight=3.0), EnvironmentConfig(name="a")],
+        train=train(task_sampler="uniform", num_minibatches=2, group_admission="informative"),
+        environments=[EnvironmentConfig(name="a", weight="tasks"), EnvironmentConfig(name="a")],
     )
     lines = [str(p) for p in config_problems(cfg)]
     assert [line.split(":")[0] for line in lines] == [
@@ -276,22 +399,53 @@ def test_configs_built_in_code_are_checked_too() -> None:
     with pytest.raises(ConfigError) as info:
         check_config(cfg, source="built")
     assert str(info.value).startswith("invalid config built:\n  environments.0.weight: ")
-    check_config(RunConfig())
+    check_config(default_config())
 
 
-def test_worker_keys_that_nothing_acts_on_yet_are_warned_about_at_validate_and_at_each_start():
-    from platoon.config import load_config
+def test_keys_of_absent_components_load_with_one_warning_naming_each(tmp_path: Path) -> None:
+    from platoon.config.resolve import config_warnings
+
+    assert config_warnings(load_config(None, [])) == []
+    text = """
+        tinker_base_url: http://localhost:8000
+        train:
+          lora_rank: 8
+          workflow_config: {rollout_isolation: process, worker_start_method: exec, rollout_config: {max_steps: 3}}
+        stats: {wandb: {project: p}}
+        watchdog: {enabled: false}
+        checkpoint: {load_checkpoint_path: 'tinker://x'}
+        environments: [{harness: h, workflow_config: {filter_errors: false}}]
+    """
+    cfg = loads(tmp_path, text)
+    (warning,) = config_warnings(cfg)
+    keys = warning.split(": no effect here")[0].split(", ")
+    assert sorted(keys) == sorted([
+        "tinker_base_url", "train.lora_rank", "train.workflow_config.rollout_isolation",
+        "train.workflow_config.worker_start_method", "train.workflow_config.rollout_config.max_steps",
+        "stats.wandb", "watchdog", "checkpoint.load_checkpoint_path", "environments.0.harness",
+        "environments.0.workflow_config.filter_errors",
+    ])
+    # a key set to its default value is still named: the config set it, and nothing here acts on it
+    (again,) = config_warnings(load_config(None, ["train.lora_rank=32"]))
+    assert again.startswith("train.lora_rank: no effect here")
+
+
+def test_a_no_effect_key_keeps_its_0_4_type(tmp_path: Path) -> None:
+    assert problems(tmp_path, "train: {lora_rank: many}\nwatchdog: {max_restarts: -1}") == [
+        "train.lora_rank: must be an integer, got 'many'",
+        "watchdog.max_restarts: must be at least 0, got -1",
+    ]
+
+
+def test_the_no_effect_warning_reaches_each_start_of_a_run() -> None:
     from platoon.config.resolve import config_warnings
     from platoon.policy.assemble import build_policy
     from platoon.policy.pool import EntrySpec, TaskPool
 
-    assert config_warnings(load_config(None, [])) == []
-    cfg = load_config(None, ["train.workflow_config.rollout_isolation=process",
-                             "train.workflow_config.worker_start_method=spawn"])
+    cfg = load_config(None, ["train.workflow_config.worker_start_method=exec"])
     (warning,) = config_warnings(cfg)
-    assert "rollout_isolation: 'process'" in warning and "worker_start_method: 'spawn'" in warning
-    assert "has no effect in this release" in warning
-    pool = TaskPool.from_entries([EntrySpec("number-search", ["a", "b"], group_size=cfg.environments[0].group_size)])
+    assert warning.startswith("train.workflow_config.worker_start_method: no effect here")
+    pool = TaskPool.from_entries([EntrySpec("default", ["a", "b"], group_size=8)])
     driver = build_policy(cfg, pool).driver
     driver.start(now=0.0)
     assert warning in driver.take_outbox().warnings
