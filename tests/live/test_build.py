@@ -71,3 +71,17 @@ def test_an_entry_left_without_tasks_is_a_config_problem():
                  f"environments.0.exclude_tasks=[{train[0]}]")
     with pytest.raises(ConfigError, match=r"environments\.0\.dataset_kwargs: no training task is left"):
         build_pool(cfg, build_environments(cfg))
+
+
+@pytest.mark.parametrize("overrides, evaluated", [
+    ([], []),  # the config default: no evaluation at all
+    (["eval.at_start=true"], [0]),  # at the start only: not every step, not the final policy
+    (["eval.every=2"], [2, 4, 5]),  # every 2 steps and the final policy; step 0 only under at_start
+    (["eval.every=2", "eval.at_start=true"], [0, 2, 4, 5]),
+])
+def test_eval_at_start_evaluates_step_0_and_every_the_steps_after(overrides, evaluated):
+    from platoon.live.build import build_live
+
+    cfg = config("train.max_training_steps=5", "model.d_model=16", "model.n_layers=1", *overrides)
+    driver = build_live(cfg).policy.driver
+    assert [s for s in range(driver.steps + 1) if driver.eval_due(s)] == evaluated
