@@ -170,9 +170,9 @@ def save_checkpoint(
     is checked before anything is written: a bad name or value raises ValueError/TypeError and leaves the run
     directory as it was. A step saved again gets a fresh directory and a new row (see the module's guarantees).
     ``permanent`` checkpoints (``checkpoint.every``, the launch and the final one) are kept for good; ``keep`` (at
-    least 1; None: every one) is how many of the others, the recovery checkpoints, to keep: the newest by step, this
-    one included; the directories of the others are removed after the row is committed, which names them under
-    ``pruned``. The row records ``permanent``.
+    least 1; None: every one) is how many of the others, the recovery checkpoints, to keep: the newest by step, and
+    this one in any case; the directories of the others are removed after the row is committed, which names them
+    under ``pruned``. The row records ``permanent``.
     """
     rd = as_run_dir(run_dir)
     name = checkpoint_name(step)
