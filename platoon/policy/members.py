@@ -106,7 +106,8 @@ class MemberWatch:
     # ------------------------------------------------------------------------------------------------ events
     def open(self, key: Key, size: int, *, entry: str | None = None, label: str | None = None) -> None:
         """Group ``key`` of ``size`` members started: every member waits for its permit. The group's straggler
-        policy is ``policies(entry, label)`` when both are given and the watch has ``policies``, else the watch's."""
+        policy is ``policies(entry, label)`` when ``entry`` is given (``label`` None: the entry's name) and the watch has
+        ``policies``, else the watch's own."""
         if key in self.groups:
             raise MemberError(f"group {key} is already open")
         timeout_s, quorum = self.timeout_s, self.quorum

@@ -170,9 +170,9 @@ def save_checkpoint(
     is checked before anything is written: a bad name or value raises ValueError/TypeError and leaves the run
     directory as it was. A step saved again gets a fresh directory and a new row (see the module's guarantees).
     ``permanent`` checkpoints (``checkpoint.every``, the launch and the final one) are kept for good; ``keep`` (at
-    least 1; None: every one) is how many of the others, the recovery checkpoints, to keep: the newest by step, this
-    one included; the directories of the others are removed after the row is committed, which names them under
-    ``pruned``. The row records ``permanent``.
+    least 1; None: every one) is how many of the others, the recovery checkpoints, to keep: the newest by step, and
+    this one in any case; the directories of the others are removed after the row is committed, which names them
+    under ``pruned``. The row records ``permanent``.
     """
     rd = as_run_dir(run_dir)
     name = checkpoint_name(step)
@@ -229,7 +229,8 @@ def save_checkpoint(
 
 def _to_prune(rd: RunDir, step: int, keep: int, permanent: bool) -> list[str]:
     """The recovery checkpoint directories beyond the ``keep`` newest (``step`` among them unless ``permanent``),
-    oldest first; a permanent checkpoint is never pruned (a step saved again takes its newest row's kind)."""
+    oldest first; a permanent checkpoint is never pruned (a step saved again takes its newest row's kind), nor the
+    one being saved (an older step saved again, a resume's launch save past a newer checkpoint that did not read)."""
     kinds = {}
     for row in read_checkpoint_rows(rd):
         s = row.get("step")
@@ -237,7 +238,7 @@ def _to_prune(rd: RunDir, step: int, keep: int, permanent: bool) -> list[str]:
             kinds[s] = row.get("permanent") is True
     kinds[step] = permanent
     recovery = sorted((s for s, kept_for_good in kinds.items() if not kept_for_good), reverse=True)
-    return [checkpoint_name(s) for s in sorted(recovery[keep:]) if rd.checkpoint_dir(s).is_dir()]
+    return [checkpoint_name(s) for s in sorted(recovery[keep:]) if s != step and rd.checkpoint_dir(s).is_dir()]
 
 
 def read_checkpoint_rows(run_dir: RunDir | PathLike) -> list[dict]:

@@ -208,12 +208,11 @@ class ScriptedWorkflow(GroupRolloutWorkflow):
         return Rollout(trajectory(row, out.reward, out.seconds, version))
 
 
-def live_runtime(d, workflow, trainer, service, *, start_limit=None, eval_every=None, checkpoint_every=None,
-                 members=None, **kwargs):
-    """A ``LiveRuntime`` over dispatcher ``d``, its driver built with these settings (as ``build_policy`` does)."""
+def live_runtime(d, workflow, trainer, service, *, start_limit=None, schedule=None, members=None, **kwargs):
+    """A ``LiveRuntime`` over dispatcher ``d``, its driver built with these settings (as ``build_policy`` does;
+    ``schedule``: a ``platoon.policy.driver.Schedule``, None: no evaluation and only the launch and final saves)."""
     from platoon.live.runtime import LiveRuntime
     from platoon.policy.driver import Driver
 
-    driver = Driver(d, start_limit=start_limit, members=members, eval_every=eval_every,
-                    checkpoint_every=checkpoint_every, runtime="live")
+    driver = Driver(d, start_limit=start_limit, members=members, schedule=schedule, runtime="live")
     return LiveRuntime(driver, workflow, trainer, service, **kwargs)

@@ -30,6 +30,6 @@ def test_the_defaults_it_documents():
 
     text = DOC.read_text()
     env = NumberSearch()
-    assert f"{len(env.task_ids('train'))} training and {len(env.task_ids('heldout'))} held-out" in text
+    assert f"{len(env.task_ids('train'))} training and {len(env.task_ids('val'))} held-out" in text
     assert f"{len(env.vocab)}-token vocabulary and contexts of at most {env.max_context_tokens} tokens" in text
     assert "`[4, 8, 12, 16, 24]`" in text and "`[-1, 0, 1, 2]`" in text

@@ -66,7 +66,7 @@ def test_it_satisfies_the_protocols():
 
 def test_the_grid_spans_ranges_and_guess_offsets():
     env = NumberSearch(ranges=(4, 8), guess_offsets=(-1, 0, 1))
-    ids = env.task_ids("train") + env.task_ids("heldout")
+    ids = env.task_ids("train") + env.task_ids("val")
     assert len(ids) == len(set(ids)) == 3 * (4 + 8)
     cells = {(env.task(t).columns["range"], env.task(t).columns["guesses"]) for t in ids}
     assert cells == {(4, 2), (4, 3), (4, 4), (8, 3), (8, 4), (8, 5)}
@@ -85,18 +85,18 @@ def test_guarantee_is_the_binary_search_bound():
 
 
 def test_splits_are_stratified_by_range_and_guesses_and_fixed_by_the_seed():
-    env = NumberSearch(heldout_fraction=0.25)
-    held = [env.task(t) for t in env.task_ids("heldout")]
+    env = NumberSearch(val_fraction=0.25)
+    held = [env.task(t) for t in env.task_ids("val")]
     by_cell: dict[tuple[int, int], int] = {}
     for t in held:
-        assert t.split == "heldout"
+        assert t.split == "val"
         key = (t.columns["range"], t.columns["guesses"])
         by_cell[key] = by_cell.get(key, 0) + 1
     for (n, _), count in by_cell.items():
         assert count == max(1, round(0.25 * n))
-    assert set(env.task_ids("train")).isdisjoint(env.task_ids("heldout"))
-    assert NumberSearch().task_ids("heldout") == env.task_ids("heldout")
-    assert NumberSearch(split_seed=1).task_ids("heldout") != env.task_ids("heldout")
+    assert set(env.task_ids("train")).isdisjoint(env.task_ids("val"))
+    assert NumberSearch().task_ids("val") == env.task_ids("val")
+    assert NumberSearch(split_seed=1).task_ids("val") != env.task_ids("val")
     # Held-out tasks are triples: a held-out target of one (N, g) is a training target of another.
     targets_train = {(env.task(t).columns["range"], env.task(t).columns["target"]) for t in env.task_ids("train")}
     assert any((t.columns["range"], t.columns["target"]) in targets_train for t in held)
@@ -104,7 +104,7 @@ def test_splits_are_stratified_by_range_and_guesses_and_fixed_by_the_seed():
 
 def test_unknown_split_and_task_are_key_errors_naming_what_exists():
     env = NumberSearch()
-    with pytest.raises(KeyError, match="train, heldout"):
+    with pytest.raises(KeyError, match="train, val"):
         env.task_ids("test")
     with pytest.raises(KeyError, match="n<range>-g<guesses>-t<target>"):
         env.task("n3-g1-t9")
@@ -148,7 +148,7 @@ def test_partial_credit_for_narrowing_and_binary_reward():
 
 def test_binary_search_wins_every_task_it_can_and_rewards_stay_in_range():
     env = NumberSearch()
-    for split in ("train", "heldout"):
+    for split in ("train", "val"):
         wins = {}
         for tid in env.task_ids(split):
             task = env.task(tid)
@@ -188,7 +188,7 @@ def test_show_range_adds_the_consistent_range_to_each_answer():
 @pytest.mark.parametrize("options, match", [
     ({"ranges": (1, 4)}, "at least 2"),
     ({"guess_offsets": ()}, "must not be empty"),
-    ({"heldout_fraction": 1.0}, "strictly between"),
+    ({"val_fraction": 1.0}, "strictly between"),
     ({"reward": "dense"}, "'partial' or 'binary'"),
     ({"partial_weight": 1.0}, r"\[0, 1\)"),
 ])
@@ -198,15 +198,15 @@ def test_bad_options_are_value_errors(options, match):
 
 
 def test_resolve_by_name_by_reference_and_unknown():
-    env = resolve_environment("number_search", {"ranges": [4, 8]})
+    env = resolve_environment("platoon-number-search", {"ranges": [4, 8]})
     assert isinstance(env, NumberSearch) and env.max_range == 8
-    assert registry.lookup("environment", "number_search") is NumberSearch
+    assert registry.lookup("environment", "platoon-number-search") is NumberSearch
     env = resolve_environment("platoon.live.envs.number_search:NumberSearch", {})
     assert isinstance(env, NumberSearch)
-    with pytest.raises(ExtensionError, match="did you mean 'number_search'"):
-        resolve_environment("number_serch")
+    with pytest.raises(ExtensionError, match="did you mean 'platoon-number-search'"):
+        resolve_environment("platoon-number-serch")
     with pytest.raises(TypeError):
-        resolve_environment("number_search", {"no_such_option": 1})
+        resolve_environment("platoon-number-search", {"no_such_option": 1})
 
 
 class _AsyncCoin:

@@ -121,14 +121,14 @@ def test_wilson_interval():
 
 
 def test_evaluate_is_reproducible_and_goes_round_the_split(env, policy):
-    a = evaluate(policy, env, "heldout", 200, seed=1, batch_size=64)
+    a = evaluate(policy, env, "val", 200, seed=1, batch_size=64)
     assert isinstance(a, EvalResult) and a.ci_low <= a.pass_at_1 <= a.ci_high
-    assert a == evaluate(policy, env, "heldout", 200, seed=1, batch_size=200)
-    assert evaluate(policy, env, "heldout", 200, seed=2) != a
+    assert a == evaluate(policy, env, "val", 200, seed=1, batch_size=200)
+    assert evaluate(policy, env, "val", 200, seed=2) != a
     p, low, high = a
     assert (low, high) == wilson_interval(round(p * 200), 200)
     with pytest.raises(ValueError, match="at least 1"):
-        evaluate(policy, env, "heldout", 0)
+        evaluate(policy, env, "val", 0)
     with pytest.raises(KeyError):
         evaluate(policy, env, "test", 10)
 
@@ -153,9 +153,9 @@ class _Oracle:
 
 
 def test_evaluate_counts_successes_of_the_split(env):
-    ids = env.task_ids("heldout")
+    ids = env.task_ids("val")
     expected = sum(env.task(t).columns["offset"] >= 0 for t in ids)
-    result = evaluate(_Oracle(env), env, "heldout", len(ids))
+    result = evaluate(_Oracle(env), env, "val", len(ids))
     # Binary search wins every task with offset >= 0, and some of those one guess short.
     assert result.pass_at_1 * len(ids) >= expected
     assert result.pass_at_1 < 1.0

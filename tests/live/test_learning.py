@@ -39,7 +39,7 @@ def test_the_tiny_policy_learns_number_search_on_the_cpu():
         env = NumberSearch()
         policy = TinyPolicy(TinyConfig(vocab_size=len(env.vocab), max_len=64), device="cpu", seed=seed)
         trainer = GRPOTrainer(policy, lr=3e-3, entropy_coef=0.005)
-        before = evaluate(policy, env, "heldout", 480, seed=1000 + seed)
+        before = evaluate(policy, env, "val", 480, seed=1000 + seed)
         assert before.pass_at_1 < 0.2
         ids = env.task_ids("train")
         rng = random.Random(seed)
@@ -59,11 +59,11 @@ def test_the_tiny_policy_learns_number_search_on_the_cpu():
             if (step + 1) % 50 == 0:
                 # Groups that mix passes and failures: the signal the adaptive sampler and admission feed on.
                 mixed_late = sum(0 < sum(t.success for t in g) < GROUP_SIZE for g in groups) / GROUPS
-                now = evaluate(policy, env, "heldout", 480, seed=1000 + seed).pass_at_1
+                now = evaluate(policy, env, "val", 480, seed=1000 + seed).pass_at_1
                 history.append((step + 1, now))
                 if now > 0.55 or spent > CPU_BUDGET_S:
                     break
-        after = evaluate(policy, env, "heldout", 960, seed=2000 + seed)
+        after = evaluate(policy, env, "val", 960, seed=2000 + seed)
         print(f"held-out pass@1 {before.pass_at_1:.3f} -> {after.pass_at_1:.3f} "
               f"[{after.ci_low:.3f}, {after.ci_high:.3f}] after {step + 1} steps, {spent:.1f} CPU-s; {history}")
         assert after.pass_at_1 > 0.5 and after.ci_low > before.ci_high

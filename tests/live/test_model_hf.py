@@ -28,8 +28,7 @@ def checkpoint(tmp_path_factory):
 
 
 def test_loads_from_a_local_directory_through_the_config(checkpoint):
-    cfg = ModelConfig(kind="hf", path=str(checkpoint), device="cpu")
-    policy = build_causal_policy(cfg, vocab_size=10, max_len=10)
+    policy = build_causal_policy(str(checkpoint), ModelConfig(device="cpu"), vocab_size=10, max_len=10)
     assert isinstance(policy, HFPolicy) and isinstance(policy, Policy)
     assert (policy.vocab_size, policy.max_len, policy.device) == (48, 64, torch.device("cpu"))
     with pytest.raises(FileNotFoundError, match="not a local directory"):

@@ -111,19 +111,20 @@ def replay_script(decisions, calls):
     return script, len(raised)
 
 
-BASE = ["train.steps=6", "train.batch_size=4", "environments.0.group_size=4", "train.max_concurrent_rollouts=6",
+BASE = ["train.max_training_steps=6", "train.batch_size=4", "train.max_staleness=1",
+        "environments.0.workflow_config.group_size=4", "train.max_concurrent_rollouts=6",
         "sim.population.tasks=20", "sim.population.heldout=0",
         "sim.rollout.duration={dist: lognormal, median_s: 5.0, sigma: 0.8}",
         "sim.trainer={step_s: 1.0, per_datum_s: 0.01, publish_s: 0.3}"]
 SCENARIOS = {
     "teardowns": ["sim.rollout.teardown_s={dist: exponential, mean_s: 0.5}"],
     "errors": ["sim.rollout.error_rate=0.08"],
-    "stragglers": ["train.straggler.timeout_s=2.0"],
-    "stragglers-quorum-2": ["train.straggler.timeout_s=2.0", "train.straggler.quorum=2"],
+    "stragglers": ["train.workflow_config.straggler_timeout_seconds=2.0"],
+    "stragglers-quorum-2": ["train.workflow_config.straggler_timeout_seconds=2.0", "train.workflow_config.straggler_quorum=2"],
     "informative-pass-rate": ["train.group_admission=informative", "train.task_sampler=pass_rate",
                               "sim.rollout.error_rate=0.05", "sim.rollout.teardown_s={dist: exponential, mean_s: 0.5}"],
     "staleness-0": ["train.max_staleness=0", "sim.rollout.error_rate=0.05"],
-    "graded": ["train.group_admission=informative", "train.straggler.timeout_s=2.0", "sim.rollout.error_rate=0.05"],
+    "graded": ["train.group_admission=informative", "train.workflow_config.straggler_timeout_seconds=2.0", "sim.rollout.error_rate=0.05"],
 }
 
 
@@ -151,15 +152,15 @@ def test_live_and_simulator_make_the_same_decisions(scenario, release):
     live_decisions, _ = tap(live_policy.dispatcher)
     trainer_cfg = cfg.sim.trainer
     service = SleepyService(trainer_cfg.publish_s)
-    straggler = cfg.train.straggler
-    workflow = ScriptedWorkflow(script, service=service, straggler_timeout_s=straggler.timeout_s,
-                                quorum=straggler.quorum, warn=lambda message: None)
+    run = cfg.train.workflow_config
+    workflow = ScriptedWorkflow(script, service=service, straggler_timeout_s=run.straggler_timeout_seconds,
+                                quorum=run.straggler_quorum, warn=lambda message: None)
     trainer = AsyncTrainer(duration=lambda n: trainer_cfg.step_s + trainer_cfg.per_datum_s * n)
     runtime = LiveRuntime(live_policy.driver, workflow, trainer, service, log=lambda level, message: None)
     run_virtual(runtime.run())
 
     sim_kinds, live_kinds = by_kind(sim_decisions), by_kind(live_decisions)
-    assert len(sim_kinds[2]) == cfg.train.steps
+    assert len(sim_kinds[2]) == cfg.train.max_training_steps
     if scenario in ("errors", "informative-pass-rate"):
         assert failures > 0  # the scenario exercises a group failing
     if scenario == "graded":  # uniform pass/fail groups that trained on their graded rewards
@@ -202,9 +203,9 @@ def test_rollout_and_group_at_max_staleness_0_train_the_same_datums_in_the_same_
 
     trained = {}
     for release in ("rollout", "group"):
-        cfg = load_config(None, ["train.steps=3", "train.batch_size=4", "train.max_staleness=0",
-                                 f"train.permit_release={release}", "environments.0.group_size=4",
-                                 "environments.0.env_options={ranges: [4, 8, 16]}"])
+        cfg = load_config(None, ["train.max_training_steps=3", "train.batch_size=4", "train.max_staleness=0",
+                                 f"train.permit_release={release}", "environments.0.workflow_config.group_size=4",
+                                 "environments.0.service_kwargs={ranges: [4, 8, 16]}"])
         assert cfg.train.max_concurrent_rollouts is None  # the default budget
         live = build_live(cfg)
         steps = []

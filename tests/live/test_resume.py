@@ -19,8 +19,8 @@ from platoon.live import command
 from platoon.live.runtime import LiveRuntime
 from platoon.runs import read_checkpoint_rows, read_jsonl
 
-SMALL = ["environments.0.group_size=4", "environments.0.env_options={ranges: [4, 8]}", "train.batch_size=4",
-         "train.checkpoint_every=2", "train.eval_every=3", "model.d_model=16", "model.n_layers=1"]
+SMALL = ["environments.0.workflow_config.group_size=4", "environments.0.service_kwargs={ranges: [4, 8]}",
+         "train.batch_size=4", "checkpoint.recovery_every=2", "eval.every=3", "model.d_model=16", "model.n_layers=1"]
 
 
 def fake_service(model, cfg, version):
@@ -69,7 +69,7 @@ def test_a_run_that_dies_mid_training_resumes_without_losing_a_step(tmp_path, mo
 
     monkeypatch.setattr(LiveRuntime, "_write_row", dying)
     with pytest.raises(KeyboardInterrupt):
-        command.train(None, [*SMALL, "train.steps=7"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
+        command.train(None, [*SMALL, "train.max_training_steps=7"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
     assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2, 3, 4]
     assert [r["step"] for r in read_checkpoint_rows(run)] == [0, 2, 4]
 
@@ -94,7 +94,7 @@ def test_a_run_that_dies_mid_training_resumes_without_losing_a_step(tmp_path, mo
 
 def test_a_checkpoint_row_without_a_clock_resumes_with_the_clock_at_0(tmp_path):
     run = tmp_path / "run"
-    command.train(None, [*SMALL, "train.steps=2"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
+    command.train(None, [*SMALL, "train.max_training_steps=2"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
     path = run / "checkpoints.jsonl"
     rows = read_jsonl(path)
     path.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "clock_s"}) + "\n" for r in rows))
@@ -109,7 +109,7 @@ def test_a_checkpoint_row_without_a_clock_resumes_with_the_clock_at_0(tmp_path):
 
 def test_a_checkpoint_clock_that_is_not_seconds_is_a_note_and_the_clock_begins_at_0(tmp_path):
     run = tmp_path / "run"
-    command.train(None, [*SMALL, "train.steps=2"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
+    command.train(None, [*SMALL, "train.max_training_steps=2"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
     path = run / "checkpoints.jsonl"
     rows = read_jsonl(path)
     rows[-1]["clock_s"] = "soon"
@@ -120,7 +120,7 @@ def test_a_checkpoint_clock_that_is_not_seconds_is_a_note_and_the_clock_begins_a
 
 def test_a_corrupt_newest_checkpoint_is_passed_over_with_a_note(tmp_path, capsys):
     run = tmp_path / "run"
-    command.train(None, [*SMALL, "train.steps=4"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
+    command.train(None, [*SMALL, "train.max_training_steps=4"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
     newest = run / "checkpoints" / "000004" / "trainer.pt"
     newest.write_bytes(b"not the trainer")
     path = command.train(resume=run, steps=6, progress=False, service_factory=fake_service, eval_episodes=64)
@@ -130,19 +130,19 @@ def test_a_corrupt_newest_checkpoint_is_passed_over_with_a_note(tmp_path, capsys
     assert [r["step"] for r in metrics] == [0, 1, 2, 3, 4, 5, 6]  # from 000002: steps 2 and 3 again, once each
     check_event_log(read_jsonl(run / "tasks" / "events.jsonl"), steps=6, batch_size=4)
     lock = json.loads((run / "lock.json").read_text())
-    assert lock["config"]["train"]["steps"] == 6
+    assert lock["config"]["train"]["max_training_steps"] == lock["steps"] == 6
 
 
 def test_resume_refuses_fewer_steps_than_its_checkpoint_did(tmp_path):
     run = tmp_path / "run"
-    command.train(None, [*SMALL, "train.steps=2"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
+    command.train(None, [*SMALL, "train.max_training_steps=2"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
     with pytest.raises(command.TrainError, match="has already done 2 steps"):
         command.train(resume=run, steps=1, progress=False, service_factory=fake_service, eval_episodes=64)
 
 
 def test_a_resumed_trainer_goes_on_from_its_weights(tmp_path):
     run = tmp_path / "run"
-    command.train(None, [*SMALL, "train.steps=2"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
+    command.train(None, [*SMALL, "train.max_training_steps=2"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
     # the run finished its 2 steps, and a finished run is not resumed as it is (test_runs_resume.py): a new total
     live, _, name = command.resume_run(run, steps=3, service_factory=fake_service, eval_episodes=64)
     saved = command.LiveRunDir(run).resume_point()
@@ -161,7 +161,7 @@ def test_sigkill_mid_training_then_resume(tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     args = [sys.executable, "-m", "platoon", "train", "--out", str(run), "--steps", "12",
-            "--set", "train.batch_size=16", "--set", "train.checkpoint_every=3", "--set", "train.eval_every=4"]
+            "--set", "train.batch_size=16", "--set", "checkpoint.recovery_every=3", "--set", "eval.every=4"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + 120
@@ -192,7 +192,7 @@ def test_sigkill_mid_training_then_resume(tmp_path):
 
 def test_a_resume_whose_sampling_changed_says_so_and_records_it(tmp_path):
     run = tmp_path / "run"
-    command.train(None, [*SMALL, "train.steps=2"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
+    command.train(None, [*SMALL, "train.max_training_steps=2"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
     lock_path = run / "lock.json"
     lock = json.loads(lock_path.read_text())
     lock["config"]["train"]["task_sampler"] = "pass_rate"  # as if the user resumed under another sampler

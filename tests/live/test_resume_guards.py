@@ -36,7 +36,8 @@ def slow_service(model, cfg, version):
 
 @pytest.fixture(scope="module")
 def killed(tmp_path_factory):
-    """A 7-step run killed right after step 4's row: its newest checkpoint, 000004, has draws in flight."""
+    """A 7-step run killed right after step 4's row: its newest checkpoint, 000004, has draws in flight; it keeps two
+    recovery checkpoints."""
     run = tmp_path_factory.mktemp("killed") / "run"
     original = LiveRuntime._write_row
 
@@ -48,7 +49,8 @@ def killed(tmp_path_factory):
     LiveRuntime._write_row = dying
     try:
         with pytest.raises(KeyboardInterrupt):
-            command.train(None, [*SMALL, "train.steps=7"], out=run, **{**FAST, "service_factory": slow_service})
+            command.train(None, [*SMALL, "train.max_training_steps=7", "checkpoint.keep_recovery=2"], out=run,
+                          **{**FAST, "service_factory": slow_service})
     finally:
         LiveRuntime._write_row = original
     return run
@@ -65,7 +67,7 @@ def starts(run):
 
 def test_a_finished_run_says_so_and_a_run_killed_before_its_end_completes(tmp_path, capsys):
     run = tmp_path / "run"
-    command.train(None, [*SMALL, "train.steps=6", "train.checkpoint_every=3"], out=run, **FAST)
+    command.train(None, [*SMALL, "train.max_training_steps=6", "checkpoint.recovery_every=3"], out=run, **FAST)
     before = snapshot(run)
     assert command.train(resume=run, **FAST) == run  # it stalled and cut the final row before
     assert "is finished: its 6 steps are done" in capsys.readouterr().out
@@ -98,9 +100,11 @@ def test_a_second_writer_is_refused(killed, tmp_path):
     held.release()
     command.train(resume=run, **FAST)
     assert [e["start"] for e in starts(run)] == [1, 2]
-    # retention (train.keep_checkpoints: 3): the newest three checkpoints, each with its trainer.pt
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["000004", "000006", "000007"]
-    assert all((run / "checkpoints" / n / "trainer.pt").exists() for n in ("000004", "000006", "000007"))
+    # retention (checkpoint.keep_recovery: 2): the launch and final checkpoints are kept for good, of the recovery
+    # ones (every 2 steps, and the resumed start's launch save at 4) the newest two; each with its trainer.pt
+    kept = ["000000", "000004", "000006", "000007"]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == kept
+    assert all((run / "checkpoints" / n / "trainer.pt").exists() for n in kept)
 
 
 def test_a_deleted_event_log_is_refused(killed, tmp_path):

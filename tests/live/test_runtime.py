@@ -21,6 +21,7 @@ from live_harness import (
 from platoon.live.checkpoint import LiveRunDir
 from platoon.live.runtime import RuntimeStalled
 from platoon.policy.assemble import begin_clock
+from platoon.policy.driver import Schedule
 from platoon.policy.start_limit import StartLimit
 from platoon.runs import load_latest_checkpoint, read_checkpoint_rows
 
@@ -50,7 +51,7 @@ def test_every_group_is_drawn_settled_and_given_one_fate():
 def test_metrics_rows_carry_the_dispatcher_the_trainer_and_the_batch():
     d = dispatch_harness.build(tasks=8, group_size=4, batch_size=2, steps=3)
     runtime = live_runtime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService(),
-                          evaluate=lambda: {"eval/pass@1": 0.25}, eval_every=2)
+                          evaluate=lambda: {"eval/pass@1": 0.25}, schedule=Schedule(eval_every=2, eval_at_start=True))
     run_virtual(runtime.run())
     rows = runtime.rows
     assert [r["step"] for r in rows] == [0, 1, 2, 3]  # the last row: the final policy's evaluation
@@ -186,10 +187,11 @@ def test_checkpoints_every_n_steps_and_at_the_end(tmp_path):
     d = dispatch_harness.build(tasks=8, group_size=2, batch_size=2, steps=5)
     run_dir = LiveRunDir.create(tmp_path / "run", config={}, components=[], pool=[])
     runtime = live_runtime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService(), run_dir=run_dir,
-                          checkpoint_every=2, trainer_state=lambda: b"weights")
+                          schedule=Schedule(checkpoint_every=2), trainer_state=lambda: b"weights")
     run_virtual(runtime.run())
     rows = read_checkpoint_rows(tmp_path / "run")
     assert [r["step"] for r in rows] == [0, 2, 4, 5]  # launch, every 2, the end
+    assert all(r["permanent"] for r in rows)
     last = load_latest_checkpoint(tmp_path / "run")
     assert last.files["trainer.pt"] == b"weights"
     assert last.row["policy_version"] == 5 and last.row["start"] == 1
@@ -199,6 +201,31 @@ def test_checkpoints_every_n_steps_and_at_the_end(tmp_path):
     metrics_lines = (tmp_path / "run" / "metrics.jsonl").read_bytes()
     assert last.row["logs"]["metrics.jsonl"] == len(metrics_lines)
     assert "next_position" not in last.row  # only in rule mode
+
+
+@pytest.mark.parametrize("at_start", [True, False])
+def test_step_0_is_evaluated_only_under_eval_at_start(at_start):
+    d = dispatch_harness.build(tasks=8, group_size=2, batch_size=2, steps=4)
+    runtime = live_runtime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService(),
+                           evaluate=lambda: {"eval/pass@1": 0.5},
+                           schedule=Schedule(eval_every=2, eval_at_start=at_start))
+    run_virtual(runtime.run())
+    evaluated = [r["step"] for r in runtime.rows if "eval/pass@1" in r]
+    assert evaluated == ([0] if at_start else []) + [2, 4]  # every 2 steps and the final policy either way
+
+
+def test_recovery_checkpoints_are_pruned_and_permanent_ones_kept(tmp_path):
+    d = dispatch_harness.build(tasks=8, group_size=2, batch_size=2, steps=5)
+    run_dir = LiveRunDir.create(tmp_path / "run", config={}, components=[], pool=[], keep=1)
+    runtime = live_runtime(d, ScriptedWorkflow(mixed), FakeTrainer(), SleepyService(), run_dir=run_dir,
+                           schedule=Schedule(checkpoint_every=2, recovery_every=1))
+    run_virtual(runtime.run())
+    rows = read_checkpoint_rows(tmp_path / "run")
+    assert [(r["step"], r["permanent"]) for r in rows] == [(0, True), (1, False), (2, True), (3, False), (4, True),
+                                                          (5, True)]
+    assert rows[3]["pruned"] == ["000001"]  # keep_recovery 1: step 3 prunes step 1, never a permanent one
+    kept = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert kept == ["000000", "000002", "000003", "000004", "000005"]
 
 
 def test_the_trainer_may_be_a_coroutine_and_the_service_publish_too():
@@ -220,7 +247,8 @@ def test_a_resumed_start_goes_on_from_its_clock(tmp_path):
     begin_clock(d, now=500.0)
     run_dir = LiveRunDir.create(tmp_path / "run", config={}, components=[], pool=[])
     runtime = live_runtime(d, ScriptedWorkflow(lambda row: Outcome(1.0, reward=float(row.member))),
-                           AsyncTrainer(duration=lambda n: 2.0), service, run_dir=run_dir, checkpoint_every=1,
+                           AsyncTrainer(duration=lambda n: 2.0), service, run_dir=run_dir,
+                           schedule=Schedule(checkpoint_every=1),
                            trainer_state=lambda: b"weights", clock_start_s=500.0)
     run_virtual(runtime.run())
     rows = runtime.rows

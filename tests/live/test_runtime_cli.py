@@ -10,6 +10,8 @@ from platoon.cli import app
 from platoon.live.command import step_line
 
 runner = CliRunner()
+TRAIN = "train:\n  model_name: tiny\n  renderer_name: role_colon\n  max_training_steps: 2\n"
+"""The keys every config file sets."""
 
 
 def test_train_with_a_bad_config_exits_78_with_every_problem(tmp_path):
@@ -40,7 +42,8 @@ def test_train_resume_and_out_together_is_a_usage_error(tmp_path):
 
 def test_eval_of_a_config_prints_the_initial_policys_pass_at_1_with_an_interval(tmp_path):
     config = tmp_path / "run.yaml"
-    config.write_text("environments:\n  - name: ns\n    env: number_search\n    env_options: {ranges: [4, 8]}\n")
+    config.write_text(f"{TRAIN}environments:\n  - name: ns\n    env: platoon-number-search\n"
+                      "    service_kwargs: {ranges: [4, 8]}\n")
     result = runner.invoke(app, ["eval", str(config), "--n", "200"])
     assert result.exit_code == 0, result.output
     match = re.search(r"held-out pass@1 (\d\.\d+) \(95% CI (\d\.\d+)-(\d\.\d+), 200 episodes\)", result.output)
@@ -51,7 +54,7 @@ def test_eval_of_a_config_prints_the_initial_policys_pass_at_1_with_an_interval(
 
 def test_eval_of_a_bad_config_exits_78(tmp_path):
     config = tmp_path / "bad.yaml"
-    config.write_text("environments:\n  - name: ns\n    env: no_such_env\n")
+    config.write_text(f"{TRAIN}environments:\n  - name: ns\n    env: no_such_env\n")
     assert runner.invoke(app, ["eval", str(config)]).exit_code == 78
     assert runner.invoke(app, ["eval", str(tmp_path / "missing.yaml")]).exit_code == 78
 
@@ -73,9 +76,40 @@ def test_eval_of_a_run_measures_its_last_checkpoint(tmp_path):
         return FakeService(vocab=model.vocab_size)
 
     run = tmp_path / "run"
-    train(None, ["train.steps=2", "train.batch_size=2", "environments.0.group_size=2", "train.eval_every=null",
-                 "environments.0.env_options={ranges: [4, 8]}"], out=run, progress=False, service_factory=service)
+    train(None, ["train.max_training_steps=2", "train.batch_size=2", "environments.0.workflow_config.group_size=2",
+                 "eval.every=null", "eval.at_start=false", "environments.0.service_kwargs={ranges: [4, 8]}"], out=run,
+          progress=False, service_factory=service)
     result = runner.invoke(app, ["eval", str(run), "--n", "50"])
     assert result.exit_code == 0, result.output
     assert f"of {run} at step 2 (checkpoint 000002)" in result.output
     assert re.search(r"held-out pass@1 \d\.\d+ \(95% CI", result.output)
+
+
+def small_run_config(tmp_path, log_path=None):
+    config = tmp_path / "run.yaml"
+    config.write_text(TRAIN + "  batch_size: 2\n  workflow_config: {group_size: 2}\n"
+                      + (f"log_path: {log_path}\nstats: {{experiment_name: exp, trial_name: t1}}\n" if log_path else "")
+                      + "environments:\n  - service_kwargs: {ranges: [4, 8]}\n")
+    return config
+
+
+def test_train_of_a_config_file_without_log_path_or_out_exits_78_naming_log_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["train", str(small_run_config(tmp_path))])
+    assert result.exit_code == 78, result.output
+    assert re.search(r"^\s*log_path: ", result.output, re.M), result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_train_of_a_config_file_with_log_path_runs_in_log_path_experiment_trial(tmp_path):
+    from live_harness import FakeService
+
+    from platoon.live.command import train
+
+    def service(model, cfg, version):
+        return FakeService(vocab=model.vocab_size)
+
+    config = small_run_config(tmp_path, log_path=tmp_path / "logs")
+    run = train(config, progress=False, service_factory=service, eval_episodes=16)
+    assert run == tmp_path / "logs" / "exp" / "t1"
+    assert (run / "lock.json").exists() and (run / "checkpoints" / "000002").is_dir()

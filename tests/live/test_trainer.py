@@ -37,7 +37,7 @@ def weights(p: TinyPolicy) -> list[torch.Tensor]:
 
 
 def test_it_is_a_trainer_built_from_the_config():
-    cfg = TrainConfig(loss=LossConfig(objective="cispo", clip_low_threshold=0.1, clip_high_threshold=0.3,
+    cfg = TrainConfig(model_name="tiny", renderer_name="role_colon", loss=LossConfig(objective="cispo", clip_low_threshold=0.1, clip_high_threshold=0.3,
                                       kl_coef=0.05, entropy_coef=0.01), num_minibatches=2, seed=4)
     t = GRPOTrainer.from_config(policy(), cfg, ModelConfig(lr=1e-3, weight_decay=0.1, grad_clip=None))
     assert isinstance(t, Trainer)

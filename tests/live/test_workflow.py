@@ -178,6 +178,40 @@ def test_no_straggler_policy_waits_for_every_member():
     assert dispositions == ["completed"] * 4 and warnings == []
 
 
+def test_a_live_run_cuts_each_group_by_its_labels_policy_else_its_entrys_else_the_runs():
+    """straggler_policies by train.label_by: entry a's "slow" tasks take the label's 2 s, its other task the run's
+    50 s; entry b's task (label "plain" too, no policy) its entry's own 5 s."""
+    import re
+
+    from platoon.config import load_config
+    from platoon.live.runtime import LiveRuntime
+    from platoon.policy.assemble import build_policy
+    from platoon.policy.pool import EntrySpec, TaskPool
+
+    cfg = load_config(None, [
+        "train.max_training_steps=6", "train.batch_size=1", "train.max_concurrent_rollouts=4", "train.label_by=kind",
+        "train.workflow_config.group_size=4", "train.workflow_config.straggler_timeout_seconds=50.0",
+        "train.workflow_config.straggler_policies={slow: {timeout_seconds: 2.0}}",
+        "environments=[{name: a}, {name: b, workflow_config: {straggler_timeout_seconds: 5.0}}]"])
+    pool = TaskPool.from_entries([EntrySpec("a", ["a0", "a1"], 4, label=["slow", "plain"]),
+                                  EntrySpec("b", ["b0"], 4, label="plain")], label_column="kind")
+    driver = build_policy(cfg, pool, runtime="live").driver
+    tasks, warnings = {}, []
+
+    def script(row):
+        tasks[row.key] = row.task_id
+        return Outcome([1.0, 2.0, 3.0, 100.0][row.member], reward=float(row.member % 2))
+
+    runtime = LiveRuntime(driver, ScriptedWorkflow(script), FakeTrainer(), SleepyService(),
+                          log=lambda level, message: warnings.append(message) if level == "warning" else None)
+    run_virtual(runtime.run())
+    cut = {}
+    for w in warnings:
+        if m := re.match(r"rollout 3 of group \((\d+), (\d+)\) ran past its straggler deadline \(([\d.]+)s after", w):
+            cut[tasks[int(m[1]), int(m[2])]] = float(m[3])
+    assert cut == {"a0": 2.0, "a1": 50.0, "b0": 5.0}
+
+
 # -- flags ------------------------------------------------------------------------------------------------------------
 def test_class_flags_follow_the_inheritance_rule():
     class Plain(GroupRolloutWorkflow):

@@ -262,11 +262,11 @@ def test_the_checkpoint_and_a_resume_keep_the_version_of_a_step_that_trained_not
     import json
 
     from platoon.policy.dispatch_state import resume
-    from platoon.policy.driver import Driver
+    from platoon.policy.driver import Driver, Schedule
 
     d = build(batch_size=2, group_size=2, permits=100, max_staleness=1, steps=4, admission="informative",
               max_groups_per_step=1.5)
-    driver, script = Driver(d, checkpoint_every=1), Script(d)
+    driver, script = Driver(d, schedule=Schedule(recovery_every=1)), Script(d)
     script.carry_out(driver.start(now=0.0), 0.0)
     now = 1.0
     while (step := driver.take_step(now=now)[0]) is None:

@@ -88,3 +88,28 @@ def test_state_round_trip_keeps_the_deadlines():
     twin.load_state_dict(w.state_dict())
     assert twin.next_deadline() == w.next_deadline() == 6.0
     assert twin.on_deadline(now=6.0) == w.on_deadline(now=6.0)
+
+
+def cut_after_quorum(w: MemberWatch, key, **where) -> float | None:
+    """Open group ``key`` of 2 under ``w`` (``entry=``/``label=``), member 0 ends at t=1: member 1's deadline."""
+    w.open(key, 2, **where)
+    for i in range(2):
+        w.on_granted(key, i)
+        w.on_started(key, i, now=0.0, delay_s=0.0)
+    w.on_ended(key, 0, now=1.0)
+    return w.groups[key].deadlines.get(1)
+
+
+def test_each_group_takes_its_policy_from_its_entry_and_label_when_it_opens():
+    table = {("e", "slow"): (2.0, 1), ("e", "e"): (5.0, 1), ("f", "fast"): (None, None)}
+    w = MemberWatch(timeout_s=10.0, quorum=1, policies=lambda entry, label: table[entry, label])
+    assert cut_after_quorum(w, (1, 0), entry="e", label="slow") == 3.0
+    assert cut_after_quorum(w, (1, 1), entry="e") == 6.0  # no label: the entry's name is its label
+    assert cut_after_quorum(w, (1, 2), entry="f", label="fast") is None  # a policy without a timeout: no cutoff
+    assert cut_after_quorum(w, (1, 3)) == 11.0  # opened without an entry: the watch's own
+    twin = MemberWatch()
+    twin.load_state_dict(w.state_dict())  # each group's policy travels with it
+    assert twin.next_deadline() == w.next_deadline() == 3.0
+    assert twin.on_deadline(now=11.0) == w.on_deadline(now=11.0) == [
+        CancelRollout((1, 0), 1, STRAGGLER_KILLED), CancelRollout((1, 1), 1, STRAGGLER_KILLED),
+        CancelRollout((1, 3), 1, STRAGGLER_KILLED)]

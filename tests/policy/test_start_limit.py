@@ -314,8 +314,8 @@ def announced(overrides, **build):
     from platoon.policy.assemble import build_policy
     from platoon.policy.pool import EntrySpec, TaskPool
 
-    cfg = load_config(None, ["train.batch_size=2", "environments.0.group_size=4", *overrides])
-    pool = TaskPool.from_entries([EntrySpec("number-search", ["a", "b", "c"], group_size=4)])
+    cfg = load_config(None, ["train.batch_size=2", "environments.0.workflow_config.group_size=4", *overrides])
+    pool = TaskPool.from_entries([EntrySpec("default", ["a", "b", "c"], group_size=4)])
     driver = build_policy(cfg, pool, **build).driver
     driver.start(now=0.0)
     first, again = driver.take_outbox(), driver.take_outbox()

@@ -257,6 +257,25 @@ def test_keep_removes_all_but_the_newest_and_readers_skip_them_without_a_note(ru
         save_checkpoint(run, 8, files_of(8), {}, keep=0)
 
 
+def test_permanent_checkpoints_are_never_pruned_and_keep_counts_only_recovery_ones(run):
+    # checkpoint.every 4 (and the launch and final ones) permanent, checkpoint.recovery_every 1, keep_recovery 2
+    for step in range(10):
+        row = save_checkpoint(run, step, files_of(step), {}, keep=2, permanent=step % 4 == 0 or step == 9)
+        assert row["permanent"] is (step % 4 == 0 or step == 9)
+    assert sorted(p.name for p in run.checkpoints_dir.iterdir()) == ["000000", "000004", "000006", "000007",
+                                                                     "000008", "000009"]
+    pruned = [n for r in read_checkpoint_rows(run) for n in r.get("pruned", [])]
+    assert pruned == ["000001", "000002", "000003", "000005"]  # each once, by the save that made it the third
+    save_checkpoint(run, 10, files_of(10), {}, keep=1)
+    assert sorted(p.name for p in run.checkpoints_dir.iterdir()) == ["000000", "000004", "000008", "000009",
+                                                                     "000010"]
+    # a permanent step saved again as a recovery one (its newest row decides its kind) is not pruned by its own save
+    assert "pruned" not in save_checkpoint(run, 4, files_of(4), {}, keep=1)
+    assert run.checkpoint_dir(4).is_dir()
+    assert save_checkpoint(run, 11, files_of(11), {}, keep=1)["pruned"] == ["000004", "000010"]
+    assert save_checkpoint(run, 12, files_of(12), {})["permanent"] is False  # the default: a recovery checkpoint
+
+
 def test_optional_files_that_do_not_read_leave_the_checkpoint_standing(run):
     save_checkpoint(run, 2, files_of(2), {})
     save_checkpoint(run, 4, files_of(4), {})
