@@ -17,8 +17,8 @@ from platoon.config.loader import (
 )
 from platoon.config.models import (
     EnvironmentConfig,
-    LossConfig,
     ModelConfig,
+    OptimizerConfig,
     RefillConfig,
     RunConfig,
     SimConfig,
@@ -53,8 +53,8 @@ __all__ = [
     "ConfigError",
     "EnvironmentConfig",
     "ExtensionError",
-    "LossConfig",
     "ModelConfig",
+    "OptimizerConfig",
     "RefillConfig",
     "RunConfig",
     "SamplerCheckContext",

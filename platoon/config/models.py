@@ -42,6 +42,7 @@ from platoon.config.bounds import (
     MAX_WEIGHT,
     MIN_WEIGHT,
 )
+from platoon.config.losses import DEFAULT_LOSS_FN, DEFAULT_LOSS_FN_CONFIG, LOSS_FNS, TINKER_ONLY_LOSS_FNS
 from platoon.config.sim import (
     Duration,
     EmpiricalDuration,
@@ -87,34 +88,53 @@ class RefillConfig(_Config):
         return v
 
 
-class LossConfig(_Config):
-    """The policy-gradient objective."""
+class OptimizerConfig(_Config):
+    """Adam's settings (0.4.0's ``AdamParams``): decoupled weight decay (AdamW), as the Tinker service applies it."""
 
-    objective: Literal["ppo", "importance_sampling", "cispo"] = Field(
-        "ppo", description="The per-token objective: ppo (clipped ratio), importance_sampling, or cispo."
+    UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {"lr": "unknown key; did you mean 'learning_rate'?"}
+
+    learning_rate: float = Field(3e-5, gt=0, le=10, description="Adam's learning rate.")
+    beta1: float = Field(0.9, ge=0, lt=1, description="Adam's decay rate of the gradient's running mean.")
+    beta2: float = Field(0.95, ge=0, lt=1, description="Adam's decay rate of the squared gradient's running mean.")
+    eps: float = Field(1e-8, gt=0, le=1, description="Added to Adam's denominator for numerical stability.")
+    weight_decay: float = Field(
+        0.0, ge=0, le=10, description="Decoupled weight decay (AdamW): each step shrinks the weights by lr x this."
     )
-    clip_low_threshold: float = Field(0.2, ge=0, le=1, description="Lower clip of the importance ratio: 1 - this.")
-    clip_high_threshold: float = Field(
-        0.28, ge=0, le=100, description="Upper clip of the importance ratio: 1 + this."
+    grad_clip_norm: float = Field(
+        0.0, ge=0, le=1e12,
+        description="Clip the gradient's global norm to this; 0: no clipping (the norm is reported either way).",
     )
-    kl_coef: float = Field(0.0, ge=0, le=1e6, description="Weight of a KL penalty to the initial policy (0: none).")
-    entropy_coef: float = Field(0.0, ge=0, le=1e6, description="Weight of an entropy bonus (0: none).")
-
-    @property
-    def zero_at_zero_advantages(self) -> bool:
-        """True when a datum whose advantage is 0 contributes nothing: no KL and no entropy term.
-
-        A group admission rule rejects uniform groups (all advantages 0); with an advantage-independent term the
-        rejection also removes that term's share of the objective, which loading warns about.
-        """
-        return self.kl_coef == 0 and self.entropy_coef == 0
 
 
 _DOTTED_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 class WorkflowConfig(_Config):
-    """How rollout workers are started and isolated (live backend)."""
+    """How a group's rollouts are credited and filtered into training datums, and how rollout workers start.
+
+    A rollout's advantage is its reward minus the group's mean reward (with ``leave_one_out_baseline``, the mean of
+    the other members), over the members that completed with a score; no division by the rewards' spread.
+    """
+
+    leave_one_out_baseline: bool = Field(
+        False,
+        description="Center each rollout's reward on the mean of the other scored members rather than the whole "
+        "group's (a group with one scored member: advantage 0).",
+    )
+    filter_zero_advantage_datums: bool = Field(
+        True,
+        description="Leave datums whose advantage is 0 out of the trainer's forward and backward passes (their "
+        "tokens still count in the loss's denominator, so no gradient changes); only under a loss_fn_config "
+        "without kl_coef or entropy_coef. Either way a step whose every advantage is 0 takes no optimizer "
+        "update and keeps its policy version.",
+    )
+    min_successful_group_size: int = Field(
+        1,
+        ge=1,
+        le=MAX_GROUP,
+        description="Fewest members of a group that must complete with a score for it to train; a group with "
+        "fewer trains no datums (verdict below_min). At most every entry's group_size.",
+    )
 
     worker_preload: list[str] = Field(
         default_factory=list,
@@ -174,6 +194,8 @@ class TrainConfig(_Config):
         "num_concurrent_rollout_workflow_workers": "unknown key; use train.max_concurrent_rollouts",
         "on_stale": "unknown key; not in this release: a stale group is dropped, and under a group admission rule "
         "the step takes another in its place",
+        "loss": "unknown key; use train.loss_fn (ppo, importance_sampling, cispo) and train.loss_fn_config "
+        "(clip_low_threshold, clip_high_threshold, kl_coef, entropy_coef)",
     }
 
     steps: int = Field(100, ge=1, le=MAX_STEPS, description="Training steps (policy updates) of the run.")
@@ -241,9 +263,32 @@ class TrainConfig(_Config):
     rollout_group_limits: dict[str, Annotated[int, Field(ge=1, le=MAX_ROLLOUTS)]] = Field(
         default_factory=dict, description="Label -> at most this many of its groups in flight at once."
     )
-    loss: LossConfig = Field(default_factory=LossConfig, description="The policy-gradient objective.")
+
+    @field_validator("loss_fn")
+    @classmethod
+    def _implemented_loss(cls, v: str) -> str:
+        if v in LOSS_FNS:
+            return v
+        known = ", ".join(sorted(LOSS_FNS))
+        if v in TINKER_ONLY_LOSS_FNS:
+            raise ValueError(f"{v!r} is a Tinker loss this trainer does not implement; one of {known}")
+        raise ValueError(f"must be one of {known}, got {v!r}")
+    optimizer: OptimizerConfig = Field(
+        default_factory=OptimizerConfig, description="Adam's settings (live backend's trainer)."
+    )
+    loss_fn: str = Field(
+        DEFAULT_LOSS_FN,
+        description=f"The policy-gradient loss, as Tinker defines it: {', '.join(sorted(LOSS_FNS))}.",
+    )
+    loss_fn_config: dict[str, float] = Field(
+        default_factory=lambda: dict(DEFAULT_LOSS_FN_CONFIG),
+        description="The loss's settings, replacing the default whole: clip_low_threshold and "
+        "clip_high_threshold (absolute bounds on the probability ratio), and this project's own kl_coef "
+        "(a KL penalty to the initial policy) and entropy_coef (an entropy bonus).",
+    )
     workflow_config: WorkflowConfig = Field(
-        default_factory=WorkflowConfig, description="How rollout workers start (live backend)."
+        default_factory=WorkflowConfig,
+        description="How a group's rollouts become datums (baseline, filters) and how rollout workers start.",
     )
     straggler: StragglerConfig = Field(
         default_factory=StragglerConfig, description="A deadline against runaway rollouts (off by default)."
@@ -353,6 +398,12 @@ class ModelConfig(_Config):
     """The live policy. ``tiny`` is the built-in small transformer the CPU demo trains; ``hf`` loads a local
     Hugging Face checkpoint (the ``hf`` extra)."""
 
+    UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {
+        "lr": "unknown key; use train.optimizer.learning_rate",
+        "weight_decay": "unknown key; use train.optimizer.weight_decay",
+        "grad_clip": "unknown key; use train.optimizer.grad_clip_norm (0: no clipping)",
+    }
+
     kind: Literal["tiny", "hf"] = Field(
         "tiny", description="tiny: the built-in small policy; hf: a local checkpoint."
     )
@@ -360,11 +411,6 @@ class ModelConfig(_Config):
     d_model: int = Field(64, ge=1, le=MAX_MODEL["d_model"], description="tiny: width of the transformer; a multiple of n_heads.")
     n_layers: int = Field(2, ge=1, le=MAX_MODEL["n_layers"], description="tiny: transformer layers.")
     n_heads: int = Field(4, ge=1, le=MAX_MODEL["n_heads"], description="tiny: attention heads.")
-    lr: float = Field(3e-3, gt=0, le=10, description="Adam learning rate.")
-    weight_decay: float = Field(0.0, ge=0, le=10, description="AdamW weight decay.")
-    grad_clip: float | None = Field(
-        1.0, gt=0, le=1e6, description="Clip the gradient's global norm to this; null: no clip."
-    )
     temperature: float = Field(1.0, gt=0, le=100, description="Sampling temperature of training rollouts.")
     max_new_tokens: int = Field(8, ge=1, le=MAX_MODEL["max_new_tokens"], description="Tokens a rollout's model call may generate.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available, else cpu.")
@@ -505,6 +551,8 @@ def _message(err: Any, root: Any, loc: tuple[str | int, ...], data: Any) -> str:
         text = f"must be above {ctx['gt']}"
     elif kind == "less_than_equal":
         text = f"must be at most {ctx['le']}"
+    elif kind == "less_than":
+        text = f"must be below {ctx['lt']}"
     elif kind == "literal_error":
         text = f"must be {ctx['expected']}"
     elif kind == "string_pattern_mismatch":
@@ -587,8 +635,8 @@ __all__ = [
     "ExponentialDuration",
     "FixedDuration",
     "LognormalDuration",
-    "LossConfig",
     "ModelConfig",
+    "OptimizerConfig",
     "Problem",
     "RefillConfig",
     "RunConfig",

@@ -35,6 +35,7 @@ from platoon.config.components import (
     CORE_TASK_SAMPLERS,
 )
 from platoon.config.errors import ConfigError, ExtensionError
+from platoon.config.losses import CLIP_KEYS, DEFAULT_LOSS_FN_CONFIG, loss_settings, zero_at_zero_advantages
 from platoon.config.models import Problem, RunConfig, SimConfig, describe_errors
 
 RUN_LEVEL = "run"
@@ -156,7 +157,8 @@ WORKER_DEFAULTS = {"rollout_isolation": "inprocess", "worker_start_method": "for
 
 def config_warnings(cfg: RunConfig) -> list[str]:
     """Warnings of a valid config (printed as ``warning: ...`` by ``config validate``, and logged at each start of a
-    run): in rule mode, a loss that is not zero at zero advantages; rollout-worker keys that this release does not act
+    run): in rule mode, a loss that is not zero at zero advantages; clip thresholds set for importance_sampling, which
+    does not clip; rollout-worker keys that this release does not act
     on yet (rollouts run in the trainer's process)."""
     out: list[str] = []
     workers = cfg.train.workflow_config
@@ -165,13 +167,19 @@ def config_warnings(cfg: RunConfig) -> list[str]:
     if inert:
         out.append(f"train.workflow_config ({', '.join(inert)}) has no effect in this release: every rollout runs in "
                    "the trainer's process (rollout workers are not built yet; docs/configuration.md)")
-    loss = cfg.train.loss
-    if is_rule_mode(cfg) and not loss.zero_at_zero_advantages:
+    loss = loss_settings(cfg.train.loss_fn, cfg.train.loss_fn_config)
+    if is_rule_mode(cfg) and not zero_at_zero_advantages(cfg.train.loss_fn_config):
         out.append(
-            f"train.loss: kl_coef {loss.kl_coef:g} and entropy_coef {loss.entropy_coef:g} train terms that do not "
-            "depend on the advantage, also on uniform groups' datums; a group admission rule that rejects those "
-            "groups removes their share of those terms from the objective, not only from its scale"
+            f"train.loss_fn_config: kl_coef {loss.kl_coef:g} and entropy_coef {loss.entropy_coef:g} train terms "
+            "that do not depend on the advantage, also on uniform groups' datums; a group admission rule that "
+            "rejects those groups removes their share of those terms from the objective, not only from its scale"
         )
+    # 0.4.0's default thresholds go with every loss, so only thresholds changed from them are worth a warning.
+    changed = [f"{k} {v:g}" for k, v in cfg.train.loss_fn_config.items()
+               if k in CLIP_KEYS and v != DEFAULT_LOSS_FN_CONFIG[k]]
+    if loss.loss_fn == "importance_sampling" and changed:
+        out.append(f"train.loss_fn_config: importance_sampling does not clip the ratio; {', '.join(changed)} "
+                   "takes effect only under ppo or cispo")
     return out
 
 

@@ -1,9 +1,10 @@
 """Stage 1's rules between fields: the problems of a config that no single field's own check can see.
 
-What this module owns: ``config_problems`` (docs/configuration.md, docs/group-admission.md, docs/dispatch.md), in four groups: names that nothing could
+What this module owns: ``config_problems`` (docs/configuration.md, docs/group-admission.md, docs/dispatch.md), in five groups: names that nothing could
 resolve (with a did-you-mean), task samplers that cannot go together, admission rules and their options, and the
 entries (duplicate names, group sizes against the batch, the permits and the quorum, label limits, a core environment's options
-and splits, the model's shape).
+and splits, the model's shape, min_successful_group_size), and the loss's settings (``train.loss_fn_config``
+against the keys ``train.loss_fn`` takes).
 
 Rules it keeps:
 - it imports no extension: a name passes when it is core, ``module:Class``, registered already, or when some
@@ -27,6 +28,7 @@ from platoon.config.components import (
     ENTRY_TASK_SAMPLERS,
     core_option_problems,
 )
+from platoon.config.losses import loss_fn_config_problems
 from platoon.config.models import Problem, RunConfig
 from platoon.config.resolve import entry_admission
 
@@ -53,6 +55,7 @@ def config_problems(cfg: RunConfig, *, invalid: frozenset[str] = frozenset()) ->
         + _sampler_problems(cfg, ok)
         + _admission_problems(cfg, ok)
         + _entry_problems(cfg, ok)
+        + _loss_problems(cfg, ok)
     )
 
 
@@ -194,6 +197,15 @@ def _admission_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
     return out
 
 
+def _loss_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
+    """``train.loss_fn_config`` against the keys ``train.loss_fn`` takes (``platoon.config.losses``)."""
+    t = cfg.train
+    if not ok("train.loss_fn", "train.loss_fn_config"):
+        return []
+    return [Problem(f"train.loss_fn_config.{key}" if key else "train.loss_fn_config", message)
+            for key, message in loss_fn_config_problems(t.loss_fn, t.loss_fn_config)]
+
+
 def _entry_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
     t = cfg.train
     out: list[Problem] = []
@@ -235,6 +247,10 @@ def _entry_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
             out.append(
                 Problem("train.straggler.quorum", f"{q} is more than the smallest group size, {smallest}")
             )
+        k = t.workflow_config.min_successful_group_size
+        if k > smallest and ok("train.workflow_config.min_successful_group_size"):
+            out.append(Problem("train.workflow_config.min_successful_group_size",
+                               f"must be in [1, group_size]: {k} is more than the smallest group size, {smallest}"))
     if t.label_by is None and ok("train.rollout_group_limits", "train.label_by", *_each(cfg, "name")):
         names = {e.name for e in cfg.environments}
         for label in t.rollout_group_limits:

@@ -39,7 +39,8 @@ EMBEDDED_DEFAULT: list[str] = [
     "train.max_staleness=1",
     "train.eval_every=50",
     "train.checkpoint_every=50",
-    "train.loss.entropy_coef=0.01",
+    "train.optimizer.learning_rate=0.003",
+    "train.loss_fn_config={clip_low_threshold: 0.0, clip_high_threshold: 5.0, entropy_coef: 0.01}",
     "environments.0.env_options={show_range: true}",
 ]
 """Overrides of the config defaults that make ``platoon train`` with no config the CPU demo: the tiny model on
@@ -209,8 +210,9 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
 
         trainer.load_state_dict(loads_state(trainer_state))
     service = (service_factory or default_service)(copy.deepcopy(model), cfg, version)
-    straggler = cfg.train.straggler
+    straggler, credit = cfg.train.straggler, cfg.train.workflow_config
     workflow = workflow_cls(envs, service, seed=cfg.train.seed, temperature=cfg.model.temperature,
                             max_new_tokens=cfg.model.max_new_tokens, straggler_timeout_s=straggler.timeout_s,
-                            quorum=straggler.quorum)
+                            quorum=straggler.quorum, leave_one_out_baseline=credit.leave_one_out_baseline,
+                            min_successful_group_size=credit.min_successful_group_size)
     return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes, clock_start_s)
