@@ -161,7 +161,7 @@ def test_the_strategies_cover_every_field_of_the_schema() -> None:
     for model, prefix in ((RunConfig, ""), (SimConfig, "sim.")):
         for name in model.model_fields:
             assert f"{prefix}{name}" in leaves
-    assert "environments.0.sim.rollout.duration" in leaves and "train.loss.kl_coef" in leaves
+    assert "environments.0.sim.rollout.duration" in leaves and "train.optimizer.learning_rate" in leaves
     assert len(LEAVES) > 90
 
 
