@@ -127,12 +127,12 @@ OUT_OF_RANGE = {
     "sim: {population: {difficulty_mean: -.inf}}": "sim.population.difficulty_mean: must be a finite number",
     "sim: {learning: {initial_ability: 1.0e+308}}": "sim.learning.initial_ability: must be at most 50.0",
     "sim: {gpus: .inf}": "sim.gpus: must be a finite number",
-    "model: {lr: .inf}": "model.lr: must be a finite number, got inf",
+    "train: {optimizer: {learning_rate: .inf}}": "train.optimizer.learning_rate: must be a finite number, got inf",
     "train: {workflow_config: {rollout_config: {inference_params: {temperature: .nan}}}}":
         "train.workflow_config.rollout_config.inference_params.temperature: must be a finite number",
     "train: {workflow_config: {straggler_timeout_seconds: .inf}}":
         "train.workflow_config.straggler_timeout_seconds: must be a finite number",
-    "train: {loss: {kl_coef: .nan}}": "train.loss.kl_coef: must be a finite number, got nan",
+    "train: {loss_fn_config: {kl_coef: .nan}}": "train.loss_fn_config.kl_coef: must be a finite number, got nan",
     "train: {refill: {max_groups_per_step: 1.0e+300}}": "train.refill.max_groups_per_step: must be at most 100",
     "environments: [{name: a, success_threshold: .nan}]":
         "environments.0.success_threshold: must be a finite number, got nan",

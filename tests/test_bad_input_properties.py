@@ -173,7 +173,7 @@ def test_the_strategies_cover_every_field_of_the_schema() -> None:
     for model, prefix in ((RunConfig, ""), (SimConfig, "sim.")):
         for name in model.model_fields:
             assert f"{prefix}{name}" in leaves
-    assert "environments.0.sim.rollout.duration" in leaves and "train.loss.kl_coef" in leaves
+    assert "environments.0.sim.rollout.duration" in leaves and "train.optimizer.learning_rate" in leaves
     assert {"log_path", "checkpoint.every", "eval.at_start", "train.workflow_config.straggler_quorum",
             "train.workflow_config.rollout_config.inference_params.temperature",
             "environments.0.workflow_config.group_size", "environments.0.dataset_kwargs.split_name",

@@ -179,7 +179,7 @@ def test_task_order_via_set_fails(tmp_path: Path) -> None:
 def test_ok_files_warnings_and_several_files(tmp_path: Path) -> None:
     good = write(tmp_path, "train: {max_training_steps: 3}", "good.yaml")
     warned = write(
-        tmp_path, "train: {group_admission: informative, loss: {entropy_coef: 0.01}}", "warned.yaml"
+        tmp_path, "train: {group_admission: informative, loss_fn_config: {entropy_coef: 0.01}}", "warned.yaml"
     )
     bad = write(tmp_path, "train: {max_training_steps: 0}", "bad.yaml")
     result = invoke("config", "validate", good, warned, bad)
@@ -187,7 +187,7 @@ def test_ok_files_warnings_and_several_files(tmp_path: Path) -> None:
     lines = result.stdout.splitlines()
     assert lines[0] == f"ok   {good}"
     assert lines[1] == f"ok   {warned}"
-    assert lines[2].startswith("  warning: train.loss: kl_coef 0 and entropy_coef 0.01 train terms")
+    assert lines[2].startswith("  warning: train.loss_fn_config: kl_coef 0 and entropy_coef 0.01 train terms")
     assert lines[3:] == [f"FAIL {bad}", "  train.max_training_steps: must be at least 1, got 0"]
     result = invoke("config", "validate", good, warned)
     assert result.exit_code == 0

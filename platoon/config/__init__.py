@@ -17,8 +17,8 @@ from platoon.config.loader import (
 )
 from platoon.config.models import (
     EnvironmentConfig,
-    LossConfig,
     ModelConfig,
+    OptimizerConfig,
     RefillConfig,
     RunConfig,
     SimConfig,
@@ -58,7 +58,6 @@ __all__ = [
     "ConfigError",
     "EnvironmentConfig",
     "ExtensionError",
-    "LossConfig",
     "ModelConfig",
     "entry_workflow",
     "event_interval",
@@ -66,6 +65,7 @@ __all__ = [
     "planned_steps",
     "steps_per_epoch",
     "straggler_policy",
+    "OptimizerConfig",
     "RefillConfig",
     "RunConfig",
     "SamplerCheckContext",

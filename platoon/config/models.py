@@ -41,6 +41,7 @@ from platoon.config.bounds import (
     MAX_WEIGHT,
     MIN_WEIGHT,
 )
+from platoon.config.losses import DEFAULT_LOSS_FN, DEFAULT_LOSS_FN_CONFIG, LOSS_FNS, TINKER_ONLY_LOSS_FNS
 from platoon.config.sections import (
     CheckpointConfig,
     DatasetKwargs,
@@ -87,27 +88,22 @@ class RefillConfig(_Config):
         return v
 
 
-class LossConfig(_Config):
-    """The policy-gradient objective."""
+class OptimizerConfig(_Config):
+    """Adam's settings (0.4.0's ``AdamParams``): decoupled weight decay (AdamW), as the Tinker service applies it."""
 
-    objective: Literal["ppo", "importance_sampling", "cispo"] = Field(
-        "ppo", description="The per-token objective: ppo (clipped ratio), importance_sampling, or cispo."
+    UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {"lr": "unknown key; did you mean 'learning_rate'?"}
+
+    learning_rate: float = Field(3e-5, gt=0, le=10, description="Adam's learning rate.")
+    beta1: float = Field(0.9, ge=0, lt=1, description="Adam's decay rate of the gradient's running mean.")
+    beta2: float = Field(0.95, ge=0, lt=1, description="Adam's decay rate of the squared gradient's running mean.")
+    eps: float = Field(1e-8, gt=0, le=1, description="Added to Adam's denominator for numerical stability.")
+    weight_decay: float = Field(
+        0.0, ge=0, le=10, description="Decoupled weight decay (AdamW): each step shrinks the weights by lr x this."
     )
-    clip_low_threshold: float = Field(0.2, ge=0, le=1, description="Lower clip of the importance ratio: 1 - this.")
-    clip_high_threshold: float = Field(
-        0.28, ge=0, le=100, description="Upper clip of the importance ratio: 1 + this."
+    grad_clip_norm: float = Field(
+        0.0, ge=0, le=1e12,
+        description="Clip the gradient's global norm to this; 0: no clipping (the norm is reported either way).",
     )
-    kl_coef: float = Field(0.0, ge=0, le=1e6, description="Weight of a KL penalty to the initial policy (0: none).")
-    entropy_coef: float = Field(0.0, ge=0, le=1e6, description="Weight of an entropy bonus (0: none).")
-
-    @property
-    def zero_at_zero_advantages(self) -> bool:
-        """True when a datum whose advantage is 0 contributes nothing: no KL and no entropy term.
-
-        A group admission rule rejects uniform groups (all advantages 0); with an advantage-independent term the
-        rejection also removes that term's share of the objective, which loading warns about.
-        """
-        return self.kl_coef == 0 and self.entropy_coef == 0
 
 
 _TINKER_NO_EFFECT = frozenset({
@@ -134,6 +130,8 @@ class TrainConfig(_Config):
         "eval_every": "unknown key; use eval.every (and eval.at_start for step 0)",
         "straggler": "unknown key; use train.workflow_config.straggler_timeout_seconds and straggler_quorum (by "
         "label: straggler_policies)",
+        "loss": "unknown key; use train.loss_fn (ppo, importance_sampling, cispo) and train.loss_fn_config "
+        "(clip_low_threshold, clip_high_threshold, kl_coef, entropy_coef)",
     }
     NO_EFFECT: ClassVar[frozenset[str]] = _TINKER_NO_EFFECT
 
@@ -171,7 +169,6 @@ class TrainConfig(_Config):
         description="How many policy versions a group may lag when trained; null: no bound (only the plan bounds "
         "drawing ahead).",
     )
-    loss: LossConfig = Field(default_factory=LossConfig, description="The policy-gradient objective.")
     lora_rank: int = Field(32, ge=1, description="LoRA rank of the Tinker service (no effect here: the whole "
                                                  "model trains).")
     workflow_config: WorkflowConfig = Field(
@@ -225,6 +222,29 @@ class TrainConfig(_Config):
         0, ge=INT64_MIN, le=INT64_MAX,
         description="The run's seed (a 64-bit integer): every random choice derives from it and a counter.",
     )
+    optimizer: OptimizerConfig = Field(
+        default_factory=OptimizerConfig, description="Adam's settings (live backend's trainer)."
+    )
+    loss_fn: str = Field(
+        DEFAULT_LOSS_FN,
+        description=f"The policy-gradient loss, as Tinker defines it: {', '.join(sorted(LOSS_FNS))}.",
+    )
+    loss_fn_config: dict[str, float] = Field(
+        default_factory=lambda: dict(DEFAULT_LOSS_FN_CONFIG),
+        description="The loss's settings, replacing the default whole: clip_low_threshold and "
+        "clip_high_threshold (absolute bounds on the probability ratio), and this project's own kl_coef "
+        "(a KL penalty to the initial policy) and entropy_coef (an entropy bonus).",
+    )
+
+    @field_validator("loss_fn")
+    @classmethod
+    def _implemented_loss(cls, v: str) -> str:
+        if v in LOSS_FNS:
+            return v
+        known = ", ".join(sorted(LOSS_FNS))
+        if v in TINKER_ONLY_LOSS_FNS:
+            raise ValueError(f"{v!r} is a Tinker loss this trainer does not implement; one of {known}")
+        raise ValueError(f"must be one of {known}, got {v!r}")
 
 
 # --- environments ----------------------------------------------------------------------------------------------
@@ -394,16 +414,14 @@ class ModelConfig(_Config):
         "temperature": "unknown key; use train.workflow_config.rollout_config.inference_params.temperature",
         "max_new_tokens": "unknown key; use train.workflow_config.rollout_config.inference_params."
         "max_completion_tokens",
+        "lr": "unknown key; use train.optimizer.learning_rate",
+        "weight_decay": "unknown key; use train.optimizer.weight_decay",
+        "grad_clip": "unknown key; use train.optimizer.grad_clip_norm (0: no clipping)",
     }
 
     d_model: int = Field(64, ge=1, le=MAX_MODEL["d_model"], description="tiny: width of the transformer; a multiple of n_heads.")
     n_layers: int = Field(2, ge=1, le=MAX_MODEL["n_layers"], description="tiny: transformer layers.")
     n_heads: int = Field(4, ge=1, le=MAX_MODEL["n_heads"], description="tiny: attention heads.")
-    lr: float = Field(3e-3, gt=0, le=10, description="Adam learning rate.")
-    weight_decay: float = Field(0.0, ge=0, le=10, description="AdamW weight decay.")
-    grad_clip: float | None = Field(
-        1.0, gt=0, le=1e6, description="Clip the gradient's global norm to this; null: no clip."
-    )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available, else cpu.")
     max_batch: int = Field(256, ge=1, le=MAX_MODEL["max_batch"], description="The model service's largest batch of sequences.")
 
@@ -577,6 +595,8 @@ def _message(err: Any, root: Any, loc: tuple[str | int, ...], data: Any) -> str:
         text = f"must be above {ctx['gt']}"
     elif kind == "less_than_equal":
         text = f"must be at most {ctx['le']}"
+    elif kind == "less_than":
+        text = f"must be below {ctx['lt']}"
     elif kind == "literal_error":
         text = f"must be {ctx['expected']}"
     elif kind == "string_pattern_mismatch":
@@ -661,8 +681,8 @@ __all__ = [
     "ExponentialDuration",
     "FixedDuration",
     "LognormalDuration",
-    "LossConfig",
     "ModelConfig",
+    "OptimizerConfig",
     "Problem",
     "RefillConfig",
     "RunConfig",

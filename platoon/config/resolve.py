@@ -38,6 +38,7 @@ from platoon.config.components import (
     core_environment,
 )
 from platoon.config.errors import ConfigError, ExtensionError
+from platoon.config.losses import CLIP_KEYS, DEFAULT_LOSS_FN_CONFIG, loss_settings, zero_at_zero_advantages
 from platoon.config.models import Problem, RunConfig, SimConfig, describe_errors
 from platoon.config.sections import DatasetKwargs
 
@@ -272,7 +273,8 @@ def config_warnings(cfg: RunConfig) -> list[str]:
     """Warnings of a valid config (printed as ``warning: ...`` by ``config validate``, failed on by ``--strict``, and
     logged at each start of a run): the keys it sets that have no effect here (0.4.0's keys of components this backend
     does not have, and the rollout-worker keys); an HF model's renderer, which the built-in environments do not use;
-    in rule mode, a loss that is not zero at zero advantages."""
+    in rule mode, a loss that is not zero at zero advantages; clip thresholds set for importance_sampling, which does
+    not clip."""
     out: list[str] = []
     inert = no_effect_paths(cfg)
     if inert:
@@ -281,13 +283,19 @@ def config_warnings(cfg: RunConfig) -> list[str]:
     if cfg.train.model_name != "tiny" and any(core_environment(e.env) for e in cfg.environments):
         out.append(f"train.renderer_name: {cfg.train.renderer_name!r} is recorded, not used: the built-in "
                    "environments speak the model's token ids")
-    loss = cfg.train.loss
-    if is_rule_mode(cfg) and not loss.zero_at_zero_advantages:
+    loss = loss_settings(cfg.train.loss_fn, cfg.train.loss_fn_config)
+    if is_rule_mode(cfg) and not zero_at_zero_advantages(cfg.train.loss_fn_config):
         out.append(
-            f"train.loss: kl_coef {loss.kl_coef:g} and entropy_coef {loss.entropy_coef:g} train terms that do not "
-            "depend on the advantage, also on uniform groups' datums; a group admission rule that rejects those "
-            "groups removes their share of those terms from the objective, not only from its scale"
+            f"train.loss_fn_config: kl_coef {loss.kl_coef:g} and entropy_coef {loss.entropy_coef:g} train terms "
+            "that do not depend on the advantage, also on uniform groups' datums; a group admission rule that "
+            "rejects those groups removes their share of those terms from the objective, not only from its scale"
         )
+    # 0.4.0's default thresholds go with every loss, so only thresholds changed from them are worth a warning.
+    changed = [f"{k} {v:g}" for k, v in cfg.train.loss_fn_config.items()
+               if k in CLIP_KEYS and v != DEFAULT_LOSS_FN_CONFIG[k]]
+    if loss.loss_fn == "importance_sampling" and changed:
+        out.append(f"train.loss_fn_config: importance_sampling does not clip the ratio; {', '.join(changed)} "
+                   "takes effect only under ppo or cispo")
     return out
 
 

@@ -1,9 +1,10 @@
 """Stage 1's rules between fields: the problems of a config that no single field's own check can see.
 
-What this module owns: ``config_problems`` (docs/configuration.md, docs/group-admission.md, docs/dispatch.md), in four groups: names that nothing could
+What this module owns: ``config_problems`` (docs/configuration.md, docs/group-admission.md, docs/dispatch.md), in five groups: names that nothing could
 resolve (with a did-you-mean), task samplers that cannot go together, admission rules and their options, and the
 entries (duplicate names, group sizes against the batch, the permits and the quorum, label limits, a core environment's options
-and splits, the model's shape).
+and splits, the model's shape, min_successful_group_size), and the loss's settings (``train.loss_fn_config``
+against the keys ``train.loss_fn`` takes).
 
 Rules it keeps:
 - it imports no extension: a name passes when it is core, ``module:Class``, registered already, or when some
@@ -30,6 +31,7 @@ from platoon.config.components import (
     core_environment,
     core_option_problems,
 )
+from platoon.config.losses import loss_fn_config_problems
 from platoon.config.models import Problem, RunConfig
 from platoon.config.resolve import entry_admission, entry_workflow, group_size
 
@@ -56,6 +58,7 @@ def config_problems(cfg: RunConfig, *, invalid: frozenset[str] = frozenset()) ->
         + _sampler_problems(cfg, ok)
         + _admission_problems(cfg, ok)
         + _entry_problems(cfg, ok)
+        + _loss_problems(cfg, ok)
     )
 
 
@@ -213,6 +216,15 @@ def _admission_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
             )
         )
     return out
+
+
+def _loss_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
+    """``train.loss_fn_config`` against the keys ``train.loss_fn`` takes (``platoon.config.losses``)."""
+    t = cfg.train
+    if not ok("train.loss_fn", "train.loss_fn_config"):
+        return []
+    return [Problem(f"train.loss_fn_config.{key}" if key else "train.loss_fn_config", message)
+            for key, message in loss_fn_config_problems(t.loss_fn, t.loss_fn_config)]
 
 
 def _entry_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:

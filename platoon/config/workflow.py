@@ -212,13 +212,17 @@ class EntryWorkflowConfig(ConfigModel):
     """An entry's ``workflow_config``: the per-entry keys; each null one inherits ``train.workflow_config``'s."""
 
     UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {key: f"unknown key; {_WORKERS}" for key in _WORKER_KEYS}
+    # leave_one_out_baseline and min_successful_group_size act run-wide only in this release (the trainer and the
+    # simulator read train.workflow_config's); an entry's own value is checked, and warned about as no effect.
     NO_EFFECT: ClassVar[frozenset[str]] = frozenset({
         "filter_errors", "filter_message_actions", "subagent_datum_keep_probability", "subagent_datum_sampling_seed",
+        "leave_one_out_baseline", "min_successful_group_size",
     })
 
     group_size: int | None = Field(None, ge=1, le=MAX_GROUP, description="Rollouts per group of this entry.")
-    leave_one_out_baseline: bool | None = Field(None, description="See train.workflow_config.")
-    min_successful_group_size: int | None = Field(None, ge=1, le=MAX_GROUP, description="See train.workflow_config.")
+    leave_one_out_baseline: bool | None = Field(None, description="No effect per entry here (the run's applies).")
+    min_successful_group_size: int | None = Field(None, ge=1, le=MAX_GROUP,
+                                                  description="No effect per entry here (the run's applies).")
     straggler_timeout_seconds: float | None = Field(None, gt=0, le=MAX_SECONDS,
                                                     description="See train.workflow_config.")
     straggler_quorum: int | None = Field(None, ge=1, le=MAX_GROUP, description="See train.workflow_config.")

@@ -6,14 +6,16 @@ A **datum** is one training sequence, JSON-safe (it travels in ``GroupOutput.dat
 {"tokens":   [int, ...],    # the whole context: prompt, the agent's tokens and the environment's answers
  "mask":     [0 | 1, ...],  # 1 where the agent sampled the token (the tokens the loss trains)
  "logprobs": [float, ...],  # the sampling log-probability of each masked token, 0.0 elsewhere
- "advantage": float,        # the group-normalised advantage of the rollout it came from
+ "advantage": float,        # the advantage of the rollout it came from: its reward minus the group's baseline
  "version":  int}           # the oldest policy version that sampled any of its tokens
 ```
 
 Rules it keeps:
-- **Group-normalised advantages**: ``A_i = (r_i - mean(r)) / (std(r) + eps)`` over the group's scored rollouts
-  (population std). A group whose rewards are all equal (to 1e-9) gets exactly 0 for every member, and its
-  verdict is ``uniform``; any other group's is ``trained``.
+- **Advantages** (0.4.0's): ``A_i = r_i - mean(r)`` over the group's scored rollouts, no division by their spread;
+  with ``leave_one_out`` the baseline is the mean of the *other* scored rollouts (one scored rollout alone: 0). A
+  group whose rewards are all equal (to 1e-9) gets exactly 0 for every member, and its verdict is ``uniform``; any
+  other group's is ``trained``, unless it has fewer than ``min_successful`` scored rollouts (``below_min``: no
+  datums; ``platoon.policy.verdict``).
 - A multi-turn rollout is one datum when each turn's prompt extends the previous turn's prompt and tokens (the
   runtime appends the environment's answer to the context); a turn that does not starts a new datum.
 - A rollout's ``MemberResult`` carries its reward (trained) and its success flag (``scored`` 1.0 or 0.0 with
@@ -30,7 +32,7 @@ from typing import Any, TypedDict
 
 from platoon.policy.outputs import GroupOutput
 from platoon.policy.stats import MemberResult
-from platoon.policy.verdict import group_verdict, rewards_differ
+from platoon.policy.verdict import DATUM_VERDICTS, group_verdict, rewards_differ
 
 __all__ = [
     "Datum",
@@ -43,11 +45,6 @@ __all__ = [
     "member_fields",
     "trajectory_datums",
 ]
-
-ADVANTAGE_EPS = 1e-6
-"""Added to a group's reward std before dividing."""
-"""Rewards within this of each other count as equal: the group trains nothing."""
-
 
 class Datum(TypedDict):
     tokens: list[int]
@@ -99,15 +96,15 @@ class Trajectory:
         return min(vs), max(vs)
 
 
-def group_advantages(rewards: Sequence[float], *, eps: float = ADVANTAGE_EPS) -> list[float]:
-    """``(r - mean) / (std + eps)``, or all zeros when the rewards are equal (see the module's doc)."""
-    if not rewards:
-        return []
+def group_advantages(rewards: Sequence[float], *, leave_one_out: bool = False) -> list[float]:
+    """``r - mean(rewards)`` (``leave_one_out``: ``r`` minus the mean of the others), or all zeros when the rewards
+    are equal (see the module's doc)."""
     if not rewards_differ(rewards):
         return [0.0] * len(rewards)
-    mean = sum(rewards) / len(rewards)
-    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
-    return [(r - mean) / (std + eps) for r in rewards]
+    n, total = len(rewards), sum(rewards)
+    if leave_one_out:
+        return [r - (total - r) / (n - 1) for r in rewards]
+    return [r - total / n for r in rewards]
 
 
 def trajectory_datums(trajectory: Trajectory, advantage: float) -> list[Datum]:
@@ -141,9 +138,9 @@ def _datum(tokens: list[int], mask: list[int], logprobs: list[float], advantage:
                  version=int(version or 0))
 
 
-def group_datums(trajectories: Sequence[Trajectory], *, eps: float = ADVANTAGE_EPS) -> list[Datum]:
-    """Every datum of a group, in member order, with group-normalised advantages."""
-    advantages = group_advantages([t.reward for t in trajectories], eps=eps)
+def group_datums(trajectories: Sequence[Trajectory], *, leave_one_out: bool = False) -> list[Datum]:
+    """Every datum of a group, in member order, with its rollout's advantage."""
+    advantages = group_advantages([t.reward for t in trajectories], leave_one_out=leave_one_out)
     return [d for t, a in zip(trajectories, advantages, strict=True) for d in trajectory_datums(t, a)]
 
 
@@ -178,8 +175,11 @@ def member_fields(trajectory: Trajectory | None, *, outcome: str = "scored",
             "versions": {} if span is None else {"main": span}, "flag": True}
 
 
-def group_output(trajectories: Sequence[Trajectory], *, eps: float = ADVANTAGE_EPS) -> Any:
-    """A group's ``GroupOutput``: its verdict, one ``MemberResult`` per rollout, and its datums."""
+def group_output(trajectories: Sequence[Trajectory], *, leave_one_out: bool = False,
+                 min_successful: int = 1) -> Any:
+    """A group's ``GroupOutput``: its verdict, one ``MemberResult`` per rollout, and its datums (none unless the
+    verdict is ``trained`` or ``uniform``)."""
     members = tuple(MemberResult(**member_fields(t)) for t in trajectories)
-    return GroupOutput(verdict=group_verdict(members), members=members,
-                       datums=tuple(group_datums(trajectories, eps=eps)))
+    verdict = group_verdict(members, min_successful=min_successful)
+    datums = group_datums(trajectories, leave_one_out=leave_one_out) if verdict in DATUM_VERDICTS else []
+    return GroupOutput(verdict=verdict, members=members, datums=tuple(datums))

@@ -1,26 +1,35 @@
 """The trainer of the live backend: a narrow protocol and the built-in GRPO-style trainer.
 
 ``GRPOTrainer.train_step(datums, version=v)`` takes one step's datums (``platoon.live.datums``: token ids, mask,
-sampling log-probabilities, group-normalised advantage, sampling version) and makes one optimizer update per
-minibatch, producing the weights of version ``v + 1``. For a datum with advantage A, tokens t where the mask is 1,
-``r_t = exp(logp_t - logp_t^sampled)`` and ``c(r) = clip(r, 1 - clip_low, 1 + clip_high)``, the per-token policy
-loss is
+sampling log-probabilities, advantage, sampling version) and makes one optimizer update per minibatch, producing the
+weights of version ``v + 1``. The losses are Tinker's, as platoon 0.4.0 asks the Tinker service for them
+(``platoon.config.losses``): for a datum with advantage A and a token t where the mask is 1, with
+``r_t = exp(logp_t - logp_t^sampled)`` and ``c(r) = clamp(r, clip_low, clip_high)`` (absolute bounds on the ratio),
+the per-token policy loss is
 
-- ``ppo``:                 ``-min(r_t A, c(r_t) A)``
 - ``importance_sampling``: ``-r_t A``
+- ``ppo``:                 ``-min(r_t A, c(r_t) A)``
 - ``cispo``:               ``-sg(c(r_t)) A logp_t``   (sg: no gradient through the weight)
 
-plus ``kl_coef * (exp(q_t - logp_t) - (q_t - logp_t) - 1)`` (the k3 estimator of KL to the initial policy q)
-and ``- entropy_coef * H_t`` (the entropy of the policy's distribution at t). A datum's loss is the **sum** over
-its masked tokens (a multi-turn rollout's policy gradient sums over its actions), and a minibatch's loss is the
-mean over its datums. With ``kl_coef = entropy_coef = 0`` a datum whose advantage is 0 contributes nothing.
+plus this project's own ``kl_coef * (exp(q_t - logp_t) - (q_t - logp_t) - 1)`` (the k3 estimator of KL to the
+initial policy q) and ``- entropy_coef * H_t`` (the entropy of the policy's distribution at t). A minibatch's loss is
+the **sum over its datums' masked tokens divided by their number** (Tinker sums; 0.4.0 scales the advantages by one
+over the microbatch's action tokens, so the objective is a token mean and the gradient's norm does not grow with the
+batch).
 
 Rules it keeps:
-- AdamW over all parameters; the gradient's global norm is clipped to ``grad_clip`` (None: not clipped) and the
-  norm before clipping is reported;
+- AdamW (decoupled weight decay, as Tinker's ``AdamParams``) over all parameters; the gradient's global norm is
+  clipped to ``grad_clip_norm`` when it is above 0, and the norm before clipping is reported either way;
+- **zero objective, no update** (0.4.0's rule): when the loss is zero at zero advantages (no KL or entropy term), a
+  minibatch whose every advantage is 0 has a zero objective and makes no optimizer update (Adam's momentum would
+  still move the weights); a step none of whose minibatches updates says so (``optimizer_steps`` 0), and the
+  dispatcher's policy version stays (``platoon.policy.dispatcher``);
+- ``filter_zero_advantage`` (``train.workflow_config.filter_zero_advantage_datums``): under such a loss, datums whose
+  advantage is 0 are left out of the forward and backward passes; their masked tokens stay in the denominator, so
+  the gradient is the one without the filter (only the compute and the ``entropy`` metric, over the datums that ran,
+  differ). The step's other metrics are read before the filter;
 - ``num_minibatches > 1`` splits the datums, shuffled by the trainer's own seeded generator, into that many
   updates; its state is part of ``state_dict`` so that a resumed run shuffles as the uninterrupted one;
-- a step without datums makes no update (and says so: ``optimizer_steps`` 0);
 - ``state_dict()`` holds the model, the optimizer, the reference policy (when ``kl_coef > 0``), the generator and
   the step count; ``load_state_dict`` restores all of them; ``dumps_state``/``loads_state`` turn it into bytes and
   back (``torch.save``; loading reads tensors and plain data only).
@@ -32,17 +41,24 @@ import copy
 import io
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from platoon.config.losses import (
+    DEFAULT_LOSS_FN,
+    DEFAULT_LOSS_FN_CONFIG,
+    LOSS_FNS,
+    loss_fn_config_problems,
+    loss_settings,
+    zero_at_zero_advantages,
+)
 from platoon.live.datums import check_datum
 from platoon.live.model import pad_right
 
 __all__ = ["GRPOTrainer", "Trainer", "dumps_state", "loads_state"]
 
 STATE_FORMAT = 1
-Objective = Literal["ppo", "importance_sampling", "cispo"]
 
 
 @runtime_checkable
@@ -71,48 +87,58 @@ class GRPOTrainer:
         self,
         policy: Any,
         *,
-        objective: Objective = "ppo",
-        clip_low: float = 0.2,
-        clip_high: float = 0.28,
-        kl_coef: float = 0.0,
-        entropy_coef: float = 0.0,
-        lr: float = 3e-3,
+        loss_fn: str = DEFAULT_LOSS_FN,
+        loss_fn_config: Mapping[str, float] | None = None,
+        learning_rate: float = 3e-5,
+        beta1: float = 0.9,
+        beta2: float = 0.95,
+        eps: float = 1e-8,
         weight_decay: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.99),
-        grad_clip: float | None = 1.0,
+        grad_clip_norm: float = 0.0,
+        filter_zero_advantage: bool = True,
         temperature: float = 1.0,
         num_minibatches: int = 1,
         seed: int = 0,
     ) -> None:
-        if objective not in ("ppo", "importance_sampling", "cispo"):
-            raise ValueError(f"unknown objective {objective!r}; one of ppo, importance_sampling, cispo")
+        """``loss_fn_config`` None: 0.4.0's default (``platoon.config.losses.DEFAULT_LOSS_FN_CONFIG``)."""
+        if loss_fn not in LOSS_FNS:
+            raise ValueError(f"unknown loss_fn {loss_fn!r}; one of {', '.join(sorted(LOSS_FNS))}")
+        config = dict(DEFAULT_LOSS_FN_CONFIG if loss_fn_config is None else loss_fn_config)
+        problems = loss_fn_config_problems(loss_fn, config)
+        if problems:
+            raise ValueError("; ".join(f"loss_fn_config{'.' + k if k else ''}: {m}" for k, m in problems))
         if num_minibatches < 1:
             raise ValueError(f"num_minibatches must be at least 1, got {num_minibatches}")
         if temperature <= 0:
             raise ValueError(f"the trainer scores at a temperature above 0, got {temperature}")
+        if grad_clip_norm < 0:
+            raise ValueError(f"grad_clip_norm must be at least 0 (0: no clipping), got {grad_clip_norm}")
         self.policy = policy
-        self.objective = objective
-        self.clip_low, self.clip_high = float(clip_low), float(clip_high)
-        self.kl_coef, self.entropy_coef = float(kl_coef), float(entropy_coef)
-        self.grad_clip = grad_clip
+        self.loss = loss_settings(loss_fn, config)
+        self.zero_at_zero = zero_at_zero_advantages(config)
+        self.filter_zero_advantage = bool(filter_zero_advantage)
+        self.grad_clip_norm = float(grad_clip_norm)
         self.temperature = float(temperature)
         self.num_minibatches = int(num_minibatches)
         self.steps = 0
-        self.optimizer = torch.optim.AdamW(policy.module.parameters(), lr=lr, betas=betas,
-                                           weight_decay=weight_decay)
+        self.optimizer = torch.optim.AdamW(policy.module.parameters(), lr=learning_rate, betas=(beta1, beta2),
+                                           eps=eps, weight_decay=weight_decay)
         self.reference = None
-        if self.kl_coef > 0:
+        if self.loss.kl_coef > 0:
             self.reference = copy.deepcopy(policy)
             self.reference.module.requires_grad_(False)
         self._gen = torch.Generator().manual_seed(seed)
 
     @classmethod
     def from_config(cls, policy: Any, train: Any, model: Any) -> GRPOTrainer:
-        """Built from a run's ``TrainConfig`` (its ``loss``, ``num_minibatches``, ``seed``) and ``ModelConfig``."""
-        loss = train.loss
-        return cls(policy, objective=loss.objective, clip_low=loss.clip_low_threshold,
-                   clip_high=loss.clip_high_threshold, kl_coef=loss.kl_coef, entropy_coef=loss.entropy_coef,
-                   lr=model.lr, weight_decay=model.weight_decay, grad_clip=model.grad_clip,
+        """Built from a run's ``TrainConfig`` (``optimizer``, ``loss_fn``, ``loss_fn_config``,
+        ``workflow_config.filter_zero_advantage_datums``, ``num_minibatches``, ``seed``) and ``ModelConfig``
+        (``temperature``)."""
+        opt = train.optimizer
+        return cls(policy, loss_fn=train.loss_fn, loss_fn_config=train.loss_fn_config,
+                   learning_rate=opt.learning_rate, beta1=opt.beta1, beta2=opt.beta2, eps=opt.eps,
+                   weight_decay=opt.weight_decay, grad_clip_norm=opt.grad_clip_norm,
+                   filter_zero_advantage=train.workflow_config.filter_zero_advantage_datums,
                    temperature=train.workflow_config.rollout_config.inference_params.temperature or 1.0,
                    num_minibatches=train.num_minibatches, seed=train.seed)
 
@@ -130,6 +156,7 @@ class GRPOTrainer:
             "zero_advantage_share": sum(float(d["advantage"]) == 0.0 for d in datums) / n if n else 0.0,
             "staleness_mean": sum(stale) / n if n else 0.0,
             "staleness_max": float(max(stale, default=0)),
+            "filtered_datums": 0.0,
             "optimizer_steps": 0.0,
         }
         if n == 0:
@@ -138,16 +165,37 @@ class GRPOTrainer:
         if self.num_minibatches > 1:
             order = torch.randperm(n, generator=self._gen).tolist()
         chunks = [order[i:: self.num_minibatches] for i in range(min(self.num_minibatches, n))]
-        parts = [self._update([datums[i] for i in chunk]) for chunk in chunks]
-        # Means over the minibatches, except the largest ratio, which is the largest of any.
+        parts = []
+        for chunk in chunks:
+            part, filtered = self._minibatch([datums[i] for i in chunk])
+            metrics["filtered_datums"] += filtered
+            if part is not None:
+                parts.append(part)
+        if not parts:
+            return metrics
+        # Means over the minibatches that updated, except the largest ratio, which is the largest of any.
         metrics.update({k: sum(p[k] for p in parts) / len(parts) for k in parts[0]})
         metrics["ratio_max"] = max(p["ratio_max"] for p in parts)
-        metrics["optimizer_steps"] = float(len(chunks))
+        metrics["optimizer_steps"] = float(len(parts))
         metrics["lr"] = float(self.optimizer.param_groups[0]["lr"])
         self.steps += 1
         return metrics
 
-    def _update(self, datums: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    def _minibatch(self, datums: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float] | None, int]:
+        """One minibatch's update and how many datums the filter left out; None: its objective is zero (every
+        advantage 0 under a loss that is zero there), so no update."""
+        denominator = sum(sum(d["mask"]) for d in datums)
+        if not self.zero_at_zero:
+            return self._update(datums, denominator), 0
+        live = [d for d in datums if float(d["advantage"]) != 0.0]
+        if not live:
+            return None, len(datums) if self.filter_zero_advantage else 0
+        if not self.filter_zero_advantage:
+            return self._update(datums, denominator), 0
+        return self._update(live, denominator), len(datums) - len(live)
+
+    def _update(self, datums: Sequence[Mapping[str, Any]], denominator: int) -> dict[str, float]:
+        """One optimizer update on ``datums``; the loss is their masked tokens' sum over ``denominator`` tokens."""
         device = self.policy.device
         tokens = pad_right([d["tokens"] for d in datums], device=device)
         mask = pad_right([d["mask"] for d in datums], dtype=torch.float32, device=device)
@@ -156,44 +204,46 @@ class GRPOTrainer:
         self.policy.module.train()
         logp, entropy = self.policy.policy_logprobs(tokens, mask, temperature=self.temperature, with_entropy=True)
         ratio = torch.exp((logp - old) * mask)
-        clipped = ratio.clamp(1.0 - self.clip_low, 1.0 + self.clip_high)
-        if self.objective == "ppo":
+        clipped = ratio.clamp(self.loss.clip_low, self.loss.clip_high)
+        if self.loss.loss_fn == "ppo":
             per_token = -torch.minimum(ratio * adv, clipped * adv)
-        elif self.objective == "importance_sampling":
+        elif self.loss.loss_fn == "importance_sampling":
             per_token = -ratio * adv
         else:
             per_token = -clipped.detach() * adv * logp
-        n = len(datums)
-        pg = (per_token * mask).sum() / n
+        scale = 1.0 / max(denominator, 1)
+        pg = (per_token * mask).sum() * scale
         loss = pg
-        ent = (entropy * mask).sum() / n
-        if self.entropy_coef:
-            loss = loss - self.entropy_coef * ent
+        ent = (entropy * mask).sum() * scale
+        if self.loss.entropy_coef:
+            loss = loss - self.loss.entropy_coef * ent
         kl_value = 0.0
         if self.reference is not None:
             with torch.no_grad():
                 ref = self.reference.policy_logprobs(tokens, mask, temperature=self.temperature)
             delta = (ref - logp) * mask
-            kl = ((torch.exp(delta) - delta - 1.0) * mask).sum() / n
-            loss = loss + self.kl_coef * kl
+            kl = ((torch.exp(delta) - delta - 1.0) * mask).sum() * scale
+            loss = loss + self.loss.kl_coef * kl
             kl_value = float(kl.detach())
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         params = [p for p in self.policy.module.parameters() if p.grad is not None]
-        max_norm = self.grad_clip if self.grad_clip is not None else math.inf
+        max_norm = self.grad_clip_norm if self.grad_clip_norm > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         self.optimizer.step()
-        tokens_n = float(mask.sum().clamp(min=1.0))
+        ran = float(mask.sum().clamp(min=1.0))  # the tokens that ran: the per-token means below are over them
         with torch.no_grad():
-            outside = ((ratio < 1.0 - self.clip_low) | (ratio > 1.0 + self.clip_high)).float() * mask
+            outside = torch.zeros_like(mask)
+            if self.loss.loss_fn != "importance_sampling":  # it does not clip
+                outside = ((ratio < self.loss.clip_low) | (ratio > self.loss.clip_high)).float() * mask
             ratio_max = float((ratio * mask).max())
         return {
             "loss": float(loss.detach()),
             "pg_loss": float(pg.detach()),
-            "entropy": float(ent.detach()) * n / tokens_n,
-            "kl": kl_value * n / tokens_n,
-            "clip_fraction": float(outside.sum()) / tokens_n,
-            "ratio_mean": float((ratio.detach() * mask).sum()) / tokens_n,
+            "entropy": float(ent.detach()) / scale / ran,
+            "kl": kl_value / scale / ran,
+            "clip_fraction": float(outside.sum()) / ran,
+            "ratio_mean": float((ratio.detach() * mask).sum()) / ran,
             "ratio_max": ratio_max,
             "grad_norm": grad_norm,
         }
@@ -217,7 +267,8 @@ class GRPOTrainer:
         if state.get("format") != STATE_FORMAT:
             raise ValueError(f"trainer state format {state.get('format')!r} is not {STATE_FORMAT}")
         if (state["reference"] is None) != (self.reference is None):
-            raise ValueError("the checkpoint's trainer and this one disagree on a KL reference (kl_coef > 0)")
+            raise ValueError("the checkpoint's trainer and this one disagree on a KL reference (loss_fn_config's "
+                             "kl_coef > 0)")
         self.policy.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.reference is not None:

@@ -18,7 +18,9 @@ when, are the policy layer's (``platoon.policy.members``, docs/live-runtime.md);
   **Cancellation** of the group cancels its members (those still waiting for a permit first) and returns only once
   every member has unwound. A member's retry stays inside its block: a second block for an index raises
   RuntimeError.
-- Advantages are group-normalised over the valid members (``platoon.live.datums``).
+- Advantages are each valid member's reward minus the group's baseline over the valid members
+  (``leave_one_out_baseline``: the others' mean; ``platoon.live.datums``); a group with fewer valid members than
+  ``min_successful_group_size`` hands back no datums (verdict ``below_min``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from platoon.live.model import derive_seed
 from platoon.policy.members import STRAGGLER_KILLED, MemberWatch, cancel_order
 from platoon.policy.outputs import GroupOutput
 from platoon.policy.stats import MemberResult
-from platoon.policy.verdict import group_verdict
+from platoon.policy.verdict import DATUM_VERDICTS, group_verdict
 from platoon.policy.workflow_flags import gives_verdicts, runs_rollouts_on_lease
 
 log = logging.getLogger("platoon.live")
@@ -122,7 +124,8 @@ class GroupRolloutWorkflow:
     def __init__(self, envs: Mapping[str, Any] | None = None, service: Any = None, *, seed: int = 0,
                  temperature: float = 1.0, max_new_tokens: int | None = None,
                  straggler_timeout_s: float | None = None, quorum: int | None = None,
-                 warn: Callable[[str], None] | None = None) -> None:
+                 warn: Callable[[str], None] | None = None, leave_one_out_baseline: bool = False,
+                 min_successful_group_size: int = 1) -> None:
         self.envs = dict(envs or {})
         self.service = service
         self.seed = seed
@@ -131,6 +134,8 @@ class GroupRolloutWorkflow:
         self.straggler_timeout_s = straggler_timeout_s
         self.quorum = quorum
         self.warn = warn or log.warning
+        self.leave_one_out_baseline = leave_one_out_baseline
+        self.min_successful_group_size = min_successful_group_size
 
     # ------------------------------------------------------------------------------------------------ a group
     async def arun_episode(self, row: GroupRow) -> GroupOutput:
@@ -204,19 +209,16 @@ class GroupRolloutWorkflow:
 
     # ------------------------------------------------------------------------------------------------ output
     def group_output(self, rollouts: Sequence[Rollout | None]) -> GroupOutput:
-        """The group's verdict, members and datums (advantages normalised over the valid members)."""
+        """The group's verdict, members and datums (advantages over the valid members; none below the minimum)."""
         valid = [r for r in rollouts if r is not None]
-        rewards = [r.reward for r in valid]
-        advantages = iter(group_advantages(rewards))
-        members: list[MemberResult] = []
-        datums: list[dict] = []
-        for r in rollouts:
-            if r is None:
-                members.append(MemberResult(outcome="none", disposition=STRAGGLER_KILLED))
-                continue
-            members.append(r.member())
-            datums += r.datums(next(advantages))
-        return GroupOutput(group_verdict(members), tuple(members), tuple(datums))
+        members = tuple(MemberResult(outcome="none", disposition=STRAGGLER_KILLED) if r is None else r.member()
+                        for r in rollouts)
+        verdict = group_verdict(members, min_successful=self.min_successful_group_size)
+        if verdict not in DATUM_VERDICTS:
+            return GroupOutput(verdict, members, ())
+        advantages = group_advantages([r.reward for r in valid], leave_one_out=self.leave_one_out_baseline)
+        datums = [d for r, a in zip(valid, advantages, strict=True) for d in r.datums(a)]
+        return GroupOutput(verdict, members, tuple(datums))
 
 
 class _FirstCall:

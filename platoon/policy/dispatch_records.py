@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from platoon.config.losses import zero_at_zero_advantages
 from platoon.config.resolve import any_straggler_policy, max_concurrent_rollouts
 from platoon.policy.outputs import Key
 from platoon.policy.permits import DrawLease
@@ -33,6 +34,9 @@ class DispatchConfig:
     label_limits: Mapping[str, int] = field(default_factory=dict)
     teardown_wait_s: float = TEARDOWN_WAIT_S
     straggler_policy: bool = False  # a straggler timeout applies: log what it censors (train/batch/censoring/*)
+    uniform_groups_update: bool = False
+    """A step of only uniform groups (every advantage 0) still makes an update: the loss has a term that does not
+    depend on the advantage (kl_coef, entropy_coef). Without one such a step takes no update (0.4.0's rule)."""
 
     def __post_init__(self) -> None:
         if self.permit_release not in ("rollout", "group"):
@@ -99,7 +103,8 @@ def dispatch_config(cfg: Any, steps: int) -> DispatchConfig:
         entry_staleness={e.label: e.max_staleness for e in cfg.environments if e.max_staleness is not None},
         max_groups_per_step=train.refill.max_groups_per_step,
         label_limits=dict(train.rollout_group_limits),
-        straggler_policy=any_straggler_policy(cfg))
+        straggler_policy=any_straggler_policy(cfg),
+        uniform_groups_update=not zero_at_zero_advantages(train.loss_fn_config))
 
 
 __all__ = ["TEARDOWN_WAIT_S", "BoundDraw", "DispatchConfig", "PendingKind", "PendingStart", "StepPhase",

@@ -260,11 +260,19 @@ class Dispatcher:
 
     @property
     def next_version(self) -> int:
-        """The policy version the next step trains from: one more than ``version`` once a step that trains some
-        group is taken; a step that trains none takes no optimizer update, so the version stays."""
+        """The policy version the next step trains from: one more than ``version`` once a step that updates the
+        policy is taken; a step that trains no group, or only groups whose advantages are all 0 (under a loss that
+        is zero there), takes no optimizer update, so the version stays."""
         trains = self.phase in (StepPhase.TRAINING, StepPhase.COMMITTED) and any(
-            item.kind == SettledKind.ADMITTED for item in self.step_items)
+            self._updates(item) for item in self.step_items)
         return self.version + trains
+
+    def _updates(self, item: SettledGroup) -> bool:
+        """Whether an item of the step gives the update a nonzero objective (``DispatchConfig``)."""
+        if item.kind != SettledKind.ADMITTED or item.output is None:
+            return False
+        verdict = item.output.verdict
+        return verdict == "trained" or (self.config.uniform_groups_update and verdict == "uniform")
 
     def publish(self, *, now: float) -> list[Any]:
         """New weights are live: the version moves on (unless the step trained no group: in-flight groups do not age

@@ -40,7 +40,7 @@ from platoon.policy.outputs import GroupOutput, TrainStep
 from platoon.policy.permits import GrantPermit
 from platoon.policy.start_limit import SlotGranted
 from platoon.policy.stats import MemberResult
-from platoon.policy.verdict import group_verdict
+from platoon.policy.verdict import DATUM_VERDICTS, group_verdict
 from platoon.sim.records import Phase, SimGroup, SimMember
 from platoon.sim.setup import SimTasks
 from platoon.sim.startups import StartupServer
@@ -87,6 +87,7 @@ class SimRuntime:
         self.active = cfg.train.permit_release == "rollout"
         self.wait_s = policy.dispatcher.config.teardown_wait_s
         self.trainer_cfg = cfg.sim.trainer
+        self.min_successful = cfg.train.workflow_config.min_successful_group_size
         self.model_calls = [s.rollout.model_calls for s in tasks.sims]
         capacity = cfg.sim.rollout.startup_capacity
         self.startups = StartupServer(capacity) if capacity is not None else None
@@ -336,8 +337,9 @@ class SimRuntime:
         output = None
         if not g.failed:
             members = tuple(m.result for m in g.members)
-            output = GroupOutput(group_verdict(members), members,
-                                 tuple((i, r.reward) for i, r in enumerate(members) if r.valid))
+            verdict = group_verdict(members, min_successful=self.min_successful)
+            datums = tuple((i, r.reward) for i, r in enumerate(members) if r.valid) if verdict in DATUM_VERDICTS else ()
+            output = GroupOutput(verdict, members, datums)
         self._carry(self.driver.on_group_finished(g.key, output, now=self.now))
         self._try_step()
 

@@ -80,7 +80,7 @@ def test_five_mistakes_in_one_file(tmp_path: Path) -> None:
         "train.max_training_steps: must be an integer, got 'ten'",
         "train.task_order: unknown key; platoon 0.4.0 removed it; use train.task_sampler",
         "environments.0.workflow_config.grup_size: unknown key; did you mean 'group_size'?",
-        "model.lr: must be above 0.0, got -1",
+        "model.lr: unknown key; use train.optimizer.learning_rate",
         "sim.rollout.duration.mean_s: unknown key",
     ]
 
@@ -211,14 +211,14 @@ def test_a_copied_0_2_defaults_dump_fails_on_task_order(tmp_path: Path) -> None:
 
 def test_wrong_types_everywhere(tmp_path: Path) -> None:
     text = """
-        train: {batch_size: [1], loss: {kl_coef: none}, workflow_config: 5}
+        train: {batch_size: [1], loss_fn_config: {kl_coef: none}, workflow_config: 5}
         environments: [{name: a, workflow_config: {group_size: 2.5}, tasks: {a: 1}, service_kwargs: []}]
         model: {device: gpu}
         sim: {trainer: {step_s: fast}}
     """
     assert problems(tmp_path, text) == [
         "train.batch_size: must be an integer, got a list",
-        "train.loss.kl_coef: must be a number, got 'none'",
+        "train.loss_fn_config.kl_coef: must be a number, got 'none'",
         "train.workflow_config: must be a mapping, got 5",
         "environments.0.workflow_config.group_size: must be an integer, got 2.5",
         "environments.0.tasks: must be a list, got a mapping",
@@ -284,13 +284,14 @@ def test_overrides_are_yaml_typed_and_index_lists(tmp_path: Path) -> None:
             "train.task_sampler_options={}",
             "environments.1.workflow_config.group_size=4",
             "environments.0.tasks=[1, two]",
-            "train.loss.kl_coef=0.5",
+            "train.loss_fn_config.kl_coef=0.5",
             "train.label_by=",
         ],
     )
     assert cfg.train.max_training_steps == 7 and cfg.train.max_staleness is None and cfg.train.label_by is None
     assert cfg.environments[1].workflow_config.group_size == 4 and cfg.environments[0].tasks == ["1", "two"]
-    assert cfg.train.loss.kl_coef == 0.5
+    # An override of one key adds it to the mapping in effect (here the default); a file's mapping replaces it whole.
+    assert cfg.train.loss_fn_config == {"clip_low_threshold": 0.0, "clip_high_threshold": 5.0, "kl_coef": 0.5}
 
 
 def test_an_override_reaches_the_default_entry() -> None:
@@ -410,11 +411,19 @@ def test_relative_files_are_relative_to_the_config(tmp_path: Path) -> None:
 
 
 def test_rule_mode_warns_of_a_loss_not_zero_at_zero_advantages() -> None:
-    cfg = load_config(None, ["train.group_admission=informative", "train.loss.kl_coef=0.1"])
+    cfg = load_config(None, ["train.group_admission=informative", "train.loss_fn_config.kl_coef=0.1"])
     [warning] = load_config_warnings(cfg)
-    assert warning.startswith("train.loss: kl_coef 0.1 and entropy_coef 0 train terms")
-    assert load_config_warnings(load_config(None, ["train.loss.kl_coef=0.1"])) == []
+    assert warning.startswith("train.loss_fn_config: kl_coef 0.1 and entropy_coef 0 train terms")
+    assert load_config_warnings(load_config(None, ["train.loss_fn_config.kl_coef=0.1"])) == []
     assert load_config_warnings(load_config(None, ["train.group_admission=informative"])) == []
+
+
+def test_clip_thresholds_changed_for_importance_sampling_are_warned_of() -> None:
+    cfg = load_config(None, ["train.loss_fn=importance_sampling", "train.loss_fn_config.clip_high_threshold=1.2"])
+    assert load_config_warnings(cfg) == [
+        "train.loss_fn_config: importance_sampling does not clip the ratio; clip_high_threshold 1.2 takes effect "
+        "only under ppo or cispo"]
+    assert load_config_warnings(load_config(None, ["train.loss_fn=importance_sampling"])) == []
 
 
 def test_strict_resolve_adds_stage_two(tmp_path: Path) -> None:

@@ -6,10 +6,10 @@ import pydantic
 import pytest
 from pydantic import BaseModel
 
+from platoon.config.losses import loss_fn_config_problems, loss_settings, zero_at_zero_advantages
 from platoon.config.models import (
     EMBEDDED_DEFAULT,
     EnvironmentConfig,
-    LossConfig,
     RunConfig,
     TrainConfig,
     WorkflowConfig,
@@ -50,10 +50,10 @@ def test_defaults_are_the_documented_ones() -> None:
     )
     assert (t.refill.max_groups_per_step, t.num_minibatches, t.seed) == (3.0, 1, 0)
     assert (t.label_by, t.rollout_group_limits) == (None, {})
-    assert t.loss.objective == "ppo" and (t.loss.clip_low_threshold, t.loss.clip_high_threshold) == (
-        0.2,
-        0.28,
-    )
+    assert t.loss_fn == "cispo" and t.loss_fn_config == {"clip_low_threshold": 0.0, "clip_high_threshold": 5.0}
+    o = t.optimizer
+    assert (o.learning_rate, o.beta1, o.beta2, o.eps, o.weight_decay, o.grad_clip_norm) == (
+        3e-5, 0.9, 0.95, 1e-8, 0.0, 0.0)
     w = t.workflow_config
     assert (w.group_size, w.min_successful_group_size, w.leave_one_out_baseline, w.filter_zero_advantage_datums) == (
         8, 1, False, True
@@ -93,7 +93,7 @@ def test_a_config_needs_its_train_section_model_and_renderer() -> None:
 
 def test_every_field_of_every_model_has_a_description() -> None:
     models = _models(RunConfig)
-    assert {"TrainConfig", "RefillConfig", "LossConfig", "WorkflowConfig", "StragglerPolicy", "CheckpointConfig",
+    assert {"TrainConfig", "RefillConfig", "OptimizerConfig", "WorkflowConfig", "StragglerPolicy", "CheckpointConfig",
             "EvalConfig", "DatasetKwargs", "SimConfig"} <= {
         m.__name__ for m in models
     }
@@ -136,8 +136,33 @@ def test_every_model_is_frozen_and_forbids_unknown_keys() -> None:
             "train.refill.max_groups_per_step: must be a finite",
         ),
         (
-            {"loss": {"objective": "grpo"}},
-            "train.loss.objective: must be 'ppo', 'importance_sampling' or 'cispo'",
+            {"loss_fn": "grpo"},
+            "train.loss_fn: must be one of cispo, importance_sampling, ppo, got 'grpo'",
+        ),
+        (
+            {"loss_fn": "stable_reinforce"},
+            "train.loss_fn: 'stable_reinforce' is a Tinker loss this trainer does not implement; one of cispo, "
+            "importance_sampling, ppo",
+        ),
+        (
+            {"loss": {"objective": "ppo"}},
+            "train.loss: unknown key; use train.loss_fn (ppo, importance_sampling, cispo) and train.loss_fn_config",
+        ),
+        (
+            {"loss_fn_config": {"clip_low_threshold": "low"}},
+            "train.loss_fn_config.clip_low_threshold: must be a number, got 'low'",
+        ),
+        (
+            {"optimizer": {"beta2": 1.0}},
+            "train.optimizer.beta2: must be below 1.0, got 1.0",
+        ),
+        (
+            {"optimizer": {"lr": 0.1}},
+            "train.optimizer.lr: unknown key; did you mean",
+        ),
+        (
+            {"workflow_config": {"min_successful_group_size": 0}},
+            "train.workflow_config.min_successful_group_size: must be at least 1, got 0",
         ),
         (
             {"workflow_config": {"worker_preload": ["ok.mod", "not a module"]}},
@@ -204,9 +229,26 @@ def test_no_environments_is_refused() -> None:
     ("kl", "entropy", "zero"), [(0.0, 0.0, True), (0.1, 0.0, False), (0.0, 0.01, False), (0.1, 0.01, False)]
 )
 def test_zero_at_zero_advantages_only_without_kl_and_entropy(kl: float, entropy: float, zero: bool) -> None:
-    for objective in ("ppo", "importance_sampling", "cispo"):
-        loss = LossConfig(objective=objective, kl_coef=kl, entropy_coef=entropy)
-        assert loss.zero_at_zero_advantages is zero
+    assert zero_at_zero_advantages({"clip_low_threshold": 0.0, "kl_coef": kl, "entropy_coef": entropy}) is zero
+    assert zero_at_zero_advantages({}) is True
+
+
+@pytest.mark.parametrize("loss_fn", ["ppo", "importance_sampling", "cispo"])
+def test_every_loss_takes_the_clip_thresholds_and_the_two_platoon_only_keys(loss_fn: str) -> None:
+    full = {"clip_low_threshold": 0.5, "clip_high_threshold": 2.0, "kl_coef": 0.1, "entropy_coef": 0.01}
+    assert loss_fn_config_problems(loss_fn, full) == []
+    assert loss_fn_config_problems(loss_fn, {"clip_ratio": 0.2}) == [
+        ("clip_ratio", f"unknown key; {loss_fn} takes clip_low_threshold, clip_high_threshold, kl_coef, "
+                       "entropy_coef")]
+    assert loss_fn_config_problems(loss_fn, {"kl_coef": -1.0}) == [("kl_coef", "must be at least 0, got -1.0")]
+    [(key, message)] = loss_fn_config_problems(loss_fn, {"clip_low_threshold": 3.0, "clip_high_threshold": 2.0})
+    assert key == "" and message.startswith("clip_low_threshold (3) must not exceed clip_high_threshold (2)")
+
+
+def test_a_threshold_left_out_is_the_losss_own_default() -> None:
+    assert loss_settings("ppo", {}) == ("ppo", 0.8, 1.2, 0.0, 0.0)
+    assert loss_settings("cispo", {"entropy_coef": 0.01}) == ("cispo", 0.0, 5.0, 0.0, 0.01)
+    assert loss_settings("ppo", {"clip_high_threshold": 1.28}).clip_high == 1.28
 
 
 def test_task_order_is_not_a_field_and_has_its_hint() -> None:

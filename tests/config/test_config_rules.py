@@ -342,6 +342,40 @@ def test_a_split_the_environment_lacks_is_refused(tmp_path: Path) -> None:
         "environments.1.eval_dataset_kwargs.split_name: platoon-number-search has no split 'test'; its splits are "
         "train, val",
     ]
+def test_min_successful_group_size_is_at_most_the_smallest_group(tmp_path: Path) -> None:
+    text = """
+        train: {workflow_config: {min_successful_group_size: 3}}
+        environments: [{name: a, group_size: 4}, {name: b, group_size: 2}]
+    """
+    assert problems(tmp_path, text) == [
+        "train.workflow_config.min_successful_group_size: must be in [1, group_size]: 3 is more than the smallest "
+        "group size, 2"
+    ]
+    assert loads(tmp_path, text.replace("3}", "2}")).train.workflow_config.min_successful_group_size == 2
+
+
+def test_loss_fn_config_takes_the_chosen_losss_keys_each_problem_at_its_key(tmp_path: Path) -> None:
+    text = """
+        train:
+          loss_fn: ppo
+          loss_fn_config: {clip_low_threshold: 0.8, clip_ratio: 0.2, epsilon: 0.1, entropy_coef: -1.0}
+    """
+    takes = "ppo takes clip_low_threshold, clip_high_threshold, kl_coef, entropy_coef"
+    assert problems(tmp_path, text) == [
+        f"train.loss_fn_config.clip_ratio: unknown key; {takes}",
+        f"train.loss_fn_config.epsilon: unknown key; {takes}",
+        "train.loss_fn_config.entropy_coef: must be at least 0, got -1.0",
+    ]
+    assert problems(tmp_path, "train: {loss_fn: cispo, loss_fn_config: {clip_low_threshold: 6.0}}") == [
+        "train.loss_fn_config: clip_low_threshold (6) must not exceed clip_high_threshold (5): both bound the "
+        "probability ratio itself"
+    ]
+    # 0.4.0's default mapping goes with every loss (importance_sampling ignores its thresholds), and a config's own
+    # mapping replaces it whole.
+    assert loads(tmp_path, "train: {loss_fn: importance_sampling}").train.loss_fn_config == {
+        "clip_low_threshold": 0.0, "clip_high_threshold": 5.0}
+    assert loads(tmp_path, "train: {loss_fn_config: {clip_high_threshold: 1.28}}").train.loss_fn_config == {
+        "clip_high_threshold": 1.28}
 
 
 def test_group_limits_name_any_label_under_label_by(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def test_the_trainer_trains_it_and_weights_round_trip(checkpoint, tmp_path):
     datum = {"tokens": PROMPTS[0] + list(gen.tokens), "mask": [0] * 4 + [1] * 3,
              "logprobs": [0.0] * 4 + list(gen.logprobs), "advantage": 1.0, "version": 0}
     before = policy.policy_logprobs([datum["tokens"]], [datum["mask"]]).sum().item()
-    trainer = GRPOTrainer(policy, lr=1e-2)
+    trainer = GRPOTrainer(policy, learning_rate=1e-2)
     for v in range(3):
         metrics = trainer.train_step([datum], version=v)
     after = policy.policy_logprobs([datum["tokens"]], [datum["mask"]]).sum().item()

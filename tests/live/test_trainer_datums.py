@@ -1,9 +1,8 @@
-"""Datums: group-normalised advantages, verdicts, multi-turn merging, member results, JSON round trips."""
+"""Datums: advantages (group mean or leave-one-out baseline), verdicts, multi-turn merging, member results, JSON round trips."""
 
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 from hypothesis import given
@@ -34,19 +33,24 @@ def traj(reward: float, success: bool = False, versions=(0,), task_id: str = "t"
     return Trajectory(task_id, tuple(turns), reward, success)
 
 
-def test_advantages_are_group_normalised():
-    adv = group_advantages([1.0, 0.0, 0.0, 1.0])
-    assert adv == pytest.approx([1.0, -1.0, -1.0, 1.0], abs=1e-5)
-    adv = group_advantages([0.2, 0.5, 1.0])
-    mean, std = sum([0.2, 0.5, 1.0]) / 3, math.sqrt(sum((r - 1.7 / 3) ** 2 for r in [0.2, 0.5, 1.0]) / 3)
-    assert adv == pytest.approx([(r - mean) / (std + 1e-6) for r in [0.2, 0.5, 1.0]])
+def test_advantages_are_rewards_minus_the_group_mean_as_in_0_4_0():
+    assert group_advantages([1.0, 0.0, 0.0, 1.0]) == [0.5, -0.5, -0.5, 0.5]  # no division by the spread
+    assert group_advantages([0.2, 0.5, 1.0]) == pytest.approx([0.2 - 1.7 / 3, 0.5 - 1.7 / 3, 1.0 - 1.7 / 3])
     assert group_advantages([0.3, 0.3, 0.3 + 1e-12]) == [0.0, 0.0, 0.0]
     assert group_advantages([]) == []
 
 
-@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=16))
-def test_advantages_sum_to_zero_and_keep_the_order_of_rewards(rewards):
-    adv = group_advantages(rewards)
+def test_a_leave_one_out_baseline_is_the_mean_of_the_others():
+    assert group_advantages([1.0, 0.0, 0.0, 1.0], leave_one_out=True) == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
+    assert group_advantages([0.2, 0.5, 1.0], leave_one_out=True) == pytest.approx([-0.55, -0.1, 0.65])
+    assert group_advantages([0.7], leave_one_out=True) == [0.0]  # no other member: centered on itself
+    assert group_advantages([0.4, 0.4], leave_one_out=True) == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("leave_one_out", [False, True])
+@given(rewards=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=16))
+def test_advantages_sum_to_zero_and_keep_the_order_of_rewards(rewards, leave_one_out):
+    adv = group_advantages(rewards, leave_one_out=leave_one_out)
     assert abs(sum(adv)) < 1e-6 * len(rewards)
     for (r1, a1), (r2, a2) in zip(zip(rewards, adv, strict=True), zip(rewards[1:], adv[1:], strict=True),
                                   strict=False):
@@ -63,6 +67,12 @@ def test_verdicts():
     assert group_verdict([]) == "no_completed_root"
     # Partial credit: all failed, but rewards differ, so the group trains.
     assert group_verdict(members(traj(0.1), traj(0.4))) == "trained"
+    # min_successful_group_size: fewer valid (scored, completed) members than it trains nothing, checked first.
+    cut = MemberResult(**member_fields(None, outcome="cancelled", disposition="straggler_killed"))
+    assert group_verdict([*members(traj(1.0, True), traj(0.2)), cut], min_successful=3) == "below_min"
+    assert group_verdict([*members(traj(1.0, True), traj(0.2)), cut], min_successful=2) == "trained"
+    assert group_verdict([cut, cut], min_successful=2) == "below_min"
+    assert group_verdict([cut, cut], min_successful=1) == "no_completed_root"
 
 
 def test_a_multi_turn_rollout_is_one_datum_with_its_actions_masked():
@@ -94,6 +104,10 @@ def test_group_datums_and_output():
     assert out.members[1] == MemberResult(reward=0.25, scored=0.0, valid=True, outcome="scored", steps=2,
                                           output_tokens=2, versions={"main": (4, 5)}, flag=True)
     assert GroupOutput.from_json(json.loads(json.dumps(out.to_json()))).datums == out.datums
+    loo = group_output(group, leave_one_out=True)
+    assert [d["advantage"] for d in loo.datums] == pytest.approx([0.75, -0.375, -0.375])
+    below = group_output(group, min_successful=4)
+    assert (below.verdict, below.datums, len(below.members)) == ("below_min", (), 3)
 
 
 def test_member_fields_of_a_rollout_without_a_result():

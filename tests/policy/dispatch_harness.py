@@ -26,7 +26,11 @@ def build(*, tasks: int = 12, group_size: int = 4, batch_size: int = 4, steps: i
           permit_release: str = "rollout", max_staleness: int | None = 1, sampler: str = "auto",
           sampler_options: dict | None = None, admission: str = "all", admission_options: dict | None = None,
           rolling: bool = True, seed: int = 0, entries: list[EntrySpec] | None = None,
-          max_groups_per_step: float = 3.0, entry_staleness: dict | None = None, start: int = 1) -> Dispatcher:
+          max_groups_per_step: float = 3.0, entry_staleness: dict | None = None, start: int = 1,
+          uniform_groups_update: bool = True) -> Dispatcher:
+    """A dispatcher over ``tasks`` tasks. ``uniform_groups_update``: by default a step of only uniform groups still
+    updates (as under a loss with an entropy term), so the version moves on at every step that trains a group and
+    the tests of staleness and versions need not script mixed outcomes; False is 0.4.0's zero-objective rule."""
     entries = entries or [EntrySpec("env", [f"t{i}" for i in range(tasks)], group_size)]
     pool = TaskPool.from_entries(entries)
     largest = max(e.group_size for e in entries)
@@ -34,7 +38,7 @@ def build(*, tasks: int = 12, group_size: int = 4, batch_size: int = 4, steps: i
                             max_concurrent_rollouts=permits or batch_size * largest,
                             permit_release=permit_release, max_staleness=max_staleness,
                             max_groups_per_step=max_groups_per_step,
-                            entry_staleness=entry_staleness or {})
+                            entry_staleness=entry_staleness or {}, uniform_groups_update=uniform_groups_update)
     samplers = SamplerSet(pool, run_sampler=sampler, run_options=sampler_options or {}, entry_samplers={},
                           batch_size=batch_size, seed=seed)
     recorder = StatsRecorder.for_pool(pool, start=start)

@@ -82,6 +82,7 @@ class Settled:
     datums: int
     held: bool = False  # a marker that keeps its horizon place until a step takes it
     window: int = 0  # the step during which it was rejected
+    verdict: str = "trained"
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,9 @@ class StepModel:
     place back at settle, a held marker, a stale or a failed group when a step dequeues it."""
 
     def __init__(self, *, batch_size: int, steps: int, cap: int, rule_mode: bool,
-                 bound: Callable[[str], int | None]) -> None:
+                 bound: Callable[[str], int | None], uniform_updates: bool = False) -> None:
         self.B, self.steps, self.cap, self.rule_mode, self.bound = batch_size, steps, cap, rule_mode, bound
+        self.uniform_updates = uniform_updates
         self.step = self.version = 0
         self.phase = "assembling"
         self.queue: deque[Settled] = deque()
@@ -166,17 +168,20 @@ class StepModel:
         return sorted((i.key, fate[k]) for i, k in self.items if k != "marker")
 
     def publish(self) -> None:
-        """The next step begins; the version moves on only when the step trained a group (docs/dispatch.md: a step
-        that trains none takes no update)."""
+        """The next step begins; the version moves on only when the step's objective is not zero (docs/dispatch.md: a
+        step that trains no group, or only uniform groups under a loss without a KL or entropy term, takes no
+        update)."""
         assert self.phase == "committed"
         trained = sum(k == "admitted" for _, k in self.items)
+        updates = any(k == "admitted" and (i.verdict == "trained" or (self.uniform_updates and i.verdict == "uniform"))
+                      for i, k in self.items)
         if self.rule_mode:
             self.open -= trained
         else:
             self.open -= len(self.items)
         self.items, self.counted, self.admitted = [], 0, 0
         self.step += 1
-        self.version += trained > 0
+        self.version += updates
         self.phase = "finished" if self.step >= self.steps else "assembling"
 
 

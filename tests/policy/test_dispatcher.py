@@ -3,6 +3,8 @@
 import pytest
 from dispatch_harness import Script, build, output_of
 
+from platoon.config import load_config
+from platoon.policy.dispatch_records import dispatch_config
 from platoon.policy.dispatcher import StartGroup, StepPhase
 from platoon.policy.permits import GrantPermit
 
@@ -222,6 +224,30 @@ def test_a_step_that_admits_nothing_keeps_the_version_and_warns_once():
     d.step_metrics(now=now)
     d.publish(now=now)
     assert (d.step, d.version) == (2, 0)
+
+
+@pytest.mark.parametrize("uniform_groups_update", [False, True])
+@pytest.mark.parametrize("passes", [[True, True], [False, False], [True, False]])
+def test_a_step_of_only_uniform_groups_keeps_the_version_unless_the_loss_trains_them(uniform_groups_update, passes):
+    # 0.4.0's rule: every advantage 0 is a zero objective (no optimizer update), unless the loss has a term that does
+    # not depend on the advantage (kl_coef, entropy_coef: DispatchConfig.uniform_groups_update).
+    d = build(batch_size=2, group_size=2, permits=100, max_staleness=None, steps=2,
+              uniform_groups_update=uniform_groups_update)
+    script = Script(d)
+    script.carry_out(d.start(now=0.0), 0.0)
+    while (step := d.take_step(now=1.0)) is None:
+        settle_all(d, script, lambda task: passes, 1.0)
+    assert len(step.groups) == 2
+    d.commit_step(now=1.0)
+    d.step_metrics(now=1.0)
+    script.carry_out(d.publish(now=1.0), 1.0)
+    assert d.version == (1 if uniform_groups_update or passes == [True, False] else 0)
+
+
+def test_dispatch_config_reads_the_loss():
+    assert dispatch_config(load_config(None, [])).uniform_groups_update is False
+    cfg = load_config(None, ["train.loss_fn_config.entropy_coef=0.01"])
+    assert dispatch_config(cfg).uniform_groups_update is True
 
 
 def test_a_short_step_warns_once_and_its_update_moves_the_version():

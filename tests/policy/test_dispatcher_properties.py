@@ -94,7 +94,8 @@ def build_spec(kw: dict) -> Dispatcher:
     config = DispatchConfig(batch_size=kw["batch_size"], steps=STEPS, max_concurrent_rollouts=kw["permits"],
                             permit_release=kw["release"], max_staleness=kw["k"],
                             entry_staleness={} if kw["bound_b"] is None else {"b": kw["bound_b"]},
-                            max_groups_per_step=kw["m"], label_limits=kw["limits"], teardown_wait_s=TEARDOWN_WAIT_S)
+                            max_groups_per_step=kw["m"], label_limits=kw["limits"], teardown_wait_s=TEARDOWN_WAIT_S,
+                            uniform_groups_update=kw["uniform_updates"])
     run_sampler, entry_samplers = SAMPLING[kw["sampling"]]
     samplers = SamplerSet(pool, run_sampler=run_sampler, run_options={}, entry_samplers=entry_samplers,
                           batch_size=kw["batch_size"], seed=kw["seed"])
@@ -146,7 +147,7 @@ class SpecMachine(RuleBasedStateMachine):
                 sampling=st.sampled_from(sorted(SAMPLING)), admission=st.sampled_from(sorted(ADMISSION)),
                 limits=st.dictionaries(st.sampled_from(["x", "y", "z"]), st.integers(1, 2)),
                 slots=st.sampled_from([None, 1, 2, 3]), bound_b=st.sampled_from([None, 0]),
-                m=st.sampled_from([1.0, 1.0, 1.5, 3.0]), seed=st.integers(0, 9))
+                m=st.sampled_from([1.0, 1.0, 1.5, 3.0]), seed=st.integers(0, 9), uniform_updates=st.booleans())
     def setup(self, **kw):
         self.kw = kw
         self.now = 0.0
@@ -157,7 +158,8 @@ class SpecMachine(RuleBasedStateMachine):
         self.rule_mode = kw["admission"] != "all"
         B, m = kw["batch_size"], kw["m"]
         cap = max(B, math.ceil(round(m * B, 9)))  # docs/group-admission.md
-        self.steps = StepModel(batch_size=B, steps=STEPS, cap=cap, rule_mode=self.rule_mode, bound=self.bound)
+        self.steps = StepModel(batch_size=B, steps=STEPS, cap=cap, rule_mode=self.rule_mode, bound=self.bound,
+                               uniform_updates=kw["uniform_updates"])
         self.slots = SlotModel(kw["slots"], TIMER_S)
         self.ledger = FateLedger()
         self.groups: dict[tuple[int, int], Group] = {}
@@ -315,7 +317,7 @@ class SpecMachine(RuleBasedStateMachine):
         versions = [mr.versions["main"][0] for mr in output.members if "main" in mr.versions] if output else []
         self.steps.settle(Settled(g.key, g.entry, "marker" if rejected else ("failed" if output is None else "admitted"),
                                   min(versions, default=g.version), datums, held=rejected and datums == 0,
-                                  window=self.steps.step))
+                                  window=self.steps.step, verdict="failed" if output is None else output.verdict))
 
     def rule_of(self, entry: str) -> str:
         run_rule, entry_rules = ADMISSION[self.kw["admission"]]
