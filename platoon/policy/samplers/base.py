@@ -87,14 +87,15 @@ class Row:
 @dataclass(frozen=True)
 class EntryInfo:
     """An environment entry with training tasks. ``weight`` is a float (``weight: tasks`` becomes its number of
-    tasks); ``index`` is its place among the entries that have training tasks."""
+    tasks; None, as a test may leave it, reads as that number too); ``index`` is its place among the entries that
+    have training tasks. The defaults are platoon 0.4.0's; the runtime always fills every field."""
 
     group_size: int
     success_threshold: float = 1.0
-    name: str = ""
-    weight: float = 1.0
+    name: str | None = None
+    weight: float | None = None
     seed: int = 0
-    index: int = 0
+    index: int | None = None
     task_ids: tuple[str, ...] = ()
 
 
@@ -211,6 +212,7 @@ class SamplerContext:
     ``task_ids`` is the sampler's whole pool, never a filtered list; ``decision`` its 0-based count; ``key`` the
     decision key; ``eligible(task_id)`` whether a task may be drawn now; ``stats`` a `TaskStatsView` for an adaptive
     sampler, None for a static one; ``step`` the committed training steps; ``versions`` ``{"main": version}``.
+    The fields may be given by position in that order (as 0.4.0's dataclass takes them) or by name.
     ``rng`` is a ``random.Random(key)`` built on first use. ``eligible_mask(ids)`` gives the eligibility of many
     tasks at once as a read-only numpy bool array (the runtime precomputes it for ``setup.unique_ids``).
     """
@@ -230,7 +232,6 @@ class SamplerContext:
 
     def __init__(
         self,
-        *,
         task_ids: Sequence[str],
         entry: str | None,
         decision: int,
