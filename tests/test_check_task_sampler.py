@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import types
@@ -163,17 +164,45 @@ def test_hash_seed_dependence_shows_only_in_the_subprocess_replays():
     assert "deterministic [run level, PYTHONHASHSEED=" in text and "hash()" in text
 
 
-class RegisteredRotating(Rotating):
-    pass
+REGISTERING_MODULE = """
+from platoon.experimental import Draw, Sampler, task_sampler
 
 
-def test_a_registered_name_resolves():
-    task_sampler("check-rotating")(RegisteredRotating)
+@task_sampler("check-rotating")
+class RegisteredRotating(Sampler):
+    def next(self, ctx):
+        return Draw(ctx.task_ids[ctx.decision % len(ctx.task_ids)], "rotate")
+"""
+
+
+def test_a_registered_name_resolves_and_replays_where_its_module_registers_it(tmp_path, monkeypatch):
+    """The replays import the class's module, which registers the name, then resolve the name (as 0.4.0's do)."""
+    (tmp_path / "registers_rotating.py").write_text(REGISTERING_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.delitem(sys.modules, "registers_rotating", raising=False)
     try:
+        import registers_rotating  # noqa: F401 - registers check-rotating
+
         check_task_sampler("check-rotating", levels=("run",), budget_ms=None)
     finally:
         registry.unregister("task_sampler", "check-rotating")
     assert "unknown task sampler 'check-rotating'" in failures("check-rotating")
+
+
+class RegisteredAtRunTime(Rotating):
+    pass
+
+
+def test_a_name_registered_only_at_run_time_fails_the_replays():
+    """No module registers it on import, so a new process cannot resolve it, as a run's next process could not."""
+    task_sampler("check-run-time")(RegisteredAtRunTime)
+    try:
+        text = failures("check-run-time", levels=("run",), budget_ms=None)
+    finally:
+        registry.unregister("task_sampler", "check-run-time")
+    assert "deterministic [run level, PYTHONHASHSEED=0]: the subprocess replay failed" in text
+    assert "unknown task sampler 'check-run-time'" in text
 
 
 @dataclass

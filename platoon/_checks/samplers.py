@@ -14,6 +14,7 @@ a plug-in author reads side by side with the failure message.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import os
@@ -373,7 +374,8 @@ def _cases(cls: type, name: str, levels: Sequence[str]) -> list[_Case]:
 
 
 def _pool_task_or_nothing(cls, options, case, pool, store, f) -> list[Any] | None:
-    """200 decisions per pattern; returns the all-eligible series (for the static check)."""
+    """200 decisions per pattern; returns the all-eligible series (for the static check), None when it had problems:
+    this check reports them, and the checks that build on the series do not report them again."""
     view = TaskStatsView(store, VERSION, live=True)
     patterns = (0, 1, 2) if cls.adaptive else (0,)
     series: list[Any] | None = None
@@ -387,7 +389,7 @@ def _pool_task_or_nothing(cls, options, case, pool, store, f) -> list[Any] | Non
                 problems.append(problem)
         if problems:
             f.add("pool-task-or-nothing", f"{case.where}, {PATTERNS[pattern]}", _summarise(problems))
-        if pattern == 0:
+        elif pattern == 0:
             series = answers
     if cls.adaptive:
         asker = _Asker(_member_for(cls, options, case, pool), pool, view)
@@ -427,13 +429,12 @@ def _state(cls, options, case, pool, f: _Failures) -> None:
     view = TaskStatsView(store, VERSION, live=True)
     original = _Asker(_member_for(cls, options, case, pool), pool, view)
     extra = synthetic_groups(pool, seed=1, start_seq=10_000)
-    problems = []
     for i in range(37):
-        problems += [p for p in [original.ask()[1]] if p]
-        if cls.adaptive:
-            problem = _feed(original.m, store, extra[4 * i : 4 * i + 4])
-            if problem:
-                problems.append(problem)
+        if original.ask()[1] is not None:
+            return  # pool-task-or-nothing reports it
+        if cls.adaptive and _feed(original.m, store, extra[4 * i : 4 * i + 4]) is not None:
+            return  # observe reports it
+    problems: list[str] = []
     try:
         state = original.m.sampler.state_dict()
         check_json(state)
@@ -575,9 +576,11 @@ def _deterministic(cls, options, case, pool, ref: str | None, f: _Failures) -> N
 def _replay_in_subprocess(
     ref: str, options: Any, case: _Case, hash_seed: str
 ) -> tuple[list[Any], str | None]:
-    env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    # The environment as it is, PYTHONPATH included, never this process's sys.path: a module that only a
+    # sys.path.insert makes importable fails the replay, as it fails a run's next process (and 0.4.0's replay).
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
     args = [sys.executable, "-m", "platoon._checks.samplers", ref, json.dumps(options or {}), case.level]
-    args += [case.entry or "", class_ref(resolve_task_sampler(ref))]
+    args += [case.entry or "", resolve_task_sampler(ref).__module__]
     try:
         done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, check=False)
     except subprocess.TimeoutExpired:
@@ -670,12 +673,10 @@ def _run_cases(cls, name, options, levels, ref, budget_ms, f: _Failures) -> None
 
 
 def _replay_main(argv: Sequence[str]) -> None:
-    ref, options, level, entry, where = argv[0], json.loads(argv[1]), argv[2], argv[3] or None, argv[4]
-    try:
-        cls = resolve_task_sampler(ref)
-    except ExtensionError:
-        # A name registered by code that this process has not run: import the class where it lives.
-        cls = resolve_task_sampler(where)
+    ref, options, level, entry, module = argv[0], json.loads(argv[1]), argv[2], argv[3] or None, argv[4]
+    # The class's module first, so that a name it registers resolves; then the reference itself, as given.
+    importlib.import_module(module)
+    cls = resolve_task_sampler(ref)
     name = ref if level == "run" else f"{ref}@{entry}"
     print(json.dumps(_series(cls, options, _Case(level, entry, name), fixture_pool())))
 

@@ -54,29 +54,32 @@ def posterior_params(m: Any, s: Any, f: Any) -> tuple[Any, Any]:
     return PRIOR_STRENGTH * m + s, PRIOR_STRENGTH * (1.0 - m) + f
 
 
-def pass_at(a: Any, b: Any, k: int) -> Any:
-    """``1 - prod_{i<k} (b+i)/(a+b+i)``: the posterior chance that some of k rollouts pass; 0 for ``k <= 0``.
+def pass_at(alpha: Any, beta: Any, k: int) -> Any:
+    """``1 - prod_{i<k} (beta+i)/(alpha+beta+i)``: the posterior chance that some of k rollouts pass; 0 for
+    ``k <= 0``.
 
-    ``a`` and ``b`` may be floats or numpy arrays (element-wise); ``pass_at(a, b, 1)`` is the mean ``a/(a+b)``.
+    ``alpha`` and ``beta`` (0.4.0's names) may be floats or numpy arrays (element-wise); ``pass_at(alpha, beta, 1)``
+    is the mean ``alpha/(alpha+beta)``.
     """
     if k <= 0:
-        return 0.0 * (a + b)
+        return 0.0 * (alpha + beta)
     fail_all = 1.0
     for i in range(int(k)):
-        fail_all = fail_all * ((b + i) / (a + b + i))
+        fail_all = fail_all * ((beta + i) / (alpha + beta + i))
     return 1.0 - fail_all
 
 
-def informative_at(a: Any, b: Any, k: int) -> Any:
-    """``max(0, pass_at(a, b, k) - prod_{i<k} (a+i)/(a+b+i))``, i.e. ``E[1 - p^k - (1-p)^k]``, p ~ Beta(a, b).
+def informative_at(alpha: Any, beta: Any, k: int) -> Any:
+    """``max(0, pass_at(alpha, beta, k) - prod_{i<k} (alpha+i)/(alpha+beta+i))``, i.e. ``E[1 - p^k - (1-p)^k]``,
+    p ~ Beta(alpha, beta).
 
     The chance that a group of k mixes passes and failures (so that it trains). It is 0 for ``k = 1`` apart from
     rounding, hence the clamp. Element-wise on numpy arrays.
     """
     pass_all = 1.0
     for i in range(max(int(k), 0)):
-        pass_all = pass_all * ((a + i) / (a + b + i))
-    mixed = pass_at(a, b, k) - (pass_all if k > 0 else 0.0)
+        pass_all = pass_all * ((alpha + i) / (alpha + beta + i))
+    mixed = pass_at(alpha, beta, k) - (pass_all if k > 0 else 0.0)
     return np.maximum(mixed, 0.0) if isinstance(mixed, np.ndarray) else max(0.0, float(mixed))
 
 

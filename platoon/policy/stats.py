@@ -1,6 +1,6 @@
-"""Per-task statistics: the store (``TaskStore``), read through this one module.
+"""Per-task statistics: the store (``TaskStatsStore``, 0.4.0's name), read through this one module.
 
-What this module owns: the ``TaskStore`` that routes settles, draws and fates to the totals of the run, each entry,
+What this module owns: the ``TaskStatsStore`` that routes settles, draws and fates to the totals of the run, each entry,
 each label and each task, answers the posterior and count reads, and writes and loads its part of a snapshot; and
 the store's constants (``NO_EVIDENCE_LIMIT``, ``HISTORY``, ``MEANS``, ``SNAPSHOT_FORMAT``). The rest of the
 statistics lives beside it, and this module re-exports it, so that a reader imports one name:
@@ -69,7 +69,8 @@ MEANS = ("steps", "output_tokens", "seconds", "reward")
 __all__ = [  # the records', totals' and formulas' names too: the statistics are read through this one module
     "BANDS", "FATES", "HALF_LIFE_VERSIONS", "HISTORY", "KINDS", "MAIN", "MEANS", "NO_EVIDENCE_LIMIT",
     "PRIOR_STRENGTH", "SNAPSHOT_FORMAT", "VERDICTS", "DecayedCounts", "DecayedMean", "EntrySettings", "GroupRecord",
-    "GroupSummary", "GroupTotals", "MemberResult", "TaskCountArrays", "TaskCounts", "TaskStats", "TaskStore", "band",
+    "GroupSummary", "GroupTotals", "MemberResult", "TaskCountArrays", "TaskCounts", "TaskStats", "TaskStatsStore",
+    "TaskStore", "band",
     "decay", "informative_at", "pass_at",
 ]
 
@@ -79,6 +80,13 @@ class EntrySettings(NamedTuple):
 
     group_size: int
     success_threshold: float = 1.0
+
+
+def _entry_settings(value: Any) -> EntrySettings:
+    """An entry's settings from an `EntryInfo` (anything with ``group_size`` and ``success_threshold``) or a pair."""
+    if hasattr(value, "group_size"):
+        return EntrySettings(int(value.group_size), float(value.success_threshold))
+    return EntrySettings(*value)
 
 
 class _TaskRecord:
@@ -97,12 +105,16 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-class TaskStore:
+class TaskStatsStore:
     """The per-task statistics of one pool: totals of the run, each entry, each label and each task.
 
     ``tasks`` lists ``(task_id, entry, label)`` in pool order; a repeated id keeps its first row's entry and label.
-    ``entries`` gives each configured entry's group size and success threshold; ``group_size`` is the run's (for
-    tasks without an entry).
+    ``entries`` gives each configured entry's group size and success threshold: an `EntryInfo` (as platoon 0.4.0's
+    store takes it), an `EntrySettings` or a ``(group_size, success_threshold)`` pair; ``group_size`` is the run's
+    (for tasks without an entry; None: the first entry's).
+
+    The reads a sampler or a test makes have 0.4.0's names: ``counts``, ``task``, ``entry``, ``label``, ``labels``,
+    ``task_ids``, ``posterior``, ``threshold``, ``group_size`` and ``outstanding``.
 
     ``settle(record)`` clears the prior cache; a task outside the pool updates the run totals only, else the task,
     the run, its entry (if known) and its label (if not None). Draws are keyed ``(start, seq)``: ``draw`` marks one
@@ -113,12 +125,12 @@ class TaskStore:
     def __init__(
         self,
         tasks: Sequence[tuple[str, str | None, str | None]],
-        entries: Mapping[str, EntrySettings | tuple[int, float]] | None = None,
+        entries: Mapping[str, Any] | None = None,
         *,
         column: str = "_platoon_environment",
         group_size: int | None = None,
     ) -> None:
-        self.entries = {str(k): EntrySettings(*v) for k, v in (entries or {}).items()}
+        self.entries = {str(k): _entry_settings(v) for k, v in (entries or {}).items()}
         self.column = column
         first = next(iter(self.entries.values()), None)
         self.group_size_run = int(
@@ -159,14 +171,17 @@ class TaskStore:
         self.label_totals = {label: GroupTotals() for label in self._labels}
         self._outstanding: dict[tuple[int, int], tuple[str, int | None]] = {}
         self._prior_cache: dict[tuple[int, float], float] = {}
+        # Each task's TaskCounts as last read, dropped whenever one of its count fields changes (`_changed`): a
+        # decision reads every task's, and a dict hit is several times cheaper than five numpy scalar reads.
+        self._counts: dict[str, TaskCounts] = {}
         # Positions with draws outstanding, and without evidence: few, so samplers read them sparsely.
         self._busy: set[int] = set()
         self._no_evidence: set[int] = set()
 
-    def fresh(self) -> TaskStore:
+    def fresh(self) -> TaskStatsStore:
         """An empty store over the same pool."""
         tasks = list(zip(self.ids, self._task_entry, self._task_label, strict=True))
-        return TaskStore(tasks, self.entries, column=self.column, group_size=self.group_size_run)
+        return TaskStatsStore(tasks, self.entries, column=self.column, group_size=self.group_size_run)
 
     # -- reads
     def __contains__(self, task_id: object) -> bool:
@@ -191,8 +206,36 @@ class TaskStore:
         settings = self.entries.get(entry) if entry is not None else None
         return settings.group_size if settings else self.group_size_run
 
+    def task_ids(self) -> tuple[str, ...]:
+        """Every task of the pool, in pool order (each id once)."""
+        return self.ids
+
+    def entry(self, name: str) -> GroupTotals:
+        """A copy of what entry ``name``'s groups add up to; KeyError for an entry it does not know."""
+        return self.entry_totals[name].copy()
+
+    def label(self, label: str) -> GroupTotals:
+        """A copy of what the groups of the tasks labelled ``label`` add up to; KeyError for an unknown label."""
+        return self.label_totals[label].copy()
+
+    @property
+    def outstanding(self) -> list[tuple[int, int, str, int | None]]:
+        """The draws no committed step has consumed: ``(start, seq, task_id, position)`` each, in draw order."""
+        return self.outstanding_draws()
+
     def counts(self, task_id: str) -> TaskCounts:
-        """The cheap read of one task; KeyError for a task outside the pool."""
+        """The cheap read of one task (cached until the task's counts change); KeyError for a task outside the
+        pool."""
+        found = self._counts.get(task_id)
+        if found is None:
+            found = self._counts[task_id] = self._read_counts(task_id)
+        return found
+
+    def _changed(self, i: int) -> None:
+        """Task ``i``'s count fields changed: its cached `TaskCounts` is stale."""
+        self._counts.pop(self.ids[i], None)
+
+    def _read_counts(self, task_id: str) -> TaskCounts:
         i = self._index[task_id]
         v = self._ev_v[i]
         return TaskCounts(
@@ -204,7 +247,7 @@ class TaskStore:
             None if math.isnan(v) else int(v),
         )
 
-    def task_stats(self, task_id: str) -> TaskStats:
+    def task(self, task_id: str) -> TaskStats:
         """A full copy of one task's statistics; KeyError for a task outside the pool."""
         i = self._index[task_id]
         rec = self._records.get(i) or _TaskRecord()
@@ -224,6 +267,8 @@ class TaskStore:
             history=tuple(rec.history),
             means={k: m.copy() for k, m in rec.means.items()},
         )
+
+    task_stats = task  # the older spelling, kept while other branches still call it (see the lead's merge note)
 
     def prior_centre(self, entry: str | None, now: float) -> float:
         """``m = (1 + P) / (2 + P + F)`` from the entry's decayed totals at ``now`` (the run's without an entry)."""
@@ -424,8 +469,9 @@ class TaskStore:
         d = rec.totals.decayed
         self._ev_p[i], self._ev_f[i] = d.passes, d.fails
         self._ev_v[i] = np.nan if d.version is None else d.version
+        self._changed(i)
 
-    def draw(self, start: int, seq: int, task_id: str, position: int | None) -> None:
+    def draw(self, start: int, seq: int, task_id: str, position: int | None = None) -> None:
         """Mark draw ``(start, seq)`` outstanding; a key already outstanding is a ValueError."""
         key = (int(start), int(seq))
         if key in self._outstanding:
@@ -437,6 +483,7 @@ class TaskStore:
             self._drawn[i] += 1
             self._outstanding_n[i] += 1
             self._busy.add(i)
+            self._changed(i)
 
     def fate(self, start: int, seq: int, fate: str, task_id: str | None = None) -> str | None:
         """Give draw ``(start, seq)`` its fate; returns the task it names (``task_id`` if it was not outstanding)."""
@@ -448,6 +495,7 @@ class TaskStore:
             i = self._index.get(task_id)
             if i is not None and self._outstanding_n[i] > 0:
                 self._outstanding_n[i] -= 1
+                self._changed(i)
                 if self._outstanding_n[i] == 0:
                     self._busy.discard(i)
         i = self._index.get(task_id) if task_id is not None else None
@@ -483,6 +531,7 @@ class TaskStore:
         self._outstanding = {}
         self._outstanding_n[:] = 0
         self._busy = set()
+        self._counts.clear()
         for s, q, task_id, position in draws:
             key = (int(s), int(q))
             if key in self._outstanding:
@@ -588,3 +637,8 @@ class TaskStore:
             self._outstanding[(int(s), int(q))] = (str(task_id), None if position is None else int(position))
         self._busy = set(np.flatnonzero(self._outstanding_n > 0).tolist())
         self._no_evidence = set(np.flatnonzero(self._nestreak >= NO_EVIDENCE_LIMIT).tolist())
+        self._counts.clear()
+
+
+TaskStore = TaskStatsStore
+"""The older name of `TaskStatsStore` (0.4.0's, the public one), kept while other branches still import it."""

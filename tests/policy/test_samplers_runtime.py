@@ -206,6 +206,26 @@ def test_a_refused_static_answer_falls_back_to_key_modulo_rows():
     assert "not in its pool" in s.take_warnings()[0]
 
 
+class BadDraws(Sampler):
+    """Answers Draws with a reason or a score that cannot be recorded, in turn with good ones."""
+
+    BAD = ({"reason": ""}, {"reason": "x" * 65}, {"score": True}, {"score": float("nan")})
+
+    def next(self, ctx):
+        bad = self.BAD[ctx.decision // 2 % len(self.BAD)] if ctx.decision % 2 else {}
+        return Draw(ctx.task_ids[0], **{"reason": "custom", **bad})
+
+
+def test_an_unrecordable_reason_or_score_is_refused_by_the_runtime_not_in_next():
+    p = pool()
+    s = sset(p, run="weighted", entries={"a": (f"{HERE}:BadDraws", {})})
+    a_bounds = [b for b in (s.static_decision(pos) for pos in range(24)) if b.row.entry == "a"]
+    assert [b.reason for b in a_bounds] == ["custom", "fallback"] * 4
+    (warning,) = s.take_warnings()  # logged once per sampler and kind
+    assert f"task sampler {HERE}:BadDraws@a: answered Draw(task_id='a0', reason=''" in warning
+    assert "a draw's reason is a non-empty string of at most 64 characters" in warning and "falling back" in warning
+
+
 def test_a_failing_slot_sampler_falls_back_by_weight_and_the_draw_is_the_runs():
     p = pool()
     rec = StatsRecorder.for_pool(p)

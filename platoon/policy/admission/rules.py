@@ -17,7 +17,6 @@ Rules it keeps:
 
 from __future__ import annotations
 
-import abc
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -86,24 +85,26 @@ class GroupAdmission(Protocol):
     def admit(self, group: GroupRecord, stats: TaskStatsView) -> Admission | bool: ...
 
 
-class AdmissionRule(abc.ABC):
-    """Base class of a group admission rule.
+class AdmissionRule:
+    """Optional base class of a group admission rule (any class of the `GroupAdmission` protocol resolves too).
 
     Contract: ``admit(group, stats)`` is one synchronous call that returns an ``Admission`` or a bool, reads only
     its arguments and ``self.options``, and keeps no state between calls. ``options_schema`` (a pydantic model, a
     dataclass, a parsing function that raises ValueError, or None for "takes no options") parses the config's
     options before ``__init__`` sees them. ``check(options, ctx)`` refuses a config by raising ValueError.
+    A subclass that does not implement ``admit`` builds, and raises NotImplementedError when asked (as in 0.4.0),
+    which the runtime treats as any failing rule: the group is admitted and the failure logged once.
     """
 
     options_schema: Any = None
 
-    def __init__(self, setup: AdmissionSetup, options: Any) -> None:
+    def __init__(self, setup: AdmissionSetup, options: Any = None) -> None:
         self.setup = setup
         self.options = options
 
-    @abc.abstractmethod
     def admit(self, group: GroupRecord, stats: TaskStatsView) -> Admission | bool:
         """The verdict on ``group``, settled; ``stats`` is the per-task statistics as of their last flush."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement admit(group, stats)")
 
     @staticmethod
     def check(options: Any, ctx: AdmissionCheckContext) -> None:

@@ -60,7 +60,10 @@ def accept(
         task_id = setup.task_ids[index]
     elif isinstance(answer, str | Draw):
         draw = Draw(answer) if isinstance(answer, str) else answer
-        reason, score = check_reason(draw.reason), check_score(draw.score)
+        try:  # judged here, where the answer is accepted: Draw itself takes whatever it is given (as in 0.4.0)
+            reason, score = check_reason(draw.reason), check_score(draw.score)
+        except ValueError as exc:
+            raise ValueError(f"answered {draw!r}, which it may not: {exc}") from None
         task_id = draw.task_id
         first = setup.first_index.get(task_id) if isinstance(task_id, str) else None
         if first is None:

@@ -4,8 +4,9 @@ Owns `Draw`, `Slot`, `EntryInfo`, `SamplerSetup`, `SamplerContext`, `TaskStatsVi
 `decision_key` and `SamplerError`. It keeps these rules:
 - a decision's randomness comes only from its key: ``decision_key(seed, name, decision)``, the first 16 bytes of
   ``sha256(f"{seed}:{name}:{decision}")`` read big-endian, so it depends on no process hash seed and no clock;
-- a sampler is asked one synchronous question at a time; its answer is checked by the runtime (`runtime.py`), never
-  trusted: a reason is a non-empty string of at most 64 characters, a score None or a finite real (not a bool).
+- a sampler is asked one synchronous question at a time; its answer is checked by the runtime (`answers.accept`),
+  never trusted and never in the answer's constructor: a reason is a non-empty string of at most 64 characters, a
+  score None or a finite real (not a bool).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -56,17 +57,15 @@ def check_score(score: object) -> float | None:
 
 @dataclass(frozen=True)
 class Draw:
-    """A sampler's answer: draw ``task_id`` (the first pool row with that id), saying why and how it scored it."""
+    """A sampler's answer: draw ``task_id`` (the first pool row with that id), saying why and how it scored it.
+
+    Built as given: the runtime judges it when it accepts the answer (``answers.accept``), so a reason or a score
+    that cannot be recorded is refused there, with the decision's fallback, never raised inside the sampler's
+    ``next`` (as platoon 0.4.0 does)."""
 
     task_id: str
     reason: str = "order"
     score: float | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.task_id, str):
-            raise ValueError(f"a draw's task_id is a string, got {self.task_id!r}")
-        check_reason(self.reason)
-        check_score(self.score)
 
 
 @dataclass(frozen=True)
@@ -88,14 +87,15 @@ class Row:
 @dataclass(frozen=True)
 class EntryInfo:
     """An environment entry with training tasks. ``weight`` is a float (``weight: tasks`` becomes its number of
-    tasks); ``index`` is its place among the entries that have training tasks."""
+    tasks; None, as a test may leave it, reads as that number too); ``index`` is its place among the entries that
+    have training tasks. The defaults are platoon 0.4.0's; the runtime always fills every field."""
 
     group_size: int
     success_threshold: float = 1.0
-    name: str = ""
-    weight: float = 1.0
+    name: str | None = None
+    weight: float | None = None
     seed: int = 0
-    index: int = 0
+    index: int | None = None
     task_ids: tuple[str, ...] = ()
 
 
@@ -212,6 +212,7 @@ class SamplerContext:
     ``task_ids`` is the sampler's whole pool, never a filtered list; ``decision`` its 0-based count; ``key`` the
     decision key; ``eligible(task_id)`` whether a task may be drawn now; ``stats`` a `TaskStatsView` for an adaptive
     sampler, None for a static one; ``step`` the committed training steps; ``versions`` ``{"main": version}``.
+    The fields may be given by position in that order (as 0.4.0's dataclass takes them) or by name.
     ``rng`` is a ``random.Random(key)`` built on first use. ``eligible_mask(ids)`` gives the eligibility of many
     tasks at once as a read-only numpy bool array (the runtime precomputes it for ``setup.unique_ids``).
     """
@@ -231,7 +232,6 @@ class SamplerContext:
 
     def __init__(
         self,
-        *,
         task_ids: Sequence[str],
         entry: str | None,
         decision: int,
@@ -317,8 +317,20 @@ class Sampler:
         self.__dict__.setdefault("_platoon_warnings", []).append(str(message))
 
 
-TaskSampler = Sampler
-"""Another name for `Sampler`."""
+@runtime_checkable
+class TaskSampler(Protocol):
+    """What the runtime calls of a sampler, whatever its base class: a duck-typed class with ``adaptive``,
+    ``next(ctx)``, ``state_dict()`` and ``load_state_dict(state)`` passes ``isinstance(x, TaskSampler)`` (a runtime
+    check of those names only). `Sampler` is the optional base class that supplies the rest (``entry_slots``,
+    ``options_schema``, ``observe``, ``metrics``, ``check``)."""
+
+    adaptive: ClassVar[bool]
+
+    def next(self, ctx: SamplerContext) -> Draw | Slot | str | None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
 
 __all__ = [
     "LEVELS",
