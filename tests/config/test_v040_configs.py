@@ -40,7 +40,11 @@ def problem_paths(stdout: str) -> list[str]:
     """The key paths of the problems `config validate` printed for one file (its warnings left out)."""
 
     lines = stdout.splitlines()[1:]
-    return [match["path"] for line in lines if not line.startswith("  warning:") and (match := PROBLEM.match(line))]
+    return [
+        match["path"]
+        for line in lines
+        if not line.startswith("  warning:") and (match := PROBLEM.match(line))
+    ]
 
 
 def reported(expected: dict, paths: list[str]) -> bool:
