@@ -6,6 +6,8 @@ checkpoint ``checkpoints/<step>/`` holds
 - ``tasks/dispatch-<step>.json``: the dispatcher's format-2 state (``dispatch_state.state_dict``), whose ``exact``
   section carries the settled, unconsumed groups with their datums, so that a resume trains them first;
 - ``tasks/state-<step>.json``: the per-task statistics' snapshot (absent once the recorder stopped);
+- ``tasks/kept-<step>.json.gz``: the same settled groups as platoon 0.4.0 writes them (``platoon.runs.kept``), when
+  there are any, so that 0.4.0 reads the dispatch state too;
 - ``trainer.pt``: the trainer's state (model, optimizer, generator, step count) as bytes;
 
 and its row in ``checkpoints.jsonl`` records ``batch`` (the steps done) and ``policy_version`` (the steps that

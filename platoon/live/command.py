@@ -46,6 +46,7 @@ from platoon.runs.resume import (
     check_steps,
     planned_steps,
 )
+from platoon.runs.rundir import LOCK_BASE_KEYS
 from platoon.runs.writer import stale_note
 
 __all__ = ["EvalReport", "TrainError", "TrainUsageError", "evaluate", "load_train_config", "resume_run", "start_run",
@@ -253,6 +254,98 @@ def _resume(run_dir: LiveRunDir, path: Path, steps: int | None, log: Any,
     return live, run_dir, point.name
 
 
+#: The keys a resume of a platoon 0.4.0 run may set beside ``--resume``: where the weights are and how they are
+#: prompted (the Tinker service's part); everything else is the run's own config.
+V040_RESUME_KEYS = ("train.model_name", "train.renderer_name")
+
+
+def _is_v040(path: Path) -> bool:
+    from platoon.runs.v040 import is_v040_run
+
+    return Path(path).is_dir() and is_v040_run(path)
+
+
+def resume_v040_run(path: Path, overrides: Sequence[str] = (), *, steps: int | None = None, log: Any = None,
+                    **build: Any) -> tuple[LiveRun, LiveRunDir, None]:
+    """Set up a start of this platoon that goes on from the run platoon 0.4.0 wrote in ``path``
+    (docs/migrating-from-0.4.md, "Resuming a 0.4.0 run"), holding its writer lock (the caller releases it).
+
+    The config is 0.4.0's ``config.resolved.yaml`` with ``overrides`` of :data:`V040_RESUME_KEYS` only (others:
+    TrainUsageError); the start number is one more than the largest its rows name; the dispatcher goes on from the
+    newest dispatch state that reads (``v040_resume``: samplers where they stood, outstanding draws drawn again, kept
+    groups trained first when the model reads 0.4.0's token ids, else drawn again). The weights 0.4.0 trained live on
+    the Tinker service: training goes on from ``train.model_name``'s, at 0.4.0's policy version, and a warning
+    says so. ``lock.json`` gets this platoon's keys beside 0.4.0's (every one of 0.4.0's kept as it was); 0.4.0's
+    other files are left as they are; the run's checkpoints, ``metrics.jsonl`` and events are this platoon's from
+    here on."""
+    from platoon.runs.v040 import V040_CONFIG, tokenizer_matches, v040_model_name, v040_resume
+
+    log = log or (lambda level, message: None)
+    bad = [o for o in overrides if o.split("=", 1)[0].strip() not in V040_RESUME_KEYS]
+    if bad:
+        raise TrainUsageError(f"--resume of a platoon 0.4.0 run takes only {' and '.join(V040_RESUME_KEYS)} beside "
+                              f"it (the rest is the run's own config, {V040_CONFIG}), not: {', '.join(bad)}")
+    cfg = load_train_config(Path(path) / V040_CONFIG, overrides, steps, out=Path(path))
+    try:
+        run_dir = LiveRunDir.claim(path)
+    except CorruptFileError as exc:
+        raise TrainError(f"cannot resume {path}: {exc}") from None
+    try:
+        return _resume_v040(run_dir, Path(path), cfg, log, build, v040_resume=v040_resume,
+                            same=tokenizer_matches(v040_model_name(path), cfg.train.model_name))
+    except BaseException:
+        run_dir.release()
+        raise
+
+
+def _resume_v040(run_dir: LiveRunDir, path: Path, cfg: RunConfig, log: Any, build: dict[str, Any], *,
+                 v040_resume: Any, same: bool) -> tuple[LiveRun, LiveRunDir, None]:
+    from platoon.live.checkpoint import next_start_number
+    from platoon.runs import read_checkpoint_rows
+
+    try:
+        taken = v040_resume(run_dir.rd, same_tokenizer=same)
+    except CheckpointError as exc:
+        raise TrainError(f"cannot resume {path}: {exc}") from None
+    step = int(taken.row.get("batch") or 0)
+    version = int(taken.state.get("policy_version") or 0)
+    start = next_start_number(read_checkpoint_rows(run_dir.rd))
+    live = build_live(cfg, start=start, version=version, **build)
+    if step >= live.policy.driver.steps:
+        raise TrainUsageError(f"checkpoint {taken.row.get('name')} of {path} has done {step} steps, all its config "
+                              f"plans: give a larger total with --steps N")
+    if same and (vocab := getattr(live.model, "vocab_size", None)) is not None:
+        taken = v040_resume(run_dir.rd, same_tokenizer=True, vocab_size=int(vocab))
+
+    # decided: from here on the resume changes the run
+    records = resolve_components(cfg, workflow_gives_verdicts=workflow_gives_verdicts(
+        build.get("workflow_cls", GroupRolloutWorkflow)))
+    v040_lock = {k: v for k, v in run_dir.rd.read_lock().items() if k not in LOCK_BASE_KEYS}
+    run_dir.rd.write_lock(cfg.model_dump(mode="json"), [r.to_json() for r in records],
+                          {**v040_lock, "runtime": "live", "steps": live.policy.driver.steps})
+    run_dir.keep = cfg.checkpoint.keep_recovery
+    log("warning", f"resuming platoon 0.4.0's run {path} from checkpoint {taken.row.get('name')} (step {step}): "
+                   f"its weights live on the Tinker service ({taken.row.get('state_path')}), so training goes on "
+                   f"from {cfg.train.model_name}'s weights, as policy version {version}")
+    for note in taken.warnings:
+        log("warning", note)
+    d = live.dispatcher
+    if taken.snapshot is not None:
+        try:
+            d.recorder.load_snapshot(dict(taken.snapshot))
+        except ValueError as exc:
+            log("warning", f"the per-task statistics of checkpoint {taken.row.get('name')} do not load ({exc}); "
+                           "they start empty")
+            d.recorder.replace_outstanding([tuple(o) for o in taken.state.get("outstanding", [])])
+    for warning in dispatch_state.sampling_changes(d, taken.state):
+        log("warning", f"the sampling changed since checkpoint {taken.row.get('name')}: {warning}")
+    for warning in dispatch_state.resume(d, taken.state, step=step):
+        log("warning", warning)
+    if taken.kept:
+        log("info", f"{taken.kept} group(s) that 0.4.0 kept train first")
+    return live, run_dir, None
+
+
 def _load_statistics(live: LiveRun, run_dir: LiveRunDir, point: Any, log: Any) -> str | None:
     """Load the checkpoint's statistics (or an older checkpoint's, or none) into the fresh dispatcher's recorder;
     what was lost goes to the log and lock.json's ``tasks_state_lost``. Returns the problem (None: nothing lost).
@@ -291,7 +384,13 @@ def train(config: Path | None = None, overrides: Sequence[str] = (), *, out: Pat
     """``platoon train``: a new run (or ``resume``) to the end of its plan; returns the run directory. A resume of
     a finished run prints so and returns at once."""
     notes: list[tuple[str, str]] = []
-    if resume is not None:
+    if resume is not None and _is_v040(resume):
+        if config is not None:
+            raise TrainUsageError("--resume takes the run's own config: give no CONFIG with it")
+        live, run_dir, name = resume_v040_run(resume, overrides, steps=steps,
+                                              log=lambda level, m: notes.append((level, m)), **build)
+        path = resume
+    elif resume is not None:
         if config is not None or overrides:
             raise TrainUsageError("--resume takes the run's own config: give no CONFIG or --set with it")
         try:

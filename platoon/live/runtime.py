@@ -42,6 +42,7 @@ from platoon.policy.outputs import GroupOutput, TrainStep
 from platoon.policy.permits import GrantPermit
 from platoon.policy.start_limit import SlotGranted
 from platoon.runs import checkpoint_name, metrics_row
+from platoon.runs.kept import add_kept_file
 
 log = logging.getLogger("platoon.live")
 Logger = Callable[[str, str], None]
@@ -419,6 +420,7 @@ class LiveRuntime:
         assert self.run_dir is not None
         data = await asyncio.to_thread(self.trainer_state) if self.trainer_state is not None else None
         files, row = self.driver.checkpoint(checkpoint_name(done), done)
+        add_kept_file(files, row, checkpoint_name(done))
         row["clock_s"] = self.now()  # at or after every row and event logged so far: a resume's clock goes on here
         if data is not None:
             files[TRAINER_FILE] = data

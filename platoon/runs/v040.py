@@ -31,6 +31,7 @@ from typing import Any
 
 from platoon.runs.checkpoints import CheckpointError, kept_rows
 from platoon.runs.jsonl import read_jsonl
+from platoon.runs.kept import live_datum
 from platoon.runs.rundir import PathLike, RunDir, as_run_dir
 
 #: The file 0.4.0 writes its resolved config to.
@@ -38,14 +39,6 @@ V040_CONFIG = "config.resolved.yaml"
 #: The dispatch state formats 0.4.0 writes and reads; the kept-groups file's format.
 V040_DISPATCH_FORMATS = (1, 2)
 V040_KEPT_FORMAT = 1
-
-#: 0.4.0's class paths of its built-in task samplers -> this platoon's class paths of the same samplers.
-V040_SAMPLER_CLASSES = {
-    "platoon.train.samplers:WeightedSampler": "platoon.policy.samplers.weighted:WeightedSampler",
-    "platoon.train.samplers:UniformSampler": "platoon.policy.samplers.uniform:UniformSampler",
-    "platoon.train.samplers:PassRateSampler": "platoon.policy.samplers.pass_rate:PassRateSampler",
-}
-
 
 def is_v040_row(row: Mapping[str, Any]) -> bool:
     """Whether a ``checkpoints.jsonl`` row is one platoon 0.4.0 wrote: it has a ``name`` and no ``files``."""
@@ -137,8 +130,8 @@ def v040_policy_version(row: Mapping[str, Any]) -> int:
 
 def read_v040_dispatch(run_dir: RunDir | PathLike, row: Mapping[str, Any]) -> dict:
     """The dispatcher state a 0.4.0 checkpoint row names (``dispatch``), as this platoon's resume reads a format-2
-    state: 0.4.0's class paths of its built-in samplers become this platoon's (a custom sampler's stay as they
-    are), and ``policy_version`` comes from the row. Its ``kept`` record is left as 0.4.0 wrote it (see
+    state (its samplers' records name the built-in samplers by 0.4.0's class paths, which the sampler runtime takes
+    as its own), with ``policy_version`` from the row. Its ``kept`` record is left as 0.4.0 wrote it (see
     :func:`read_v040_kept`). Raises CheckpointError naming the file when it does not read."""
     rd = as_run_dir(run_dir)
     record = row.get("dispatch")
@@ -148,20 +141,8 @@ def read_v040_dispatch(run_dir: RunDir | PathLike, row: Mapping[str, Any]) -> di
     if state.get("format") not in V040_DISPATCH_FORMATS:
         raise CheckpointError(f"{record['file']}: dispatcher state format {state.get('format')!r} is not one of "
                               f"{V040_DISPATCH_FORMATS}", path=rd.path / str(record["file"]))
-    samplers = state.get("samplers")
-    if isinstance(samplers, Mapping):
-        state["samplers"] = {
-            "run": _our_sampler_record(samplers.get("run")),
-            "entries": {label: _our_sampler_record(rec) for label, rec in (samplers.get("entries") or {}).items()},
-        }
     state["policy_version"] = v040_policy_version(row)
     return state
-
-
-def _our_sampler_record(rec: Any) -> Any:
-    if isinstance(rec, Mapping) and rec.get("class") in V040_SAMPLER_CLASSES:
-        return {**rec, "class": V040_SAMPLER_CLASSES[rec["class"]]}
-    return rec
 
 
 def read_v040_kept(run_dir: RunDir | PathLike, kept: Mapping[str, Any]) -> list[dict]:
@@ -189,7 +170,6 @@ def read_v040_config(run_dir: RunDir | PathLike) -> Path:
 
 __all__ = [
     "V040_CONFIG",
-    "V040_SAMPLER_CLASSES",
     "V040Resume",
     "V040Snapshot",
     "is_v040_row",
@@ -199,6 +179,8 @@ __all__ = [
     "read_v040_dispatch",
     "read_v040_file",
     "read_v040_kept",
+    "tokenizer_matches",
+    "v040_model_name",
     "v040_resume",
     "v040_policy_version",
 ]
@@ -207,23 +189,31 @@ __all__ = [
 @dataclass(frozen=True)
 class V040Resume:
     """What a resume from a 0.4.0 run takes up (:func:`v040_resume`): the checkpoint row, the dispatcher state as
-    this platoon's resume reads it, the statistics snapshot (None when none reads), and what it could not take up,
-    one line each."""
+    this platoon's resume reads it, the statistics snapshot (None when none reads), what it could not take up, one
+    line each, and how many kept groups it trains (``kept``) and draws again (``reissued``)."""
 
     row: dict
     state: dict
     snapshot: dict | None
     warnings: list[str]
+    kept: int = 0
+    reissued: int = 0
 
 
-def v040_resume(run_dir: RunDir | PathLike) -> V040Resume:
+def v040_resume(run_dir: RunDir | PathLike, *, same_tokenizer: bool = False,
+                vocab_size: int | None = None) -> V040Resume:
     """The newest checkpoint of a 0.4.0 run whose dispatcher state reads back, ready for this platoon's resume by
-    reissue: samplers at their saved counts and states, the outstanding draws, waiting draws and tokens as saved.
+    reissue (``dispatch_state.resume``): samplers at their saved counts and states, the outstanding draws, waiting
+    draws and tokens as saved.
 
-    0.4.0's kept groups hold Tinker datums (token ids and loss inputs of the model its Tinker service trained, with
-    that model's tokenizer), which this platoon's trainer cannot train; so they are not trained but drawn again,
-    in ``(start, seq)`` order with the other outstanding draws, and a warning says how many and why. Their settled
-    records are already counted in the snapshot. Raises CheckpointError when no checkpoint's state reads."""
+    0.4.0's kept groups hold Tinker datums: the token ids and loss inputs of the model its Tinker service trained.
+    With ``same_tokenizer`` (the resumed run's model reads the same token ids: :func:`tokenizer_matches`) each group
+    whose datums map to live datums (``platoon.runs.kept.live_datum``, ids below ``vocab_size``), or that failed,
+    is kept: it goes where this platoon's own state keeps its settled groups (``exact.queue``, the only part of
+    ``exact`` that resume reads; ``kept.groups`` names them), and the steps train it first. Every other kept group
+    (all of them without ``same_tokenizer``: their outcomes are another model's) is drawn again, in ``(start,
+    seq)`` order with the other outstanding draws, and a warning says how many and why. Their settled records are
+    already counted in the snapshot. Raises CheckpointError when no checkpoint's state reads."""
     rd = as_run_dir(run_dir)
     notes: list[str] = []
     for row in kept_rows(rd):
@@ -235,18 +225,104 @@ def v040_resume(run_dir: RunDir | PathLike) -> V040Resume:
             notes.append(f"passed over checkpoint {row.get('name', '?')}: {exc}")
             continue
         warnings = list(notes)
-        kept = state.get("kept")
-        if isinstance(kept, Mapping) and kept.get("groups"):
-            warnings.append(
-                f"checkpoint {row.get('name')}: its {len(kept['groups'])} kept group(s) hold platoon 0.4.0's Tinker "
-                "datums (another model's tokens), which this trainer cannot train: their tasks are drawn again")
-        state["kept"] = None
+        items, reissued = _kept_items(rd, row, state, same_tokenizer, vocab_size, warnings)
+        state["kept"] = {"groups": [item["key"] for item in items]} if items else None
+        state["exact"] = {"queue": items}
         snapshot = None
         if isinstance(row.get("tasks"), Mapping):
             try:
                 snapshot = _json_object(rd, row["tasks"], read_v040_file(rd, row["tasks"]))
             except CheckpointError as exc:
                 warnings.append(f"checkpoint {row.get('name')}: its statistics do not read ({exc}); they start empty")
-        return V040Resume(row=row, state=state, snapshot=snapshot, warnings=warnings)
+        return V040Resume(row=row, state=state, snapshot=snapshot, warnings=warnings, kept=len(items),
+                          reissued=reissued)
     raise CheckpointError(f"{rd.path}: no checkpoint names a dispatcher state that reads back"
                           + (f"; the newest: {notes[0]}" if notes else ""), path=rd.checkpoints_path, problems=notes)
+
+
+def _kept_items(rd: RunDir, row: Mapping[str, Any], state: Mapping[str, Any], same_tokenizer: bool,
+                vocab_size: int | None, warnings: list[str]) -> tuple[list[dict], int]:
+    """The kept groups of ``state`` that this platoon trains, as ``SettledGroup.to_json()`` gives a settled group,
+    and how many it draws again instead (each reason a line of ``warnings``)."""
+    kept = state.get("kept")
+    if not isinstance(kept, Mapping) or not kept.get("groups"):
+        return [], 0
+    name = row.get("name")
+    count = len(kept["groups"])
+    if not same_tokenizer:
+        warnings.append(f"checkpoint {name}: its {count} kept group(s) hold platoon 0.4.0's Tinker datums of another "
+                        "model (train.model_name is not the model 0.4.0 trained): their tasks are drawn again")
+        return [], count
+    try:
+        groups = read_v040_kept(rd, kept)
+    except CheckpointError as exc:
+        warnings.append(f"checkpoint {name}: its kept groups do not read ({exc}): their tasks are drawn again")
+        return [], count
+    positions = {(o[0], o[1]): o[3] for o in state.get("outstanding") or [] if len(o) == 4}
+    items, problems = [], []
+    for group in groups:
+        try:
+            items.append(_settled_json(group, positions, vocab_size))
+        except (ValueError, KeyError, TypeError) as exc:
+            problems.append(f"{group.get('key') if isinstance(group, Mapping) else group}: {exc}")
+    if problems:
+        warnings.append(f"checkpoint {name}: {len(problems)} of its {count} kept group(s) do not map to this "
+                        f"trainer's datums, so their tasks are drawn again (the first: {problems[0]})")
+    return items, count - len(items)
+
+
+def _settled_json(group: Mapping[str, Any], positions: Mapping[tuple[int, int], int],
+                  vocab_size: int | None) -> dict:
+    """A 0.4.0 kept group (``{key, entry, label, record, output}``) as this platoon's settled group's JSON."""
+    key = (int(group["key"][0]), int(group["key"][1]))
+    record, output = group["record"], group["output"]
+    version = _oldest_version(record)
+    kind, ours = "admitted", None
+    if output["type"] == "failed":
+        kind = "failed"
+    elif output["type"] in ("group", "datums"):
+        members = output["members"] if output["type"] == "group" else record["members"]
+        verdict = output["verdict"] if output["type"] == "group" else record["verdict"]
+        datums = [live_datum(d, version=version, vocab_size=vocab_size) for d in output["datums"]]
+        ours = {"verdict": verdict, "members": list(members), "datums": datums}
+    else:
+        raise ValueError(f"an output of type {output['type']!r}")
+    position = positions.get(key, record.get("position"))
+    return {"key": list(key), "task_id": record["task_id"], "entry": group.get("entry"), "position": position,
+            "output": ours, "record": record, "kind": kind, "reason": None, "window": 0, "held": False}
+
+
+def _oldest_version(record: Mapping[str, Any]) -> int:
+    """The oldest policy version a group's members sampled (``versions.main``), else the one it was drawn at."""
+    spans = [m["versions"]["main"][0] for m in record.get("members") or []
+             if isinstance(m.get("versions"), Mapping) and "main" in m["versions"]]
+    return int(min(spans)) if spans else int((record.get("drawn_at") or {}).get("main", 0))
+
+
+def v040_model_name(run_dir: RunDir | PathLike) -> str | None:
+    """``train.model_name`` of a 0.4.0 run's ``config.resolved.yaml`` (None when it names none or does not read)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(read_v040_config(run_dir).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    name = (data.get("train") or {}).get("model_name") if isinstance(data, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+def tokenizer_matches(theirs: str | None, ours: str) -> bool:
+    """Whether a model named ``ours`` (``train.model_name`` here: ``tiny`` or a local checkpoint) reads the token ids
+    of 0.4.0's ``theirs`` (a Tinker base model's name): the same name, or a local checkpoint whose
+    ``config.json`` says it was saved from that model (``_name_or_path``). The built-in ``tiny`` model has a
+    vocabulary of its own and never matches. A matching name is not proof: each datum's ids are also checked
+    against the vocabulary (:func:`v040_resume`)."""
+    if not theirs or ours == "tiny":
+        return False
+    if ours == theirs:
+        return True
+    try:
+        config = json.loads((Path(ours).expanduser() / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("_name_or_path") == theirs

@@ -85,6 +85,7 @@ def simulate(req: Request, console: Console | None = None) -> Outcome:
                                 ("--permit-release", req.permit_release)) if v]
         if given:
             raise UsageError(f"--resume goes on with the run's own config: drop {', '.join(given)}")
+        _refuse_v040(req.resume)
         try:
             run = SimRun.resume(req.resume, steps=req.steps, log=_logger(console))
         except RunFinished as done:
@@ -135,6 +136,16 @@ def _logger(console: Console):
         console.print(f"[{style}]{level}: {message}[/{style}]", highlight=False)
 
     return log
+
+
+def _refuse_v040(path: Path) -> None:
+    """A run platoon 0.4.0 wrote has no simulator state to go on from exactly (its rollouts ran for real)."""
+    from platoon.runs.v040 import is_v040_run
+
+    if Path(path).is_dir() and is_v040_run(path):
+        raise UsageError(f"{path} is a run platoon 0.4.0 wrote: the simulator resumes only its own runs, exactly; go "
+                         f"on with it with platoon train --resume {path} --set train.model_name=... (a local "
+                         "checkpoint or tiny), or simulate its config (config.resolved.yaml) anew")
 
 
 def _run_with_progress(run: SimRun, console: Console, what: str) -> None:

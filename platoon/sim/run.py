@@ -38,6 +38,7 @@ from platoon.config.resolve import check_plan, resolve_components, with_steps
 from platoon.policy.assemble import build_policy
 from platoon.policy.driver import StepReport
 from platoon.runs import RunDir, checkpoint_name, load_latest_checkpoint, metrics_row, save_checkpoint
+from platoon.runs.kept import add_kept_file
 from platoon.runs.resume import (
     ResumeRefused,
     check_finished,
@@ -186,6 +187,7 @@ class SimRun:
     def _checkpoint(self, done: int, permanent: bool = False) -> None:
         name = checkpoint_name(done)
         files, row = self.driver.checkpoint(name, done)
+        add_kept_file(files, row, name)
         files[f"sim-{name}.json"] = self.rt.state_dict()
         row["logs"] = self.rd.log_lengths()
         save_checkpoint(self.rd, done, files, row, keep=self.cfg.checkpoint.keep_recovery,

@@ -88,11 +88,12 @@ def test_report_reads_a_040_run(run_copy, tmp_path):
     assert "| steps | 0 |" in (tmp_path / "report" / "summary.md").read_text()
 
 
-def test_the_dispatch_state_maps_040_sampler_classes():
+def test_the_dispatch_state_reads_with_040_sampler_classes():
     rows = [json.loads(line) for line in (RUN / "checkpoints.jsonl").read_text().splitlines()]
     state = read_v040_dispatch(RUN, rows[-1])
-    assert state["samplers"]["run"]["class"] == "platoon.policy.samplers.weighted:WeightedSampler"
-    assert state["samplers"]["entries"]["easy"]["class"] == "platoon.policy.samplers.pass_rate:PassRateSampler"
+    # the sampler runtime takes 0.4.0's class paths as its own (and writes them: tests/runs/test_kept.py)
+    assert state["samplers"]["run"]["class"] == "platoon.train.samplers:WeightedSampler"
+    assert state["samplers"]["entries"]["easy"]["class"] == "platoon.train.samplers:PassRateSampler"
     assert state["policy_version"] == 2
     groups = read_v040_kept(RUN, state["kept"])
     assert [g["key"] for g in groups] == state["kept"]["groups"]
@@ -153,3 +154,119 @@ def test_a_resume_goes_on_from_the_040_dispatch_state():
     new = [e for e in d.take_events() if e["event"] == "draw" and "reissues" not in e]
     assert new and min(e["position"] for e in new) == 12
     assert d.step == 4 and script.steps
+
+
+def test_this_platoons_old_sampler_class_paths_restore_too():
+    d = fixture_dispatcher(start=2)
+    saved = d.samplers.state_dict()
+    assert saved["entries"]["easy"]["class"] == "platoon.train.samplers:PassRateSampler"
+    saved["entries"]["easy"]["class"] = "platoon.policy.samplers.pass_rate:PassRateSampler"
+    saved["entries"]["easy"]["decisions"] = 5
+    assert fixture_dispatcher(start=2).samplers.restore(saved, 12) == []
+
+
+def test_with_the_same_tokenizer_the_kept_groups_train_first():
+    from platoon.policy.dispatch_state import resume
+
+    taken = v040_resume(RUN, same_tokenizer=True, vocab_size=1000)
+    assert (taken.kept, taken.reissued) == (3, 0) and taken.warnings == []
+    d = fixture_dispatcher(start=2)
+    d.recorder.load_snapshot(taken.snapshot)
+    assert resume(d, taken.state, step=2) == []
+    assert [g.key for g in d.queue] == [(1, 7), (1, 8), (1, 9)]
+    reissued = [e["reissues"] for e in d.take_events() if e["event"] == "draw"]
+    assert reissued == [[1, 11]]  # only the draw that was running is drawn again
+    script = Script(d).run()
+    assert d.step == 4 and script.steps
+
+
+def test_the_tokenizer_matches_by_name_or_by_the_checkpoints_origin(tmp_path):
+    from platoon.runs.v040 import tokenizer_matches, v040_model_name
+
+    assert v040_model_name(RUN) == "Qwen/Qwen3-4B"
+    assert tokenizer_matches("Qwen/Qwen3-4B", "Qwen/Qwen3-4B")
+    assert not tokenizer_matches("Qwen/Qwen3-4B", "tiny")
+    (tmp_path / "config.json").write_text(json.dumps({"_name_or_path": "Qwen/Qwen3-4B"}))
+    assert tokenizer_matches("Qwen/Qwen3-4B", str(tmp_path))
+    assert not tokenizer_matches("Qwen/Qwen3-8B", str(tmp_path))
+
+
+class RenamedTasks:
+    """An environment whose training tasks go by the fixture's ids (``easy::e0`` ...): the fixture's 0.4.0 run drew
+    them from a dataset loader of its own."""
+
+    def __init__(self, env, names):
+        self.env, self.names = env, names
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def task_ids(self, split):
+        return list(self.names) if split == "train" else self.env.task_ids(split)
+
+    def task(self, task_id):
+        return self.env.task(self.names.get(task_id, task_id))
+
+
+def fixture_envs():
+    from platoon.live.build import build_environments
+    from platoon.live.command import load_train_config
+
+    cfg = load_train_config(RUN / "config.resolved.yaml", ["train.model_name=tiny"], out=RUN)
+    envs = build_environments(cfg)
+    out = {}
+    for label, prefix, n in (("easy", "e", 6), ("hard", "h", 4)):
+        ids = envs[label].task_ids("train")
+        out[label] = RenamedTasks(envs[label], {f"{label}::{prefix}{i}": ids[i] for i in range(n)})
+    return out
+
+
+def test_train_resumes_a_040_run_for_two_more_steps(run_copy):
+    from platoon.live.command import train
+
+    before = {p.relative_to(run_copy): p.read_bytes() for p in run_copy.rglob("*") if p.is_file()}
+    train(None, ["train.model_name=tiny", "train.renderer_name=role_colon"], resume=run_copy, progress=False,
+          envs=fixture_envs())
+    # 0.4.0's files are as they were; its logs only grew; its lock.json keeps every key and value
+    for rel, data in before.items():
+        now = (run_copy / rel).read_bytes()
+        if rel.name in ("checkpoints.jsonl", "events.jsonl"):
+            assert now.startswith(data), rel
+        elif rel.name == "lock.json":
+            lock = json.loads(now)
+            assert json.loads(data).items() <= lock.items() and lock["runtime"] == "live"
+        else:
+            assert now == data, rel
+    events = [json.loads(line) for line in (run_copy / "tasks" / "events.jsonl").read_text().splitlines()]
+    ours = events[len(before[Path("tasks/events.jsonl")].splitlines()):]
+    reissues = [tuple(e["reissues"]) for e in ours if e["event"] == "draw" and "reissues" in e]
+    assert reissues == [(1, 7), (1, 8), (1, 9), (1, 11)]  # tiny reads other token ids: the kept groups too
+    assert all(e["start"] == 2 for e in ours if "start" in e)
+    rows = [json.loads(line) for line in (run_copy / "checkpoints.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 4 and rows[-1]["start"] == 2
+    from platoon.runs.checkpoints import read_checkpoint_file
+
+    state = read_checkpoint_file(run_copy, rows[-1], "tasks/dispatch-000004.json")
+    # the samplers went on from 0.4.0's counts: 12 decisions then, 4 x 2 more positions after
+    assert state["samplers"]["run"]["decisions"] == state["next_position"] >= 16
+    assert state["samplers"]["run"]["class"] == "platoon.train.samplers:WeightedSampler"
+    metrics = [json.loads(line) for line in (run_copy / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics if "train/reward_mean" in m] == [2, 3]
+    # the directory is a run of this platoon now: its own resume finds it finished
+    assert not is_v040_run(run_copy)
+    assert invoke(["train", "--resume", str(run_copy)]).exit_code == 0
+
+
+def test_a_040_resume_takes_only_the_model_keys_beside_it(run_copy):
+    result = invoke(["train", "--resume", str(run_copy), "--set", "train.model_name=tiny",
+                     "--set", "train.batch_size=2"])
+    assert result.exit_code == 64
+    assert "takes only train.model_name and train.renderer_name" in result.output
+    assert "train.batch_size=2" in result.output
+    result = invoke(["train", "--resume", str(run_copy)])  # 0.4.0's model is on Tinker, not here
+    assert result.exit_code == 78 and "train.model_name" in result.output
+
+
+def test_simulate_does_not_resume_a_040_run(run_copy):
+    result = invoke(["simulate", "--resume", str(run_copy)])
+    assert result.exit_code == 64 and "platoon train --resume" in result.output

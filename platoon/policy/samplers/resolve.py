@@ -34,6 +34,29 @@ CORE_CLASSES: dict[str, type] = {
 """Core's sampler names and their fixed classes (``auto`` resolves to weighted or uniform in the runtime)."""
 
 
+SAVED_CORE_CLASSES: dict[type, str] = {
+    WeightedSampler: "platoon.train.samplers:WeightedSampler",
+    UniformSampler: "platoon.train.samplers:UniformSampler",
+    PassRateSampler: "platoon.train.samplers:PassRateSampler",
+}
+"""The class paths a dispatch state's ``samplers`` records name core's classes by: platoon 0.4.0's, so that 0.4.0
+reads a state this platoon wrote and each takes the other's samplers up where they stood."""
+
+
+def saved_class_ref(cls: type) -> str:
+    """The class path a dispatch state records for ``cls``: 0.4.0's for a core class, else ``module:Qualname``."""
+    for core, ref in SAVED_CORE_CLASSES.items():
+        if cls is core:
+            return ref
+    return class_ref(cls)
+
+
+def saved_class_refs(cls: type) -> tuple[str, ...]:
+    """Every class path a saved ``samplers`` record may name ``cls`` by: the one :func:`saved_class_ref` writes and
+    ``module:Qualname`` (what this platoon wrote before it wrote 0.4.0's)."""
+    return tuple(dict.fromkeys((saved_class_ref(cls), class_ref(cls))))
+
+
 def is_core(cls: type) -> bool:
     """Whether ``cls`` is one of core's classes (they get no fallback: their failures stop the run)."""
     return any(cls is c for c in CORE_CLASSES.values())

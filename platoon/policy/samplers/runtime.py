@@ -42,6 +42,8 @@ from platoon.policy.samplers.metrics import RUN_PREFIX, Counters, clean_metrics
 from platoon.policy.samplers.resolve import (
     class_ref,
     resolve_task_sampler,
+    saved_class_ref,
+    saved_class_refs,
 )
 from platoon.policy.samplers.uniform import UniformSampler
 from platoon.policy.samplers.weighted import WeightedSampler
@@ -437,7 +439,7 @@ class SamplerSet:
 
     # -- state
     def _record(self, m: Member) -> dict[str, Any]:
-        rec: dict[str, Any] = {"name": m.name, "class": class_ref(m.cls), "decisions": m.decisions}
+        rec: dict[str, Any] = {"name": m.name, "class": saved_class_ref(m.cls), "decisions": m.decisions}
         try:
             state = m.sampler.state_dict()
             check_json(state)
@@ -450,7 +452,9 @@ class SamplerSet:
 
     def state_dict(self) -> dict[str, Any]:
         """Format 2's ``samplers`` record: ``{"run": rec, "entries": {label: rec}}``, ``rec = {name, class,
-        decisions, state?}`` (state left out, with a warning once, when ``state_dict`` fails or is not JSON)."""
+        decisions, state?}`` (state left out, with a warning once, when ``state_dict`` fails or is not JSON);
+        ``class`` names a core class by platoon 0.4.0's path (``saved_class_ref``), and ``restore`` takes either
+        spelling."""
         return {
             "run": self._record(self._run),
             "entries": {e: self._record(m) for e, m in self._entries.items()},
@@ -462,7 +466,7 @@ class SamplerSet:
         ok = (
             isinstance(rec, Mapping)
             and rec.get("name") == m.name
-            and rec.get("class") == class_ref(m.cls)
+            and rec.get("class") in saved_class_refs(m.cls)
             and isinstance(rec.get("decisions"), int)
             and not isinstance(rec.get("decisions"), bool)
             and rec["decisions"] >= 0
