@@ -27,6 +27,17 @@ CORE_GROUP_ADMISSIONS = ("all", "informative")
 CORE_ENVIRONMENTS = ("number_search",)
 """Environments the runtimes provide without a registration; a config may name them without a package."""
 
+CORE_CLASS_PATHS: dict[tuple[str, str], str] = {
+    ("task_sampler", "weighted"): "platoon.policy.samplers.weighted:WeightedSampler",
+    ("task_sampler", "uniform"): "platoon.policy.samplers.uniform:UniformSampler",
+    ("task_sampler", "pass_rate"): "platoon.policy.samplers.pass_rate:PassRateSampler",
+    ("group_admission", "all"): "platoon.policy.admission:AdmitAll",
+    ("group_admission", "informative"): "platoon.policy.admission:Informative",
+    ("environment", "number_search"): "platoon.live.envs.number_search:NumberSearch",
+}
+"""(kind, core name) -> ``module:Qualname`` of the class that runs it, which lock.json records as ``resolved`` (the
+config layer may not import those classes; a test checks each path names the class the runtimes use)."""
+
 
 class PassRateOptions(BaseModel):
     """Options of the adaptive ``pass_rate`` sampler (Thompson sampling on each task's pass-rate posterior)."""
