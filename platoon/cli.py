@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, Literal, NoReturn
 
 import typer
 
 from platoon.config.errors import EXIT_CONFIG, EXIT_RUNTIME, EXIT_USAGE, ConfigError, ExtensionError
+from platoon.config.overrides import split_arguments
 
 app = typer.Typer(
     name="platoon",
@@ -30,8 +31,34 @@ app.add_typer(tasks_app, name="tasks")
 
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", help="Override a key: dotted.key=value (YAML-typed), list indices allowed: a.0.b=1."),
+    typer.Option("--set", help="Override a key: dotted.key=value (YAML-typed), list indices allowed: a.0.b=1; "
+                 "dotted.key+=value appends to a list. Also given bare, after CONFIG."),
 ]
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", help="The run config (YAML), instead of CONFIG.", show_default=False)
+]
+
+
+def config_arguments(default: str) -> Any:
+    """The positional arguments of a command that reads one config: CONFIG and overrides, in any order."""
+    return typer.Argument(
+        metavar="CONFIG KEY=VALUE", show_default=False,
+        help=f"A run config (YAML; none: {default}) and overrides: dotted.key=value or dotted.key+=value "
+             "(an argument is an override when it holds = after a dotted key and is no existing file).",
+    )
+
+
+def config_and_overrides(
+    arguments: list[str] | None, config: Path | None, sets: list[str] | None
+) -> tuple[Path | None, list[str]]:
+    """The config file (``--config`` or the one positional file) and the overrides (``--set``'s, then the
+    positional ones); two config files exit 64."""
+    files, overrides = split_arguments(arguments or ())
+    named = [str(config)] if config is not None else []
+    if len(named + files) > 1:
+        fail(f"one CONFIG at most, got {', '.join(named + files)} (an override is dotted.key=value)", EXIT_USAGE)
+    path = (named + files)[0] if named + files else None
+    return (Path(path) if path is not None else None), [*(sets or ()), *overrides]
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -46,7 +73,8 @@ def not_built(command: str, issue: str) -> NoReturn:
 
 @app.command()
 def simulate(
-    config: Annotated[Path | None, typer.Argument(help="A run config (YAML); none: a preset.")] = None,
+    arguments: Annotated[list[str] | None, config_arguments("a preset")] = None,
+    config: ConfigOption = None,
     preset: Annotated[
         str | None,
         typer.Option("--preset", help="A shipped workload (long-agentic, textcraft-synth, math): alone, its whole run; "
@@ -79,8 +107,9 @@ def simulate(
     from platoon.sim.command import simulate as run_simulate
     from platoon.sim.runtime import SimulationStalled
 
+    config, overrides = config_and_overrides(arguments, config, overrides)
     request = Request(config=config, preset=preset, permit_release=permit_release,
-                      overrides=tuple(overrides or ()), steps=steps, seed=seed, out=out, resume=resume,
+                      overrides=tuple(overrides), steps=steps, seed=seed, out=out, resume=resume,
                       sweep=tuple(sweep or ()), jobs=jobs)
     console = make_console()
     try:
@@ -102,7 +131,8 @@ def simulate(
 
 @app.command()
 def train(
-    config: Annotated[Path | None, typer.Argument(help="A run config (YAML); none: the embedded default.")] = None,
+    arguments: Annotated[list[str] | None, config_arguments("the embedded default")] = None,
+    config: ConfigOption = None,
     overrides: SetOption = None,
     out: Annotated[Path | None, typer.Option("--out", help="The run directory (default: runs/train-<n>).")] = None,
     resume: Annotated[
@@ -115,10 +145,11 @@ def train(
     from platoon.live.command import train as run_train
     from platoon.runs.writer import RunBusyError
 
+    config, overrides = config_and_overrides(arguments, config, overrides)
     if resume is not None and out is not None:
         fail("--resume writes to the run it resumes: give --out or --resume, not both", EXIT_USAGE)
     try:
-        path = run_train(config, overrides or (), out=out, resume=resume, steps=steps)
+        path = run_train(config, overrides, out=out, resume=resume, steps=steps)
     except (ConfigError, ExtensionError) as exc:
         fail(str(exc), EXIT_CONFIG)
     except (TrainUsageError, RunBusyError) as exc:
@@ -167,37 +198,93 @@ def report(
 
 @config_app.command("validate")
 def config_validate(
-    configs: Annotated[list[Path] | None, typer.Argument(help="Run configs (YAML) to check.", show_default=False)] = None,
+    arguments: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="CONFIG KEY=VALUE", show_default=False,
+                       help="Run configs (YAML) to check, and overrides (dotted.key=value or dotted.key+=value) "
+                            "that apply to each."),
+    ] = None,
+    configs: Annotated[
+        list[Path] | None, typer.Option("--config", "-c", help="A config to check, as CONFIG (repeatable).",
+                                        show_default=False)
+    ] = None,
     overrides: SetOption = None,
-    no_resolve: Annotated[
-        bool, typer.Option("--no-resolve", help="Check the file only: import no package, resolve no component.")
+    kind: Annotated[
+        Literal["auto", "train", "eval", "none"], typer.Option("--kind",
+                          help="Schema to check against: auto or train (the run config), none (the YAML and the "
+                               "overrides only); eval is refused: this platoon has no evaluation config.")
+    ] = "auto",
+    schema: Annotated[
+        str | None, typer.Option("--schema", help="Check against this class instead, as module:Class (a pydantic "
+                                                   "model or a dataclass).", show_default=False)
+    ] = None,
+    resolve: Annotated[
+        bool, typer.Option("--resolve/--no-resolve", help="Stage 2: import each entry's package, resolve every "
+                                                          "component and check its options, as a run does when it "
+                                                          "starts. --no-resolve checks the file only.")
+    ] = True,
+    strict: Annotated[
+        bool, typer.Option("--strict/--no-strict", help="Also fail (exit 78) on warnings, for CI.")
+    ] = False,
+    tasks: Annotated[
+        bool, typer.Option("--tasks/--no-tasks", help="Also list the training tasks as platoon train lists them "
+                                                      "(building each environment) and print how the run draws "
+                                                      "them: each environment's share and how often each task is "
+                                                      "drawn over the planned steps, with a warning for a "
+                                                      "mixture's weights that leave tasks out or draw some far "
+                                                      "more often than others.")
     ] = False,
 ) -> None:
     """Check configs: each one's every problem with its key path; exit 78 if any fails, 64 if none is given."""
-    from platoon.config.loader import load_config, load_config_warnings
+    from platoon.config.validate import EVAL_KIND_REFUSED, validate_file
 
-    if not configs:
+    files, positional = split_arguments(arguments or ())
+    paths = [*(configs or ()), *map(Path, files)]
+    if kind == "eval":
+        fail(EVAL_KIND_REFUSED, EXIT_USAGE)
+    if not paths:
         fail("config validate needs at least one CONFIG", EXIT_USAGE)
     failed = False
-    for path in configs:
-        try:
-            cfg = load_config(path, overrides or (), strict_resolve=not no_resolve, needs_log_path=True)
-        except (ConfigError, ExtensionError) as exc:
+    for path in paths:
+        verdict = validate_file(path, [*(overrides or ()), *positional], kind=kind, schema=schema, resolve=resolve)
+        listed: list[str] = []
+        if tasks and not verdict.problems:
+            listed = _listed_tasks(verdict.cfg) if verdict.cfg is not None else ["tasks: only a run config's tasks "
+                                                                                 "are listed"]
+        problems = [*verdict.problems, *(line.removeprefix("problem: ") for line in listed
+                                        if line.startswith("problem: "))]
+        warned = bool(verdict.warnings) or any(line.startswith("warning: ") for line in listed)
+        if problems or (strict and warned):
             failed = True
-            typer.echo(f"FAIL {path}")
-            for line in getattr(exc, "problems", None) or [str(exc)]:
-                typer.echo(f"  {line}")
-            continue
-        typer.echo(f"ok   {path}")
-        for warning in load_config_warnings(cfg):
-            typer.echo(f"  warning: {warning}")
+            typer.echo(f"FAIL {path}" + ("" if problems else " (--strict: its warnings fail it)"))
+        else:
+            typer.echo(f"ok   {path}" + (f" ({verdict.schema})" if verdict.schema else ""))
+        for line in [*problems, *(f"warning: {w}" for w in verdict.warnings),
+                     *(line for line in listed if not line.startswith("problem: "))]:
+            typer.echo(f"  {line}")
     if failed:
         raise typer.Exit(EXIT_CONFIG)
 
 
+def _listed_tasks(cfg: Any) -> list[str]:
+    """``config validate --tasks``: the run's plan and its warnings (``warning: ...``), from the training tasks
+    ``platoon train`` lists (each entry's environment built, its split and ``tasks`` read); what listing them
+    finds wrong comes back as ``problem: <key path>: ...`` lines, which fail the file."""
+    from platoon.config.plan import sampling_plan
+    from platoon.live.build import build_environments, build_pool
+
+    try:
+        pool = build_pool(cfg, build_environments(cfg))
+    except (ConfigError, ExtensionError) as exc:
+        return [f"problem: {line}" for line in getattr(exc, "problems", None) or [str(exc)]]
+    plan = sampling_plan(cfg, {label: len(info.task_ids) for label, info in pool.entries.items()})
+    return [*plan.describe(), *(f"warning: {line}" for line in plan.warnings())]
+
+
 @config_app.command("show")
 def config_show(
-    config: Annotated[Path | None, typer.Argument(help="A run config (YAML); none: the embedded default.")] = None,
+    arguments: Annotated[list[str] | None, config_arguments("the embedded default")] = None,
+    config: ConfigOption = None,
     overrides: SetOption = None,
     defaults: Annotated[
         bool, typer.Option("--defaults", help="Every field with its description as a comment (loads back as is).")
@@ -208,8 +295,9 @@ def config_show(
     from platoon.config.loader import load_config, to_yaml
     from platoon.config.resolve import entry_summary
 
+    config, overrides = config_and_overrides(arguments, config, overrides)
     try:
-        cfg = load_config(config, overrides or ())
+        cfg = load_config(config, overrides)
     except (ConfigError, ExtensionError) as exc:
         fail(str(exc), EXIT_CONFIG)
     if defaults:

@@ -273,3 +273,166 @@ def test_show_on_a_bad_config_exits_78_on_stderr(tmp_path: Path) -> None:
         "  train.max_training_steps: must be an integer, got 'x'",
         "  train.task_order: unknown key; platoon 0.4.0 removed it; use train.task_sampler",
     ]
+
+
+# --- 0.4.0's command line: positional overrides, --config, and config validate's flags ------------------------------
+
+
+def test_a_positional_override_beside_the_file_is_an_override(tmp_path: Path) -> None:
+    path = write(tmp_path, "train: {steps: 3}")
+    result = invoke("config", "validate", path, "train.batch_size=0")
+    assert result.exit_code == 78
+    assert result.stdout.splitlines() == [
+        f"FAIL {path}", "  override train.batch_size=0: train.batch_size: must be at least 1, got 0"
+    ]
+
+
+def test_overrides_among_several_files_apply_to_each(tmp_path: Path) -> None:
+    a = write(tmp_path, "train: {steps: 3}", "a.yaml")
+    b = write(tmp_path, "environments: [{name: x}, {name: y}]", "b.yaml")
+    result = invoke("config", "validate", a, "train.steps=0", b)
+    assert result.exit_code == 78
+    assert result.stdout.splitlines() == [
+        f"FAIL {a}", "  override train.steps=0: train.steps: must be at least 1, got 0",
+        f"FAIL {b}", "  override train.steps=0: train.steps: must be at least 1, got 0",
+    ]
+
+
+def test_show_takes_positional_overrides_and_appends(tmp_path: Path) -> None:
+    path = write(tmp_path, "environments: [{name: a}]")
+    result = invoke("config", "show", path, "train.steps=9", "environments+={name: b, weight: 3}")
+    assert result.exit_code == 0, result.stderr
+    data = yaml.safe_load(result.stdout)
+    assert data["train"]["steps"] == 9
+    assert [(e["name"], e["weight"]) for e in data["environments"]] == [("a", 1.0), ("b", 3.0)]
+
+
+def test_a_file_named_like_an_override_is_a_file_when_it_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a=b.yaml").write_text("train: {steps: 0}\n")
+    result = invoke("config", "validate", "a=b.yaml")
+    assert result.stdout.splitlines() == ["FAIL a=b.yaml", "  train.steps: must be at least 1, got 0"]
+    (tmp_path / "a=b.yaml").unlink()  # now an override of the key a, beside no file
+    result = invoke("config", "validate", "a=b.yaml")
+    assert result.exit_code == 64 and "needs at least one CONFIG" in result.stderr
+
+
+def test_config_option_is_the_positional_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "train: {steps: 4}")
+    by_option = invoke("config", "show", "--config", path, "train.batch_size=2")
+    assert by_option.exit_code == 0
+    assert by_option.stdout == invoke("config", "show", path, "--set", "train.batch_size=2").stdout
+    assert invoke("config", "validate", "-c", path).stdout.splitlines() == [f"ok   {path}"]
+    both = invoke("config", "show", "--config", path, path)
+    assert both.exit_code == 64 and "one CONFIG at most" in both.stderr
+
+
+def test_simulate_and_train_read_positional_overrides(tmp_path: Path) -> None:
+    path = write(tmp_path, "train: {steps: 3}")
+    for command in ("simulate", "train"):
+        result = invoke(command, path, "train.steps=0", "--out", tmp_path / command)
+        assert result.exit_code == 78, (command, result.stdout, result.stderr)
+        assert "override train.steps=0: train.steps: must be at least 1, got 0" in result.stderr
+        assert not (tmp_path / command).exists()
+
+
+def test_strict_fails_on_warnings(tmp_path: Path) -> None:
+    warned = write(tmp_path, "train: {group_admission: informative, loss: {entropy_coef: 0.01}}")
+    assert invoke("config", "validate", warned).exit_code == 0
+    result = invoke("config", "validate", "--strict", warned)
+    assert result.exit_code == 78
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"FAIL {warned} (--strict: its warnings fail it)"
+    assert lines[1].startswith("  warning: train.loss: kl_coef 0 and entropy_coef 0.01")
+    good = write(tmp_path, "train: {steps: 3}", "good.yaml")
+    assert invoke("config", "validate", "--strict", good).exit_code == 0
+
+
+def test_kind_eval_is_refused_and_none_checks_the_yaml_only(tmp_path: Path) -> None:
+    path = write(tmp_path, "inference: {model: x}\ntrain: {steps: 0}")
+    result = invoke("config", "validate", "--kind", "eval", path)
+    assert result.exit_code == 64 and "this platoon has no evaluation config" in result.stderr
+    result = invoke("config", "validate", "--kind", "none", path, "anything.at.all=1")
+    assert (result.exit_code, result.stdout.splitlines()) == (0, [f"ok   {path} (no schema)"])
+    bad = write(tmp_path, "a: [1", "bad.yaml")
+    assert invoke("config", "validate", "--kind", "none", bad).exit_code == 78
+    assert invoke("config", "validate", "--kind", "bogus", path).exit_code == 2  # click's usage error: main() exits 64
+    assert invoke("config", "validate", "--kind", "train", path).exit_code == 78
+
+
+SCHEMA = '''
+from dataclasses import dataclass
+from pydantic import BaseModel, ConfigDict
+
+class Mine(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    steps: int = 1
+    names: list[str] = []
+
+@dataclass
+class Plain:
+    steps: int
+'''
+
+
+def test_schema_checks_against_the_users_class(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cli_schema_mod.py").write_text(SCHEMA)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = write(tmp_path, "steps: 2")
+    result = invoke("config", "validate", "--schema", "cli_schema_mod:Mine", path, "names+=a")
+    assert (result.exit_code, result.stdout.splitlines()) == (0, [f"ok   {path} (Mine)"])
+    result = invoke("config", "validate", "--schema", "cli_schema_mod:Mine", path, "stepz=1", "steps=x")
+    assert result.exit_code == 78
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"FAIL {path}" and len(lines) == 3
+    assert lines[1].startswith("  override steps=x: steps: ")  # pydantic's words, for a class of the user's
+    assert lines[2] == "  override stepz=1: stepz: unknown key; did you mean 'steps'?"
+    assert invoke("config", "validate", "--schema", "cli_schema_mod:Plain", path).exit_code == 0
+    result = invoke("config", "validate", "--schema", "no_such_mod_for_schema:X", path)
+    assert result.exit_code == 78
+    assert result.stdout.splitlines()[1].startswith("  --schema 'no_such_mod_for_schema:X' cannot be imported")
+    result = invoke("config", "validate", "--schema", "platoon.config:RunConfig", path)
+    assert result.exit_code == 78 and "  steps: unknown key" in result.stdout.splitlines()[1]
+
+
+def test_resolve_is_on_by_default_and_can_be_named(tmp_path: Path) -> None:
+    path = write(tmp_path, "environments: [{name: a, package: no_such_pkg_for_validate}]")
+    assert invoke("config", "validate", "--resolve", path).exit_code == 78
+    assert invoke("config", "validate", "--no-resolve", path).exit_code == 0
+
+
+def test_tasks_lists_the_plan_and_warns_of_a_lopsided_mixture(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        train: {steps: 100, batch_size: 32}
+        environments:
+          - {name: a, weight: 1}
+          - {name: b, weight: 20}
+    """)
+    result = invoke("config", "validate", "--tasks", path)
+    assert result.exit_code == 0, result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[:4] == [
+        f"ok   {path}",
+        "  training tasks: 384, 3200 slots (100 steps of 32), shared by weighted by weight",
+        "  environments[a]: 192 tasks, weight 1, 4.8% of the slots: each task drawn about 0.79 times over the "
+        "run's 100 steps",
+        "  environments[b]: 192 tasks, weight 20, 95.2% of the slots: each task drawn about 15.9 times over the "
+        "run's 100 steps",
+    ]
+    assert lines[4].startswith("  warning: environments[a]: its weight (1, 4.8% of the slots) gives it about 152 "
+                               "of the run's 3200 task slots")
+    assert lines[5].startswith("  warning: environments[b]'s 192 training tasks are each drawn about 20.0 times as "
+                               "often as environments[a]'s 192")
+    even = invoke("config", "validate", "--tasks", path, "environments.1.weight=tasks", "environments.0.weight=tasks")
+    assert not [line for line in even.stdout.splitlines() if "warning" in line]
+    assert invoke("config", "validate", "--strict", "--tasks", path).exit_code == 78
+
+
+def test_tasks_fails_on_what_listing_them_finds(tmp_path: Path) -> None:
+    path = write(tmp_path, "environments: [{name: a, tasks: [no-such-task]}]")
+    assert invoke("config", "validate", path).exit_code == 0  # only listing the split finds it
+    result = invoke("config", "validate", "--tasks", path)
+    assert result.exit_code == 78
+    assert result.stdout.splitlines() == [f"FAIL {path}", "  environments.0.tasks: not in split 'train': no-such-task"]

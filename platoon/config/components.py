@@ -40,6 +40,16 @@ def core_environment(env: str) -> str | None:
     if name not in CORE_ENVIRONMENTS or (version and version != CORE_ENVIRONMENT_VERSIONS[name]):
         return None
     return name
+CORE_CLASS_PATHS: dict[tuple[str, str], str] = {
+    ("task_sampler", "weighted"): "platoon.policy.samplers.weighted:WeightedSampler",
+    ("task_sampler", "uniform"): "platoon.policy.samplers.uniform:UniformSampler",
+    ("task_sampler", "pass_rate"): "platoon.policy.samplers.pass_rate:PassRateSampler",
+    ("group_admission", "all"): "platoon.policy.admission:AdmitAll",
+    ("group_admission", "informative"): "platoon.policy.admission:Informative",
+    ("environment", NUMBER_SEARCH): "platoon.live.envs.number_search:NumberSearch",
+}
+"""(kind, core name) -> ``module:Qualname`` of the class that runs it, which lock.json records as ``resolved`` (the
+config layer may not import those classes; a test checks each path names the class the runtimes use)."""
 
 
 class PassRateOptions(BaseModel):

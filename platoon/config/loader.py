@@ -52,7 +52,7 @@ from platoon.config.sim_files import read_durations, read_task_file
 from platoon.config.yaml_loader import MAX_DEPTH, describe_yaml_error, load_yaml, nesting_depth
 
 __all__ = ["DEFAULT_SOURCE", "check_config", "config_from_lock", "config_problems", "load_config",
-           "load_config_warnings", "to_yaml"]
+           "load_config_warnings", "load_data", "to_yaml"]
 
 DEFAULT_SOURCE = "<default>"
 
@@ -93,6 +93,23 @@ def load_config(
         except ConfigError as exc:
             raise ConfigError(with_overrides(exc.problems, applied), source) from None
     return cfg
+
+
+def load_data(
+    path: Path, overrides: Sequence[str] = (), *, defaults: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The data of the YAML file at ``path`` with ``overrides`` applied, checked against no schema (``config validate
+    --kind none``, ``--schema``), and the overrides applied (key -> text, for ``with_overrides``): ``defaults`` give a
+    key an override reaches into its starting value (None: ``RunConfig``'s). Raises one ConfigError with every problem
+    of the file and the overrides."""
+    problems: list[Problem] = []
+    applied: dict[str, str] = {}
+    data = _read(path, problems)
+    for text in overrides if data is not None else ():
+        apply_override(data, text, applied, problems, defaults=defaults)
+    if problems or data is None:
+        raise ConfigError(with_overrides([str(p) for p in problems], applied), str(path))
+    return data, applied
 
 
 def config_from_lock(lock: object, source: str) -> RunConfig:

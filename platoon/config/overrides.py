@@ -1,9 +1,15 @@
-"""``--set`` overrides: ``dotted.key=value`` applied to a config's data before it is validated.
+"""Overrides: ``dotted.key=value`` and ``dotted.key+=value`` applied to a config's data before it is validated.
 
-What this module owns: parsing one override and applying it to the raw data (``apply_override``), and naming the
-override in a problem at a key it set (``with_overrides``).
+What this module owns: telling an override from a file name on a command line (``split_arguments``), parsing one
+override and applying it to the raw data (``apply_override``), and naming the override in a problem at a key it set
+(``with_overrides``).
 
 Rules it keeps:
+- a command-line argument is an override when it is not an existing file, holds ``=`` and its left side (without a
+  trailing ``+``) is a dotted key (``train.batch_size``, ``environments.0.name``); anything else is a file name. A file
+  literally named ``a=b.yaml`` is a file when it exists, as platoon 0.4.0 decides (``--set`` is always an override);
+- ``key=value`` sets the key; ``key+=value`` appends the value, as one item, to the list at the key (a missing or
+  null list starts as its default's copy, or empty), as in platoon 0.4.0;
 - the value is YAML (``null`` for None, ``[1, 2]`` for a list, ``{a: 1}`` for a mapping), read as a file is
   (``platoon.config.yaml_loader``: plain data, no duplicate keys, bounded);
 - a list is indexed by a number, and an index one past the end appends; a key the data lacks on the way to the
@@ -18,7 +24,8 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -27,17 +34,43 @@ from platoon.config.models import Problem, default_config
 from platoon.config.yaml_loader import describe_yaml_error, load_yaml
 
 _INDEX = re.compile(r"\d+")
+_DOTTED_KEY = re.compile(r"[A-Za-z_][\w-]*(\.[\w-]+)*")
+
+
+def is_override(argument: str) -> bool:
+    """Whether a command-line ``argument`` is an override rather than a file name (see the module doc)."""
+    key, sep, _ = argument.partition("=")
+    if not sep or Path(argument).is_file():
+        return False
+    return _DOTTED_KEY.fullmatch(key.strip().removesuffix("+")) is not None
+
+
+def split_arguments(arguments: Iterable[str]) -> tuple[list[str], list[str]]:
+    """``(file names, overrides)`` of positional command-line ``arguments``, each list in the order given."""
+    files: list[str] = []
+    overrides: list[str] = []
+    for argument in arguments:
+        (overrides if is_override(argument) else files).append(argument)
+    return files, overrides
 
 
 def apply_override(
-    data: dict[str, Any], text: str, applied: dict[str, str], problems: list[Problem]
+    data: dict[str, Any],
+    text: str,
+    applied: dict[str, str],
+    problems: list[Problem],
+    *,
+    defaults: Mapping[str, Any] | None = None,
 ) -> None:
     """Apply the override ``text`` to ``data`` in place and record it in ``applied`` (key -> text); a problem with
-    it goes to ``problems`` instead."""
+    it goes to ``problems`` instead. ``defaults`` (the schema's defaults as plain data; None: ``RunConfig``'s) give a
+    key the data lacks its starting value."""
     key, sep, raw = text.partition("=")
     key = key.strip()
+    append = key.endswith("+")
+    key = key.removesuffix("+").strip()
     if not sep or not key or any(not part for part in key.split(".")):
-        problems.append(Problem(f"override {text}", "expected dotted.key=value"))
+        problems.append(Problem(f"override {text}", "expected dotted.key=value or dotted.key+=value"))
         return
     try:
         value = load_yaml(raw)
@@ -47,7 +80,12 @@ def apply_override(
             problems.append(Problem(f"override {text}", f"the value is not YAML: {where}{p.message}"))
         return
     parts = key.split(".")
-    defaults = default_config().model_dump(mode="json")
+    if defaults is None:
+        defaults = default_config().model_dump(mode="json")
+    if append:
+        value = _appended(data, defaults, parts, value, text, problems)
+        if value is _REFUSED:
+            return
     node: Any = data
     for depth, part in enumerate(parts):
         last = depth == len(parts) - 1
@@ -81,6 +119,26 @@ def apply_override(
             problems.append(Problem(f"override {text}", f"{here} is {_kind(node)}, not a mapping or a list"))
             return
     applied[key] = text
+
+
+_REFUSED = object()
+
+
+def _appended(
+    data: Any, defaults: Any, parts: Sequence[str], item: Any, text: str, problems: list[Problem]
+) -> Any:
+    """The list at ``parts`` (the data's, else a copy of its default; null: empty) with ``item`` appended, or
+    ``_REFUSED`` after adding the problem when something other than a list is there."""
+    current = _at(data, parts)
+    if current is None:
+        current = copy.deepcopy(_at(defaults, parts))
+    if current is None:
+        current = []
+    if not isinstance(current, list):
+        problems.append(Problem(f"override {text}", f"{'.'.join(parts)} is {_kind(current)}, not a list to "
+                                                    "append to"))
+        return _REFUSED
+    return [*current, item]
 
 
 def override_value(raw: str) -> tuple[Any, bool]:

@@ -5,7 +5,11 @@ Rules it keeps:
 - a name registers once; registering it again is an error;
 - ``module:Class`` references are imported on demand; an import failure names the exception;
 - installed extensions are found through the ``platoon.extensions`` entry-point group and refused when their
-  requirement on platoon excludes the running version, unless ``PLATOON_IGNORE_EXTENSION_REQUIREMENTS`` is set.
+  requirement on platoon excludes the running version, unless ``PLATOON_IGNORE_EXTENSION_REQUIREMENTS`` is set;
+- a component registered while an entry point loads has that entry point's origin (its distribution, version and
+  ``group:name``, as platoon 0.4.0 records it); any other's origin is its module's (``module_origin``): core's
+  (``platoon``), the one distribution that installs the module's top-level package, the editable install whose
+  directory holds its file, or none (code that no installed distribution holds).
 """
 
 from __future__ import annotations
@@ -13,11 +17,16 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.metadata as md
+import json
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from platoon.config.components import CORE_GROUP_ADMISSIONS, CORE_TASK_SAMPLERS
 from platoon.config.errors import ExtensionError
@@ -35,6 +44,23 @@ _CORE_SENTENCE = {
 }
 
 _registry: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
+
+CORE_DISTRIBUTION = "platoon"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a component came from, as lock.json records it: the distribution that provides it and its version, and
+    the entry point (``group:name``) whose loading registered it. Each is None when unknown."""
+
+    distribution: str | None = None
+    version: str | None = None
+    entry_point: str | None = None
+
+
+_origins: dict[tuple[str, str], Origin] = {}
+_loading: Origin | None = None
+"""The origin of the entry point being loaded now (``load_extensions``): what registers meanwhile has it."""
 
 
 def _canonical(name: str) -> str:
@@ -58,6 +84,8 @@ def register(kind: str, name: str, obj: Any, *, options: Any = None, check: Call
     if check is not None:
         obj.check = staticmethod(check)
     _registry[kind][name] = obj
+    if _loading is not None:
+        _origins[(kind, name)] = _loading
     return obj
 
 
@@ -97,6 +125,7 @@ def registered_names(kind: str, *, load: bool = True) -> list[str]:
 def unregister(kind: str, name: str) -> None:
     """Forget a registration (tests use it to keep the registry clean)."""
     _registry[kind].pop(name, None)
+    _origins.pop((kind, name), None)
 
 
 def unknown_name_message(kind: str, name: str, *, known: list[str] | None = None) -> str:
@@ -142,8 +171,9 @@ _extensions_loaded = False
 
 
 def load_extensions(*, force: bool = False) -> None:
-    """Import every installed extension's entry point once, refusing those that exclude this platoon."""
-    global _extensions_loaded
+    """Import every installed extension's entry point once, refusing those that exclude this platoon; what each
+    registers records the entry point as its origin."""
+    global _extensions_loaded, _loading
     if _extensions_loaded and not force:
         return
     _extensions_loaded = True
@@ -156,7 +186,56 @@ def load_extensions(*, force: bool = False) -> None:
                 dist.requires or [],
                 extras=dist.metadata.get_all("Provides-Extra") or [],
             )
-        ep.load()
+        _loading = Origin(
+            dist.metadata["Name"] if dist is not None else None,
+            dist.version if dist is not None else None,
+            f"{ep.group}:{ep.name}",
+        )
+        try:
+            ep.load()
+        finally:
+            _loading = None
+
+
+def component_origin(kind: str, name: str, module: str | None) -> Origin:
+    """The origin of component ``name`` of ``kind`` whose class lives in ``module`` (see the module doc)."""
+    return _origins.get((kind, name)) or module_origin(module)
+
+
+def module_origin(module: str | None) -> Origin:
+    """The distribution that holds ``module`` and its version, from installed metadata; ``Origin()`` when none
+    does. Core's modules are core's (``platoon``, the running version)."""
+    if not module:
+        return Origin()
+    if module == CORE_DISTRIBUTION or module.startswith(CORE_DISTRIBUTION + "."):
+        return Origin(CORE_DISTRIBUTION, running_version())
+    names = set(md.packages_distributions().get(module.partition(".")[0], ()))
+    if len(names) == 1:
+        name = names.pop()
+        try:
+            return Origin(name, md.version(name))
+        except md.PackageNotFoundError:
+            return Origin(name)
+    return _editable_origin(getattr(sys.modules.get(module), "__file__", None))
+
+
+def _editable_origin(file: str | None) -> Origin:
+    """The editable install (PEP 610 ``dir_info``) whose directory holds ``file``, the innermost one."""
+    if file is None:
+        return Origin()
+    target = Path(file).resolve()
+    best: tuple[int, Origin] | None = None
+    for dist in md.distributions():
+        try:
+            info = json.loads(dist.read_text("direct_url.json") or "null")
+        except ValueError:
+            continue
+        if not isinstance(info, dict) or "dir_info" not in info or not str(info.get("url", "")).startswith("file:"):
+            continue
+        directory = Path(unquote(urlparse(info["url"]).path)).resolve()
+        if target.is_relative_to(directory) and (best is None or len(directory.parts) > best[0]):
+            best = (len(directory.parts), Origin(dist.metadata["Name"], dist.version))
+    return best[1] if best is not None else Origin()
 
 
 def running_version() -> str:

@@ -10,8 +10,10 @@ Two stages (docs/configuration.md):
   against its schema, runs its static ``check`` and returns the component records lock.json keeps.
 
 Both gather every problem before they raise one ``ConfigError``. Core components' classes live in
-``platoon.policy``, which this layer may not import: their records carry ``core`` (the core component that runs)
-and no ``resolved`` reference. The effective-settings helpers and stage 2 share one module (past 400 lines) since
+``platoon.policy`` and ``platoon.live``, which this layer may not import: their records carry ``core`` (the core
+component that runs) and the class path ``CORE_CLASS_PATHS`` names as ``resolved``. Every record says where its
+component came from as platoon 0.4.0's lock.json does (``source``, ``distribution``, ``distribution_version``,
+``entry_point``: ``registry.component_origin``). The effective-settings helpers and stage 2 share one module (past 400 lines) since
 stage 2 is written in terms of them and the runtimes import both.
 """
 
@@ -32,10 +34,13 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from platoon.config import registry
 from platoon.config.base import no_effect_paths
 from platoon.config.components import (
+    CORE_CLASS_PATHS,
     CORE_GROUP_ADMISSIONS,
     CORE_OPTIONS,
     CORE_TASK_SAMPLERS,
     core_environment,
+    core_option_problems,
+    core_options,
 )
 from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.losses import CLIP_KEYS, DEFAULT_LOSS_FN_CONFIG, loss_settings, zero_at_zero_advantages
@@ -339,16 +344,24 @@ class ComponentRecord:
     """
 
     kind: str
-    """``task_sampler`` or ``group_admission``."""
+    """``task_sampler``, ``group_admission`` or ``environment``."""
     ref: str
     """The name as the config wrote it (``auto``, ``pass_rate``, ``mine``, ``pkg.mod:Cls``)."""
     level: str
     environments: tuple[str, ...]
     options: Mapping[str, Any]
     resolved: str | None = None
-    """``module:Qualname`` of a registered or ``module:Class`` component; None for core's."""
+    """``module:Qualname`` of the class that runs (core's too)."""
     core: str | None = None
     """The core component that runs (``auto`` decided: weighted or uniform); None for others."""
+    source: str | None = None
+    """Where the class is defined, ``module:Qualname``, as platoon 0.4.0 spells it (the same as ``resolved``)."""
+    distribution: str | None = None
+    """The installed distribution that provides it (``platoon`` for core's); None for code none holds."""
+    distribution_version: str | None = None
+    entry_point: str | None = None
+    """``group:name`` of the entry point whose loading registered it; None for core's, ``module:Class`` references
+    and what a ``package`` registered."""
     cls: type | None = field(default=None, compare=False, repr=False)
     parsed: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """``"train"`` or label -> the options as the schema parsed them (what the component is built with)."""
@@ -358,6 +371,10 @@ class ComponentRecord:
             "kind": self.kind,
             "ref": self.ref,
             "resolved": self.resolved,
+            "source": self.source,
+            "distribution": self.distribution,
+            "distribution_version": self.distribution_version,
+            "entry_point": self.entry_point,
             "core": self.core,
             "level": self.level,
             "environments": list(self.environments),
@@ -375,8 +392,9 @@ def resolve_components(
     raising ValueError, or None: no options), runs each static ``check(options, ctx)`` and checks entry environments
     resolve. ``workflow_gives_verdicts`` says whether the training workflow gives verdicts (a rule that reads them,
     ``informative`` or a class with ``needs_verdicts = True``, is refused otherwise). Raises one ConfigError with
-    every problem; returns the records: the run's sampler, each entry's (when the run's hands slots), and each rule
-    other than ``all`` in rule mode.
+    every problem; returns the records: the run's sampler, each entry's (when the run's hands slots), each rule
+    other than ``all`` in rule mode, and each environment (one record per component, listing the entries that name
+    it, with each one's ``env_options``).
     """
     r = _Resolver(cfg, workflow_gives_verdicts)
     records = r.run()
@@ -407,9 +425,7 @@ class _Resolver:
 
     def run(self) -> list[ComponentRecord]:
         self._imports()
-        records = self._samplers() + self._admissions()
-        self._environments()
-        return records
+        return self._samplers() + self._admissions() + self._environments()
 
     def _imports(self) -> None:
         try:
@@ -568,11 +584,20 @@ class _Resolver:
                 )
             )
 
-    def _environments(self) -> None:
+    def _environments(self) -> list[ComponentRecord]:
+        groups: dict[tuple[str, str | None], tuple[type | None, dict[str, Any]]] = {}
         for i, e in enumerate(self.cfg.environments):
-            if core_environment(e.env) is not None:
-                continue
             path = f"environments.{i}.env"
+            core = core_environment(e.env)
+            if core is not None:
+                try:
+                    options = core_options("environment", core, e.service_kwargs)
+                except ValueError:  # a config built in code, unchecked: stage 1's words
+                    self.problems += core_option_problems("environment", core, e.service_kwargs,
+                                                          f"environments.{i}.service_kwargs")
+                    continue
+                groups.setdefault((core, None), (None, {}))[1][e.label] = options
+                continue
             try:
                 obj = registry.import_ref(e.env) if ":" in e.env else registry.lookup("environment", e.env)
             except ExtensionError as exc:
@@ -585,6 +610,10 @@ class _Resolver:
             if why:
                 self.problems.append(Problem(path if why[0] == "env" else f"environments.{i}.service_kwargs",
                                              f"{e.env}: {why[1]}"))
+                continue
+            groups.setdefault((e.env, _ref(obj)), (obj, {}))[1][e.label] = dict(e.service_kwargs)
+        return [_record("environment", env, ENTRY_LEVEL, cls, by_label, env if cls is None else None)
+                for (env, _), (cls, by_label) in groups.items()]
 
 
 def _record(
@@ -597,14 +626,24 @@ def _record(
     environments: tuple[str, ...] | None = None,
 ) -> ComponentRecord:
     good = {k: v for k, v in parsed.items() if v is not _FAILED}
+    if cls is None:  # core's: the class is named, not imported; the origin is core's
+        resolved = CORE_CLASS_PATHS[(kind, core or name)]
+        origin = registry.module_origin(resolved.partition(":")[0])
+    else:
+        resolved = _ref(cls)
+        origin = registry.component_origin(kind, name, cls.__module__)
     return ComponentRecord(
         kind=kind,
         ref=name,
         level=level,
         environments=tuple(good) if environments is None else environments,
         options={k: _jsonable(v) for k, v in good.items()},
-        resolved=_ref(cls),
+        resolved=resolved,
         core=core,
+        source=resolved,
+        distribution=origin.distribution,
+        distribution_version=origin.version,
+        entry_point=origin.entry_point,
         cls=cls,
         parsed=good,
     )

@@ -392,7 +392,7 @@ def train(config: Path | None = None, overrides: Sequence[str] = (), *, out: Pat
         path = resume
     elif resume is not None:
         if config is not None or overrides:
-            raise TrainUsageError("--resume takes the run's own config: give no CONFIG or --set with it")
+            raise TrainUsageError("--resume takes the run's own config: give no CONFIG or overrides (--set, KEY=VALUE) with it")
         try:
             live, run_dir, name = resume_run(resume, steps=steps, log=lambda level, m: notes.append((level, m)),
                                              **build)

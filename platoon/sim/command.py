@@ -80,7 +80,7 @@ def simulate(req: Request, console: Console | None = None) -> Outcome:
     if req.permit_release not in (None, "rollout", "group"):
         raise UsageError(f"--permit-release must be rollout or group, got {req.permit_release!r}")
     if req.resume is not None:
-        given = [n for n, v in (("CONFIG", req.config), ("--preset", req.preset), ("--set", req.overrides),
+        given = [n for n, v in (("CONFIG", req.config), ("--preset", req.preset), ("overrides", req.overrides),
                                 ("--seed", req.seed), ("--out", req.out), ("--sweep", req.sweep),
                                 ("--permit-release", req.permit_release)) if v]
         if given:

@@ -13,6 +13,7 @@ from platoon.config.models import EMBEDDED_DEFAULT, default_config
 
 REQUIRED = {"model_name": "tiny", "renderer_name": "role_colon", "max_training_steps": 10}
 """The keys every config sets (a model, a renderer, a plan), added by ``complete`` under a test's own."""
+from platoon.config.overrides import is_override, split_arguments
 
 
 def complete(text: str) -> str:
@@ -319,6 +320,50 @@ def test_an_override_sets_only_its_own_key(tmp_path: Path) -> None:
     # a distribution's field keeps the default distribution it belongs to
     duration = load_config(None, ["sim.rollout.duration.median_s=3"]).sim.rollout.duration
     assert (duration.dist, duration.median_s, duration.sigma) == ("lognormal", 3.0, 0.5)
+
+
+def test_plus_equals_appends_one_item_to_a_list(tmp_path: Path) -> None:
+    path = write(tmp_path, "environments: [{name: a, tasks: ['1']}]")
+    cfg = load_config(path, ["environments.0.tasks+=2", "environments+={name: b, group_size: 4}"])
+    assert cfg.environments[0].tasks == ["1", "2"]
+    assert [(e.name, e.group_size) for e in cfg.environments] == [("a", 8), ("b", 4)]
+
+
+def test_plus_equals_on_a_missing_or_null_list_starts_from_its_default() -> None:
+    cfg = load_config(None, ["environments+={name: extra}", "environments.0.tasks+=7"])
+    assert [e.name for e in cfg.environments] == ["number-search", "extra"]
+    assert cfg.environments[0].tasks == ["7"]  # tasks: null appends to an empty list
+
+
+def test_plus_equals_on_something_not_a_list_is_refused(tmp_path: Path) -> None:
+    assert problems(tmp_path, "", ("train.batch_size+=1",)) == [
+        "override train.batch_size+=1: train.batch_size is a int, not a list to append to"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argument", "override"),
+    [
+        ("train.batch_size=0", True),
+        ("environments.0.name=x", True),
+        ("environments+={name: b}", True),
+        ("train.label_by=", True),
+        ("run.yaml", False),
+        ("configs/a=b.yaml", False),  # a path's left side is no dotted key: a missing file, not an override
+        ("=3", False),
+        ("a b=1", False),
+    ],
+)
+def test_an_argument_is_an_override_when_its_left_side_is_a_dotted_key(argument: str, override: bool) -> None:
+    assert is_override(argument) is override
+
+
+def test_an_existing_file_named_like_an_override_is_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a=b.yaml").write_text("train: {steps: 2}\n")
+    assert split_arguments(["a=b.yaml", "c=d.yaml", "train.steps=3"]) == (
+        ["a=b.yaml"], ["c=d.yaml", "train.steps=3"]
+    )
 
 
 def test_an_override_names_its_problem(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import platoon
 from platoon.config import (
     ConfigError,
     EnvironmentConfig,
@@ -29,6 +30,7 @@ from platoon.config import (
     run_sampler,
     step_cap,
 )
+from platoon.config.components import NumberSearchOptions
 from platoon.config.models import default_config
 from platoon.config.resolve import (
     entry_workflow,
@@ -309,22 +311,36 @@ def test_entry_sim_merges_and_a_distribution_replaces_whole(tmp_path: Path) -> N
 # --- stage 2 ---------------------------------------------------------------------------------------------------
 
 
-def test_default_config_records_its_run_sampler() -> None:
-    [record] = resolve_components(default_config())
-    assert record.to_json() == {
+def test_default_config_records_its_run_sampler_and_environment() -> None:
+    sampler, environment = resolve_components(default_config())
+    core = {"distribution": "platoon", "distribution_version": platoon.__version__, "entry_point": None}
+    assert sampler.to_json() == {
         "kind": "task_sampler",
         "ref": "auto",
-        "resolved": None,
+        "resolved": "platoon.policy.samplers.uniform:UniformSampler",
+        "source": "platoon.policy.samplers.uniform:UniformSampler",
+        **core,
         "core": "uniform",
         "level": "run",
         "environments": ["default"],
         "options": {"train": {}},
     }
+    assert environment.to_json() == {
+        "kind": "environment",
+        "ref": "number_search",
+        "resolved": "platoon.live.envs.number_search:NumberSearch",
+        "source": "platoon.live.envs.number_search:NumberSearch",
+        **core,
+        "core": "number_search",
+        "level": "entry",
+        "environments": ["number-search"],
+        "options": {"number-search": NumberSearchOptions().model_dump(mode="json")},
+    }
 
 
 def test_pass_rate_records_its_options_with_defaults() -> None:
     cfg = run({"task_sampler": "pass_rate", "task_sampler_options": {"explore": 0.5}})
-    [record] = resolve_components(cfg)
+    [record] = [r for r in resolve_components(cfg) if r.kind == "task_sampler"]
     assert record.options == {
         "train": {
             "explore": 0.5,
@@ -342,7 +358,7 @@ def test_entry_samplers_group_by_name_under_weighted() -> None:
         EnvironmentConfig(name="b"),
         EnvironmentConfig(name="c", task_sampler="pass_rate", task_sampler_options={"seed": 3}),
     ]
-    records = [r.to_json() for r in resolve_components(run(environments=entries))]
+    records = [r.to_json() for r in resolve_components(run(environments=entries)) if r.kind == "task_sampler"]
     assert [(r["ref"], r["core"], r["level"], r["environments"]) for r in records] == [
         ("auto", "weighted", "run", ["a", "b", "c"]),
         ("pass_rate", "pass_rate", "entry", ["a", "c"]),
@@ -359,7 +375,11 @@ def test_rules_are_recorded_in_rule_mode_only() -> None:
         {
             "kind": "group_admission",
             "ref": "informative",
-            "resolved": None,
+            "resolved": "platoon.policy.admission:Informative",
+            "source": "platoon.policy.admission:Informative",
+            "distribution": "platoon",
+            "distribution_version": platoon.__version__,
+            "entry_point": None,
             "core": "informative",
             "level": "run",
             "environments": ["a"],
@@ -453,7 +473,7 @@ def test_a_run_sampler_without_slots_refuses_entry_samplers(plugin: str) -> None
     [line] = resolve_problems(cfg)
     assert line.startswith(f"environments.0.task_sampler: {plugin}_noslots hands no slots to entries")
     slots = run({"task_sampler": f"{plugin}_slots"}, entries)
-    refs = [(r.ref, r.level, r.environments) for r in resolve_components(slots)]
+    refs = [(r.ref, r.level, r.environments) for r in resolve_components(slots) if r.kind == "task_sampler"]
     assert refs == [
         (f"{plugin}_slots", "run", ("a", "b")),
         ("pass_rate", "entry", ("a",)),

@@ -56,7 +56,9 @@ def test_exit_codes(monkeypatch, capsys, tmp_path):
     code, err = exit_code(monkeypatch, capsys, "simulate", "--permit-release", "sometimes")
     assert code == 64
     code, err = exit_code(monkeypatch, capsys, "simulate", "--resume", str(tmp_path), "--set", "train.steps=3")
-    assert code == 64 and "drop --set" in err
+    assert code == 64 and "drop overrides" in err
+    code, err = exit_code(monkeypatch, capsys, "simulate", "--resume", str(tmp_path), "train.steps=3")
+    assert code == 64 and "drop overrides" in err
     code, err = exit_code(monkeypatch, capsys, "simulate", "--resume", str(tmp_path))
     assert code == 1 and "lock.json" in err
 
