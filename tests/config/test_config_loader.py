@@ -10,10 +10,10 @@ import yaml
 
 from platoon.config import ConfigError, load_config, load_config_warnings, to_yaml
 from platoon.config.models import EMBEDDED_DEFAULT, default_config
+from platoon.config.overrides import is_override, split_arguments
 
 REQUIRED = {"model_name": "tiny", "renderer_name": "role_colon", "max_training_steps": 10}
 """The keys every config sets (a model, a renderer, a plan), added by ``complete`` under a test's own."""
-from platoon.config.overrides import is_override, split_arguments
 
 
 def complete(text: str) -> str:
