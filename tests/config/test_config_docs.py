@@ -37,7 +37,7 @@ def test_the_example_config_loads_and_resolves(tmp_path: Path) -> None:
         ("task_sampler", "uniform", "entry", ("easy",)),
         ("task_sampler", "pass_rate", "entry", ("hard/large",)),
         ("group_admission", "informative", "run", ("easy", "hard/large")),
-        ("environment", "number_search", "entry", ("easy", "hard/large")),
+        ("environment", "platoon-number-search", "entry", ("easy", "hard/large")),
     ]
 
 

@@ -87,7 +87,7 @@ def extension(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 def test_each_core_class_path_names_the_class_the_runtimes_run() -> None:
     runtime = {("task_sampler", n): c for n, c in CORE_CLASSES.items()}
     runtime |= {("group_admission", n): c for n, c in CORE_RULES.items()}
-    runtime[("environment", "number_search")] = type(resolve_environment("number_search"))
+    runtime[("environment", "platoon-number-search")] = type(resolve_environment("platoon-number-search"))
     assert set(CORE_CLASS_PATHS) == set(runtime)
     for key, path in CORE_CLASS_PATHS.items():
         assert registry.import_ref(path) is runtime[key], key
@@ -105,7 +105,7 @@ def test_core_components_are_core_s() -> None:
         ("task_sampler", "pass_rate"): ("platoon.policy.samplers.pass_rate:PassRateSampler",) * 2 + core,
         ("task_sampler", "uniform"): ("platoon.policy.samplers.uniform:UniformSampler",) * 2 + core,
         ("group_admission", "informative"): ("platoon.policy.admission:Informative",) * 2 + core,
-        ("environment", "number_search"): ("platoon.live.envs.number_search:NumberSearch",) * 2 + core,
+        ("environment", "platoon-number-search"): ("platoon.live.envs.number_search:NumberSearch",) * 2 + core,
     }
 
 
@@ -164,7 +164,7 @@ def test_lock_json_records_every_component_with_its_origin(tmp_path: Path) -> No
     components = json.loads((tmp_path / "run" / "lock.json").read_text())["components"]
     assert [(c["kind"], c["ref"]) for c in components] == [
         ("task_sampler", "auto"), ("task_sampler", "uniform"), ("task_sampler", "pass_rate"),
-        ("group_admission", "informative"), ("environment", "number_search"),
+        ("group_admission", "informative"), ("environment", "platoon-number-search"),
     ]
     for c in components:
         assert c["resolved"] == c["source"] and ":" in c["resolved"], c

@@ -327,11 +327,11 @@ def test_default_config_records_its_run_sampler_and_environment() -> None:
     }
     assert environment.to_json() == {
         "kind": "environment",
-        "ref": "number_search",
+        "ref": "platoon-number-search",
         "resolved": "platoon.live.envs.number_search:NumberSearch",
         "source": "platoon.live.envs.number_search:NumberSearch",
         **core,
-        "core": "number_search",
+        "core": "platoon-number-search",
         "level": "entry",
         "environments": ["number-search"],
         "options": {"number-search": NumberSearchOptions().model_dump(mode="json")},
