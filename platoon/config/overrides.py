@@ -113,7 +113,7 @@ def apply_override(
                 node[part] = value
                 break
             if part not in node:
-                node[part] = _empty_like(_at(defaults, parts[: depth + 1]))
+                node[part] = _empty_like(_at(defaults, parts[: depth + 1]), parts[: depth + 1])
             node = node[part]
         else:
             problems.append(Problem(f"override {text}", f"{here} is {_kind(node)}, not a mapping or a list"))
@@ -149,15 +149,21 @@ def override_value(raw: str) -> tuple[Any, bool]:
         return None, False
 
 
-def _empty_like(default: Any) -> Any:
-    """What a key the data lacks starts as on an override's way to its key: ``default``'s items when it is a list
-    (``environments.0.name=x`` indexes the default entry), each mapping among them emptied (its fields' defaults stand
-    in when it validates); a copy of a default distribution (``sim.rollout.duration.median_s=3`` keeps its ``dist``
-    and other fields, which mean nothing without it); else an empty mapping. Otherwise never a copy of the defaults'
+_VALUE_MAPPINGS = (["train", "loss_fn_config"],)
+"""Mappings that are one value, not a section: a config's own mapping replaces the default whole, so an override of
+one key adds it to the default (``train.loss_fn_config.kl_coef=0.1`` keeps the default clip thresholds)."""
+
+
+def _empty_like(default: Any, parts: Sequence[str]) -> Any:
+    """What the key at ``parts``, which the data lacks, starts as on an override's way to a key below it:
+    ``default``'s items when it is a list (``environments.0.name=x`` indexes the default entry), each mapping among
+    them emptied (its fields' defaults stand in when it validates); a copy of a default distribution
+    (``sim.rollout.duration.median_s=3`` keeps its ``dist`` and other fields, which mean nothing without it) or of a
+    mapping that is one value (``_VALUE_MAPPINGS``); else an empty mapping. Otherwise never a copy of the defaults'
     values: they would read as set."""
     if isinstance(default, list):
         return [{} if isinstance(item, dict) else copy.deepcopy(item) for item in default]
-    if isinstance(default, dict) and "dist" in default:
+    if isinstance(default, dict) and ("dist" in default or list(parts) in _VALUE_MAPPINGS):
         return copy.deepcopy(default)
     return {}
 

@@ -44,7 +44,7 @@ from platoon.config.components import (
 )
 from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.losses import CLIP_KEYS, DEFAULT_LOSS_FN_CONFIG, loss_settings, zero_at_zero_advantages
-from platoon.config.models import Problem, RunConfig, SimConfig, describe_errors
+from platoon.config.models import EnvironmentConfig, Problem, RunConfig, SimConfig, describe_errors
 from platoon.config.sections import DatasetKwargs
 
 RUN_LEVEL = "run"
@@ -584,9 +584,20 @@ class _Resolver:
                 )
             )
 
+    def _dataset_kwargs_problems(self, i: int, e: EnvironmentConfig) -> None:
+        """Keys of an entry's ``dataset_kwargs``/``eval_dataset_kwargs`` that no environment here reads: every
+        environment lists its tasks through the same three keys (``platoon.config.sections.DatasetKwargs``)."""
+        for section in ("dataset_kwargs", "eval_dataset_kwargs"):
+            known = list(DatasetKwargs.model_fields)
+            for key in getattr(e, section).model_extra or {}:
+                self.problems.append(Problem(f"environments.{i}.{section}.{key}",
+                                             f"unknown key{_did_you_mean(key, known)} (the keys an environment's "
+                                             f"tasks are listed by: {', '.join(known)})"))
+
     def _environments(self) -> list[ComponentRecord]:
         groups: dict[tuple[str, str | None], tuple[type | None, dict[str, Any]]] = {}
         for i, e in enumerate(self.cfg.environments):
+            self._dataset_kwargs_problems(i, e)
             path = f"environments.{i}.env"
             core = core_environment(e.env)
             if core is not None:

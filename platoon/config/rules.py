@@ -59,6 +59,7 @@ def config_problems(cfg: RunConfig, *, invalid: frozenset[str] = frozenset()) ->
         + _admission_problems(cfg, ok)
         + _entry_problems(cfg, ok)
         + _loss_problems(cfg, ok)
+        + _checkpoint_problems(cfg, ok)
     )
 
 
@@ -225,6 +226,19 @@ def _loss_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
         return []
     return [Problem(f"train.loss_fn_config.{key}" if key else "train.loss_fn_config", message)
             for key, message in loss_fn_config_problems(t.loss_fn, t.loss_fn_config)]
+
+
+def _checkpoint_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
+    """``checkpoint.keep_recovery`` needs ``train.max_staleness``, as platoon 0.4.0 has it: there a rollout may sample
+    from any checkpoint its staleness bound allows, so without one no checkpoint may be pruned. This backend's rollouts
+    sample from the live model, but a config stays one that 0.4.0 loads too."""
+    if cfg.checkpoint.keep_recovery is None or cfg.train.max_staleness is not None:
+        return []
+    if not ok("checkpoint.keep_recovery", "train.max_staleness"):
+        return []
+    return [Problem("checkpoint.keep_recovery", "needs train.max_staleness (as in platoon 0.4.0, where a rollout may "
+                    "sample from any older checkpoint without a staleness bound, so pruning could never delete one); "
+                    "set train.max_staleness, or keep_recovery: null to keep every recovery checkpoint")]
 
 
 def _entry_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from platoon.config.base import ConfigModel
 from platoon.config.bounds import INT64_MAX, INT64_MIN, MAX_ROLLOUTS, MAX_STEPS, MAX_TASKS
@@ -139,9 +139,13 @@ class WatchdogConfig(ConfigModel):
 
 
 class DatasetKwargs(ConfigModel):
-    """How an entry lists its tasks: which split(s), shuffled by which seed, how many."""
+    """How an entry lists its tasks: which split(s), shuffled by which seed, how many.
 
-    UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {}
+    Other keys load (``model_extra``) and are refused when the run resolves its environments (stage 2), as platoon
+    0.4.0 refuses them: there these keys go to the environment's dataset loader, so ``config validate --no-resolve``
+    passes a misspelt one."""
+
+    model_config = ConfigDict(extra="allow")
 
     split_name: str | list[str] | None = Field(
         None, description="The split (or splits, listed in order) to list; null: train for training, the "

@@ -6,23 +6,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
+from config_kit import complete
 
 from platoon.config import ConfigError, load_config, load_config_warnings, to_yaml
 from platoon.config.models import EMBEDDED_DEFAULT, default_config
 from platoon.config.overrides import is_override, split_arguments
-
-REQUIRED = {"model_name": "tiny", "renderer_name": "role_colon", "max_training_steps": 10}
-"""The keys every config sets (a model, a renderer, a plan), added by ``complete`` under a test's own."""
-
-
-def complete(text: str) -> str:
-    """The YAML ``text`` with ``REQUIRED`` under its own train keys (when its train section is a mapping or absent)."""
-    data = yaml.safe_load(textwrap.dedent(text))
-    data = {} if data is None else data
-    if isinstance(data, dict) and isinstance(data.setdefault("train", {}), dict):
-        data["train"] = {**REQUIRED, **data["train"]}
-    return yaml.safe_dump(data, sort_keys=False)
 
 
 def write(tmp_path: Path, text: str, name: str = "run.yaml", *, raw: bool = False) -> Path:
@@ -219,8 +207,8 @@ def test_wrong_types_everywhere(tmp_path: Path) -> None:
     """
     assert problems(tmp_path, text) == [
         "train.batch_size: must be an integer, got a list",
-        "train.loss_fn_config.kl_coef: must be a number, got 'none'",
         "train.workflow_config: must be a mapping, got 5",
+        "train.loss_fn_config.kl_coef: must be a number, got 'none'",
         "environments.0.workflow_config.group_size: must be an integer, got 2.5",
         "environments.0.tasks: must be a list, got a mapping",
         "environments.0.service_kwargs: must be a mapping, got a list",
@@ -324,14 +312,14 @@ def test_an_override_sets_only_its_own_key(tmp_path: Path) -> None:
 
 def test_plus_equals_appends_one_item_to_a_list(tmp_path: Path) -> None:
     path = write(tmp_path, "environments: [{name: a, tasks: ['1']}]")
-    cfg = load_config(path, ["environments.0.tasks+=2", "environments+={name: b, group_size: 4}"])
+    cfg = load_config(path, ["environments.0.tasks+=2", "environments+={name: b, workflow_config: {group_size: 4}}"])
     assert cfg.environments[0].tasks == ["1", "2"]
-    assert [(e.name, e.group_size) for e in cfg.environments] == [("a", 8), ("b", 4)]
+    assert [(e.name, e.workflow_config.group_size) for e in cfg.environments] == [("a", None), ("b", 4)]
 
 
 def test_plus_equals_on_a_missing_or_null_list_starts_from_its_default() -> None:
-    cfg = load_config(None, ["environments+={name: extra}", "environments.0.tasks+=7"])
-    assert [e.name for e in cfg.environments] == ["number-search", "extra"]
+    cfg = load_config(None, ["environments.0.name=first", "environments+={name: extra}", "environments.0.tasks+=7"])
+    assert [e.name for e in cfg.environments] == ["first", "extra"]
     assert cfg.environments[0].tasks == ["7"]  # tasks: null appends to an empty list
 
 

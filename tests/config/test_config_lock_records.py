@@ -6,16 +6,16 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from config_kit import complete, train_config
 from typer.testing import CliRunner
 
 import platoon
 from platoon.cli import app
-from platoon.config import EnvironmentConfig, RunConfig, TrainConfig, registry, resolve_components
+from platoon.config import EnvironmentConfig, RunConfig, registry, resolve_components
 from platoon.config.components import CORE_CLASS_PATHS
 from platoon.live.envs import resolve_environment
 from platoon.policy.admission.rules import CORE_RULES
@@ -95,7 +95,7 @@ def test_each_core_class_path_names_the_class_the_runtimes_run() -> None:
 
 def test_core_components_are_core_s() -> None:
     cfg = RunConfig(
-        train=TrainConfig(group_admission="informative"),
+        train=train_config(group_admission="informative"),
         environments=[EnvironmentConfig(name="a", task_sampler="pass_rate"), EnvironmentConfig(name="b")],
     )
     core = ("platoon", platoon.__version__, None)
@@ -111,8 +111,8 @@ def test_core_components_are_core_s() -> None:
 
 def test_a_module_class_component_no_distribution_holds(module: str) -> None:
     cfg = RunConfig(
-        train=TrainConfig(task_sampler=f"{module}:Registered"),
-        environments=[EnvironmentConfig(name="a", env=f"{module}:Env", env_options={"size": 4}),
+        train=train_config(task_sampler=f"{module}:Registered"),
+        environments=[EnvironmentConfig(name="a", env=f"{module}:Env", service_kwargs={"size": 4}),
                       EnvironmentConfig(name="b", env=f"{module}:Env")],
     )
     records = {r.kind: r for r in resolve_components(cfg)}
@@ -124,18 +124,18 @@ def test_a_module_class_component_no_distribution_holds(module: str) -> None:
 
 
 def test_a_name_a_package_registers_has_no_entry_point(module: str) -> None:
-    cfg = RunConfig(train=TrainConfig(task_sampler=module), environments=[EnvironmentConfig(name="a", package=module)])
+    cfg = RunConfig(train=train_config(task_sampler=module), environments=[EnvironmentConfig(name="a", package=module)])
     [record] = [r for r in resolve_components(cfg) if r.kind == "task_sampler"]
     assert fields(record) == (f"{module}:Registered",) * 2 + (None, None, None)
 
 
 def test_a_component_an_entry_point_registered(extension: str) -> None:
-    cfg = RunConfig(train=TrainConfig(task_sampler=extension))
+    cfg = RunConfig(train=train_config(task_sampler=extension))
     [record] = [r for r in resolve_components(cfg) if r.kind == "task_sampler"]
     assert fields(record) == (
         f"{extension}:Registered", f"{extension}:Registered", "lock-rec-ext", "1.2.3", "platoon.extensions:lock_rec"
     )
-    by_path = RunConfig(train=TrainConfig(task_sampler=f"{extension}:Registered"))
+    by_path = RunConfig(train=train_config(task_sampler=f"{extension}:Registered"))
     [record] = [r for r in resolve_components(by_path) if r.kind == "task_sampler"]
     assert fields(record)[2:] == ("lock-rec-ext", "1.2.3", None)  # the module's distribution, no entry point
 
@@ -148,16 +148,16 @@ def test_an_editable_install_holds_the_modules_under_its_directory(tmp_path: Pat
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lock-rec-dev\nVersion: 0.1\n")
     (info / "direct_url.json").write_text(json.dumps({"url": tmp_path.as_uri(), "dir_info": {"editable": True}}))
     monkeypatch.syspath_prepend(str(site))
-    cfg = RunConfig(train=TrainConfig(task_sampler=f"{module}:Registered"))
+    cfg = RunConfig(train=train_config(task_sampler=f"{module}:Registered"))
     [record] = [r for r in resolve_components(cfg) if r.kind == "task_sampler"]
     assert fields(record)[2:] == ("lock-rec-dev", "0.1", None)
 
 
 def test_lock_json_records_every_component_with_its_origin(tmp_path: Path) -> None:
     config = tmp_path / "run.yaml"
-    config.write_text(textwrap.dedent("""
-        train: {steps: 1, batch_size: 2, group_admission: informative}
-        environments: [{name: a, group_size: 2}, {name: b, group_size: 2, task_sampler: pass_rate}]
+    config.write_text(complete("""
+        train: {max_training_steps: 1, batch_size: 2, group_admission: informative, workflow_config: {group_size: 2}}
+        environments: [{name: a}, {name: b, task_sampler: pass_rate}]
     """))
     result = CliRunner().invoke(app, ["simulate", str(config), "--out", str(tmp_path / "run")])
     assert result.exit_code == 0, result.stdout + result.stderr

@@ -311,6 +311,21 @@ def test_entry_sim_merges_and_a_distribution_replaces_whole(tmp_path: Path) -> N
 # --- stage 2 ---------------------------------------------------------------------------------------------------
 
 
+def test_unknown_dataset_kwargs_load_and_are_refused_when_resolved(tmp_path: Path) -> None:
+    # as in 0.4.0, where they go to the environment's loader: `config validate --no-resolve` passes them
+    cfg = cfg_of("""
+        environments:
+          - {dataset_kwargs: {split: train, limit: 4}, eval_dataset_kwargs: {shufle_seed: 1}}
+    """, tmp_path)
+    assert cfg.environments[0].dataset_kwargs.limit == 4
+    assert resolve_problems(cfg) == [
+        "environments.0.dataset_kwargs.split: unknown key; did you mean 'split_name'? (the keys an environment's "
+        "tasks are listed by: split_name, shuffle_seed, limit)",
+        "environments.0.eval_dataset_kwargs.shufle_seed: unknown key; did you mean 'shuffle_seed'? (the keys an "
+        "environment's tasks are listed by: split_name, shuffle_seed, limit)",
+    ]
+
+
 def test_default_config_records_its_run_sampler_and_environment() -> None:
     sampler, environment = resolve_components(default_config())
     core = {"distribution": "platoon", "distribution_version": platoon.__version__, "entry_point": None}
@@ -333,8 +348,8 @@ def test_default_config_records_its_run_sampler_and_environment() -> None:
         **core,
         "core": "platoon-number-search",
         "level": "entry",
-        "environments": ["number-search"],
-        "options": {"number-search": NumberSearchOptions().model_dump(mode="json")},
+        "environments": ["default"],
+        "options": {"default": NumberSearchOptions().model_dump(mode="json")},
     }
 
 

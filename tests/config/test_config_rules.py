@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
+from config_kit import complete
 
 from platoon.config import (
     ConfigError,
@@ -19,18 +18,6 @@ from platoon.config import (
 )
 from platoon.config.loader import config_problems
 from platoon.config.models import default_config
-
-REQUIRED = {"model_name": "tiny", "renderer_name": "role_colon", "max_training_steps": 10}
-"""The keys every config sets (a model, a renderer, a plan), added under a test's own train keys."""
-
-
-def complete(text: str) -> str:
-    """The YAML ``text`` with ``REQUIRED`` under its own train keys (when its train section is a mapping or absent)."""
-    data = yaml.safe_load(textwrap.dedent(text))
-    data = {} if data is None else data
-    if isinstance(data, dict) and isinstance(data.setdefault("train", {}), dict):
-        data["train"] = {**REQUIRED, **data["train"]}
-    return yaml.safe_dump(data, sort_keys=False)
 
 NOT_ONE_OF_SAMPLERS = (
     "is not one of 'auto', 'weighted', 'uniform', 'pass_rate', a name an environment's package registers, or "
@@ -345,11 +332,11 @@ def test_a_split_the_environment_lacks_is_refused(tmp_path: Path) -> None:
 def test_min_successful_group_size_is_at_most_the_smallest_group(tmp_path: Path) -> None:
     text = """
         train: {workflow_config: {min_successful_group_size: 3}}
-        environments: [{name: a, group_size: 4}, {name: b, group_size: 2}]
+        environments: [{name: a, workflow_config: {group_size: 4}}, {name: b, workflow_config: {group_size: 2}}]
     """
     assert problems(tmp_path, text) == [
-        "train.workflow_config.min_successful_group_size: must be in [1, group_size]: 3 is more than the smallest "
-        "group size, 2"
+        "train.workflow_config.min_successful_group_size: 3 is more than the group size of environments.1, 2; it "
+        "must lie in [1, group_size]"
     ]
     assert loads(tmp_path, text.replace("3}", "2}")).train.workflow_config.min_successful_group_size == 2
 

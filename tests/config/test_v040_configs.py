@@ -17,8 +17,6 @@ from typer.testing import CliRunner
 
 from platoon.cli import app
 
-pytestmark = pytest.mark.xfail(reason="schema rename in progress", strict=False)
-
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "v040"
 CONFIGS = sorted((FIXTURES / "configs").glob("*.yaml"))
 VERDICTS: dict[str, dict] = json.loads((FIXTURES / "verdicts.json").read_text())
