@@ -1,7 +1,7 @@
 """Model-service throughput: dynamic batching vs one request at a time, at 64 concurrent rollouts.
 
 The question: how much does batching the requests of concurrent rollouts into one forward pass buy on the CPU,
-for the built-in tiny policy on number_search? 64 rollouts run at once against a ``BatchingModelService``, first
+for the built-in tiny policy on platoon-number-search? 64 rollouts run at once against a ``BatchingModelService``, first
 with ``max_batch=64`` (whatever is queued when the model is free), then with ``max_batch=1`` (one request per
 forward pass); when a rollout ends another starts, until ``--rollouts`` have ended. It prints generated tokens and
 rollouts per second, by wall clock and by CPU time of the process (``time.process_time``: the machine's cores are
@@ -62,7 +62,7 @@ def main() -> None:
                                   concurrency=args.concurrency))
     single = asyncio.run(measure(policy, env, max_batch=1, rollouts=max(args.concurrency, args.rollouts // 4),
                                  concurrency=args.concurrency))
-    print(f"model service, tiny policy ({policy.parameter_count():,} parameters) on number_search, "
+    print(f"model service, tiny policy ({policy.parameter_count():,} parameters) on platoon-number-search, "
           f"{args.concurrency} concurrent rollouts, {args.threads} torch thread(s), device {policy.device}")
     print(f"{'':>22} {'tokens/s':>10} {'tokens/cpu-s':>13} {'rollouts/cpu-s':>15} {'mean batch':>11}")
     for name, r in (("batched (max 64)", batched), ("one at a time", single)):

@@ -9,8 +9,8 @@ How: the live asyncio runtime (``platoon.live.runtime.LiveRuntime``) drives the 
 workflow whose rollouts sleep lognormal durations (median ``MEDIAN_S``, sigma ``SIGMA``; a pure function of the
 group key and member, so both settings see the same lengths for the same draws) and a trainer that takes
 ``TRAIN_S`` in a worker thread. The permits bind (the horizon is the plan's). The busy share is
-``rollout_client/permit_busy_share`` (docs/metrics.md) over the whole run (``LiveRuntime.busy_share()``): rollouts
-holding a permit, time-weighted, over the budget.
+``rollout_client/permit_busy_share`` (docs/metrics.md) over the whole run (``busy_share``: the step rows' shares
+weighted by their windows' lengths): rollouts holding a permit, time-weighted, over the budget.
 
 Run: ``.venv/bin/python benchmarks/bench_permits_live.py`` (about 10 s).
 """
@@ -65,18 +65,28 @@ class NoService:
         return None
 
 
+def busy_share(rows: list[dict]) -> float:
+    """The whole run's permit busy share: each step row's share is time-weighted over its window (from the previous
+    row), so weighting the rows by their windows' lengths gives the share over the run."""
+    steps = [r for r in rows if "rollout_client/permit_busy_share" in r]
+    starts = [0.0] + [r["time"] for r in steps[:-1]]
+    spans = [r["time"] - start for start, r in zip(starts, steps, strict=True)]
+    return sum(s * r["rollout_client/permit_busy_share"] for s, r in zip(spans, steps, strict=True)) / sum(spans)
+
+
 def run(release: str) -> dict[str, float]:
-    cfg = load_config(None, [f"train.steps={STEPS}", f"train.batch_size={BATCH}", f"train.permit_release={release}",
-                             f"train.max_concurrent_rollouts={PERMITS}", "train.max_staleness=null",
-                             f"environments.0.group_size={GROUP_SIZE}", f"train.seed={SEED}"])
+    cfg = load_config(None, [f"train.max_training_steps={STEPS}", f"train.batch_size={BATCH}",
+                             f"train.permit_release={release}", f"train.max_concurrent_rollouts={PERMITS}",
+                             "train.max_staleness=null", f"environments.0.workflow_config.group_size={GROUP_SIZE}",
+                             f"train.seed={SEED}"])
     envs = build_environments(cfg)
     policy = build_policy(cfg, build_pool(cfg, envs), rolling=workflow_runs_on_lease(LognormalRollouts),
                           clock=time.perf_counter)
-    runtime = LiveRuntime(policy.dispatcher, LognormalRollouts(), SleepTrainer(), NoService())
+    runtime = LiveRuntime(policy.driver, LognormalRollouts(), SleepTrainer(), NoService())
     t0 = time.perf_counter()
     asyncio.run(runtime.run())
     wall = time.perf_counter() - t0
-    return {"busy": runtime.busy_share(), "wall_s": wall, "groups_per_s": STEPS * BATCH / wall}
+    return {"busy": busy_share(runtime.rows), "wall_s": wall, "groups_per_s": STEPS * BATCH / wall}
 
 
 def main() -> None:
