@@ -279,7 +279,7 @@ def test_show_on_a_bad_config_exits_78_on_stderr(tmp_path: Path) -> None:
 
 
 def test_a_positional_override_beside_the_file_is_an_override(tmp_path: Path) -> None:
-    path = write(tmp_path, "train: {steps: 3}")
+    path = write(tmp_path, "train: {max_training_steps: 3}")
     result = invoke("config", "validate", path, "train.batch_size=0")
     assert result.exit_code == 78
     assert result.stdout.splitlines() == [
@@ -288,22 +288,22 @@ def test_a_positional_override_beside_the_file_is_an_override(tmp_path: Path) ->
 
 
 def test_overrides_among_several_files_apply_to_each(tmp_path: Path) -> None:
-    a = write(tmp_path, "train: {steps: 3}", "a.yaml")
+    a = write(tmp_path, "train: {max_training_steps: 3}", "a.yaml")
     b = write(tmp_path, "environments: [{name: x}, {name: y}]", "b.yaml")
-    result = invoke("config", "validate", a, "train.steps=0", b)
+    result = invoke("config", "validate", a, "train.max_training_steps=0", b)
     assert result.exit_code == 78
     assert result.stdout.splitlines() == [
-        f"FAIL {a}", "  override train.steps=0: train.steps: must be at least 1, got 0",
-        f"FAIL {b}", "  override train.steps=0: train.steps: must be at least 1, got 0",
+        f"FAIL {a}", "  override train.max_training_steps=0: train.max_training_steps: must be at least 1, got 0",
+        f"FAIL {b}", "  override train.max_training_steps=0: train.max_training_steps: must be at least 1, got 0",
     ]
 
 
 def test_show_takes_positional_overrides_and_appends(tmp_path: Path) -> None:
-    path = write(tmp_path, "environments: [{name: a}]")
-    result = invoke("config", "show", path, "train.steps=9", "environments+={name: b, weight: 3}")
+    path = write(tmp_path, "environments: [{name: a, weight: 1}]")
+    result = invoke("config", "show", path, "train.max_training_steps=9", "environments+={name: b, weight: 3}")
     assert result.exit_code == 0, result.stderr
     data = yaml.safe_load(result.stdout)
-    assert data["train"]["steps"] == 9
+    assert data["train"]["max_training_steps"] == 9
     assert [(e["name"], e["weight"]) for e in data["environments"]] == [("a", 1.0), ("b", 3.0)]
 
 
@@ -311,16 +311,16 @@ def test_a_file_named_like_an_override_is_a_file_when_it_exists(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "a=b.yaml").write_text("train: {steps: 0}\n")
+    (tmp_path / "a=b.yaml").write_text(complete("train: {max_training_steps: 0}"))
     result = invoke("config", "validate", "a=b.yaml")
-    assert result.stdout.splitlines() == ["FAIL a=b.yaml", "  train.steps: must be at least 1, got 0"]
+    assert result.stdout.splitlines() == ["FAIL a=b.yaml", "  train.max_training_steps: must be at least 1, got 0"]
     (tmp_path / "a=b.yaml").unlink()  # now an override of the key a, beside no file
     result = invoke("config", "validate", "a=b.yaml")
     assert result.exit_code == 64 and "needs at least one CONFIG" in result.stderr
 
 
 def test_config_option_is_the_positional_file(tmp_path: Path) -> None:
-    path = write(tmp_path, "train: {steps: 4}")
+    path = write(tmp_path, "train: {max_training_steps: 4}")
     by_option = invoke("config", "show", "--config", path, "train.batch_size=2")
     assert by_option.exit_code == 0
     assert by_option.stdout == invoke("config", "show", path, "--set", "train.batch_size=2").stdout
@@ -330,28 +330,28 @@ def test_config_option_is_the_positional_file(tmp_path: Path) -> None:
 
 
 def test_simulate_and_train_read_positional_overrides(tmp_path: Path) -> None:
-    path = write(tmp_path, "train: {steps: 3}")
+    path = write(tmp_path, "train: {max_training_steps: 3}")
     for command in ("simulate", "train"):
-        result = invoke(command, path, "train.steps=0", "--out", tmp_path / command)
+        result = invoke(command, path, "train.max_training_steps=0", "--out", tmp_path / command)
         assert result.exit_code == 78, (command, result.stdout, result.stderr)
-        assert "override train.steps=0: train.steps: must be at least 1, got 0" in result.stderr
+        assert "override train.max_training_steps=0: train.max_training_steps: must be at least 1, got 0" in result.stderr
         assert not (tmp_path / command).exists()
 
 
 def test_strict_fails_on_warnings(tmp_path: Path) -> None:
-    warned = write(tmp_path, "train: {group_admission: informative, loss: {entropy_coef: 0.01}}")
+    warned = write(tmp_path, "train: {group_admission: informative, loss_fn_config: {entropy_coef: 0.01}}")
     assert invoke("config", "validate", warned).exit_code == 0
     result = invoke("config", "validate", "--strict", warned)
     assert result.exit_code == 78
     lines = result.stdout.splitlines()
     assert lines[0] == f"FAIL {warned} (--strict: its warnings fail it)"
-    assert lines[1].startswith("  warning: train.loss: kl_coef 0 and entropy_coef 0.01")
-    good = write(tmp_path, "train: {steps: 3}", "good.yaml")
+    assert lines[1].startswith("  warning: train.loss_fn_config: kl_coef 0 and entropy_coef 0.01")
+    good = write(tmp_path, "train: {max_training_steps: 3}", "good.yaml")
     assert invoke("config", "validate", "--strict", good).exit_code == 0
 
 
 def test_kind_eval_is_refused_and_none_checks_the_yaml_only(tmp_path: Path) -> None:
-    path = write(tmp_path, "inference: {model: x}\ntrain: {steps: 0}")
+    path = write(tmp_path, "inference: {model: x}\ntrain: {max_training_steps: 0}")
     result = invoke("config", "validate", "--kind", "eval", path)
     assert result.exit_code == 64 and "this platoon has no evaluation config" in result.stderr
     result = invoke("config", "validate", "--kind", "none", path, "anything.at.all=1")
@@ -380,7 +380,7 @@ class Plain:
 def test_schema_checks_against_the_users_class(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "cli_schema_mod.py").write_text(SCHEMA)
     monkeypatch.syspath_prepend(str(tmp_path))
-    path = write(tmp_path, "steps: 2")
+    path = write(tmp_path, "steps: 2", raw=True)
     result = invoke("config", "validate", "--schema", "cli_schema_mod:Mine", path, "names+=a")
     assert (result.exit_code, result.stdout.splitlines()) == (0, [f"ok   {path} (Mine)"])
     result = invoke("config", "validate", "--schema", "cli_schema_mod:Mine", path, "stepz=1", "steps=x")
@@ -394,7 +394,7 @@ def test_schema_checks_against_the_users_class(tmp_path: Path, monkeypatch: pyte
     assert result.exit_code == 78
     assert result.stdout.splitlines()[1].startswith("  --schema 'no_such_mod_for_schema:X' cannot be imported")
     result = invoke("config", "validate", "--schema", "platoon.config:RunConfig", path)
-    assert result.exit_code == 78 and "  steps: unknown key" in result.stdout.splitlines()[1]
+    assert result.exit_code == 78 and "  steps: unknown key; did you mean 'stats'?" in result.stdout.splitlines()
 
 
 def test_resolve_is_on_by_default_and_can_be_named(tmp_path: Path) -> None:
@@ -405,7 +405,7 @@ def test_resolve_is_on_by_default_and_can_be_named(tmp_path: Path) -> None:
 
 def test_tasks_lists_the_plan_and_warns_of_a_lopsided_mixture(tmp_path: Path) -> None:
     path = write(tmp_path, """
-        train: {steps: 100, batch_size: 32}
+        train: {max_training_steps: 100, batch_size: 32}
         environments:
           - {name: a, weight: 1}
           - {name: b, weight: 20}

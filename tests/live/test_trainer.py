@@ -61,7 +61,7 @@ def test_it_is_a_trainer_built_from_the_config():
 
 
 def test_the_defaults_are_0_4_0s():
-    t = GRPOTrainer.from_config(policy(), TrainConfig(), ModelConfig())
+    t = GRPOTrainer.from_config(policy(), TrainConfig(model_name="tiny", renderer_name="role_colon"), ModelConfig())
     assert t.loss == ("cispo", 0.0, 5.0, 0.0, 0.0) and (t.zero_at_zero, t.filter_zero_advantage) == (True, True)
     group = t.optimizer.param_groups[0]
     assert (group["lr"], group["betas"], group["eps"], group["weight_decay"]) == (3e-5, (0.9, 0.95), 1e-8, 0.0)

@@ -245,9 +245,9 @@ def test_a_step_of_only_uniform_groups_keeps_the_version_unless_the_loss_trains_
 
 
 def test_dispatch_config_reads_the_loss():
-    assert dispatch_config(load_config(None, [])).uniform_groups_update is False
+    assert dispatch_config(load_config(None, []), steps=10).uniform_groups_update is False
     cfg = load_config(None, ["train.loss_fn_config.entropy_coef=0.01"])
-    assert dispatch_config(cfg).uniform_groups_update is True
+    assert dispatch_config(cfg, steps=10).uniform_groups_update is True
 
 
 def test_a_short_step_warns_once_and_its_update_moves_the_version():
