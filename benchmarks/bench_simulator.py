@@ -42,18 +42,19 @@ def bare_simpy(rollouts: int, seed: int) -> float:
 def platoon_sim(rollouts: int, seed: int) -> float:
     """Rollouts per wall second of platoon's runtime on the same workload (the run directory written as usual)."""
     steps = rollouts // (BATCH * GROUP)
+    # checkpoint and eval at their defaults: the launch and final checkpoints only, no evaluation
     cfg = RunConfig.model_validate(
         {
             "train": {
-                "steps": steps,
+                "model_name": "tiny",
+                "renderer_name": "role_colon",
+                "max_training_steps": steps,
                 "batch_size": BATCH,
                 "max_concurrent_rollouts": PERMITS,
                 "max_staleness": None,
-                "checkpoint_every": 10_000,
-                "eval_every": None,
                 "seed": seed,
             },
-            "environments": [{"name": "env", "group_size": GROUP}],
+            "environments": [{"name": "env", "workflow_config": {"group_size": GROUP}}],
             "sim": {
                 "rollout": {"duration": {"dist": "exponential", "mean_s": MEAN_S}},
                 "trainer": {"step_s": 0.0, "per_datum_s": 0.0, "publish_s": 0.0},
@@ -118,7 +119,7 @@ import resource, sys, tempfile, tracemalloc
 from pathlib import Path
 from platoon.sim.run import SimRun
 from platoon.sim.setup import load_sim_config
-cfg = load_sim_config(None, preset="long-agentic", overrides=[f"train.steps={sys.argv[1]}"])
+cfg = load_sim_config(None, preset="long-agentic", overrides=[f"train.max_training_steps={sys.argv[1]}"])
 tracemalloc.start()
 with tempfile.TemporaryDirectory() as tmp:
     SimRun.create(cfg, Path(tmp) / "run", log=lambda level, message: None).run()

@@ -48,7 +48,8 @@ for values in itertools.product(*GRID.values()):
         name = "-".join(f"{k.split('.')[-1]}={v}" for k, v in point.items()) + f"-seed={seed}"
         path = opts.out / name
         if not (path / "checkpoints.jsonl").exists():
-            overrides = [f"{k}={v}" for k, v in point.items()] + [f"train.steps={opts.steps}", f"train.seed={seed}"]
+            overrides = [f"{k}={v}" for k, v in point.items()] + [f"train.max_training_steps={opts.steps}",
+                                                                   f"train.seed={seed}"]
             SimRun.create(load_sim_config(None, preset=PRESET, overrides=overrides), path,
                           log=lambda level, message: None).run()
         rows.append({**{k.split(".")[-1]: v for k, v in point.items()}, "seed": seed,

@@ -44,7 +44,8 @@ for sampler in SAMPLERS:
     for seed in SEEDS:
         path = opts.out / f"{sampler}-seed={seed}"
         if not (path / "checkpoints.jsonl").exists():
-            overrides = [f"train.task_sampler={sampler}", f"train.steps={opts.steps}", f"train.seed={seed}"]
+            overrides = [f"train.task_sampler={sampler}", f"train.max_training_steps={opts.steps}",
+                         f"train.seed={seed}"]
             SimRun.create(load_sim_config(None, preset=PRESET, overrides=overrides), path,
                           log=lambda level, message: None).run()
         run = load_run(path)

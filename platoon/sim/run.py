@@ -5,8 +5,9 @@ The directory is the live backend's (``platoon.runs``): ``lock.json``, ``metrics
 dispatcher's format-2 state with its exact section), ``tasks/state-<step>.json`` (the statistics' snapshot) and
 ``sim-<step>.json`` (the runtime's timers, groups in flight, trainer, learner) and ``driver-<step>.json`` (start
 slots, members, the step window). A step's row is the driver's (docs/metrics.md), with the ``sim/...`` metrics only
-the simulator knows and ``eval/pass@1`` at steps 0, ``eval_every``, ... (the policy the step trained on); a run that
-learns ends with a row ``{"step": steps, "eval/pass@1": ...}`` for the final policy.
+the simulator knows and ``eval/pass@1`` at step 0 under ``eval.at_start`` and every ``eval.every`` steps (the policy
+the step trained on); a run that learns and evaluates ends with a row ``{"step": steps, "eval/pass@1": ...}`` for the
+final policy.
 
 Checkpoints are taken at launch (``000000``) and right after a step's metrics (every ``checkpoint.every`` steps, kept
 for good, every ``checkpoint.recovery_every``, the newest ``checkpoint.keep_recovery`` kept, and after the last),

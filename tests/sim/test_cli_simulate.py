@@ -47,17 +47,18 @@ def test_resume_goes_on_to_the_new_total(tmp_path):
 
 
 def test_exit_codes(monkeypatch, capsys, tmp_path):
-    (tmp_path / "bad.yaml").write_text("train: {steps: -1}\nsim: {rollout: {error_rate: 3}}\n")
+    (tmp_path / "bad.yaml").write_text("train: {model_name: tiny, renderer_name: role_colon, max_training_steps: -1}\n"
+                                       "sim: {rollout: {error_rate: 3}}\n")
     code, err = exit_code(monkeypatch, capsys, "simulate", str(tmp_path / "bad.yaml"))
     assert code == 78
-    assert "train.steps" in err and "sim.rollout.error_rate" in err and "Traceback" not in err
+    assert "train.max_training_steps" in err and "sim.rollout.error_rate" in err and "Traceback" not in err
     code, err = exit_code(monkeypatch, capsys, "simulate", "--preset", "nope")
     assert code == 78 and "unknown preset 'nope'" in err
     code, err = exit_code(monkeypatch, capsys, "simulate", "--permit-release", "sometimes")
     assert code == 64
-    code, err = exit_code(monkeypatch, capsys, "simulate", "--resume", str(tmp_path), "--set", "train.steps=3")
+    code, err = exit_code(monkeypatch, capsys, "simulate", "--resume", str(tmp_path), "--set", "train.max_training_steps=3")
     assert code == 64 and "drop overrides" in err
-    code, err = exit_code(monkeypatch, capsys, "simulate", "--resume", str(tmp_path), "train.steps=3")
+    code, err = exit_code(monkeypatch, capsys, "simulate", "--resume", str(tmp_path), "train.max_training_steps=3")
     assert code == 64 and "drop overrides" in err
     code, err = exit_code(monkeypatch, capsys, "simulate", "--resume", str(tmp_path))
     assert code == 1 and "lock.json" in err

@@ -24,9 +24,10 @@ TOLERANCE = 0.03
 
 def busy_share(tmp_path, release: str, group_size: int, seed: int = 0) -> tuple[float, list[dict]]:
     cfg = config(
-        train={"steps": STEPS, "batch_size": 8, "max_concurrent_rollouts": 8 * group_size, "max_staleness": None,
-               "permit_release": release, "checkpoint_every": 10_000, "eval_every": None, "seed": seed},
-        environments=[{"name": "env", "group_size": group_size}],
+        train={"max_training_steps": STEPS, "batch_size": 8, "max_concurrent_rollouts": 8 * group_size,
+               "max_staleness": None, "permit_release": release, "seed": seed},
+        checkpoint={"recovery_every": None}, eval={"every": 0, "at_start": False},
+        environments=[{"name": "env", "workflow_config": {"group_size": group_size}}],
         sim={"rollout": {"duration": {"dist": "exponential", "mean_s": 1.0}},
              "trainer": {"step_s": 0.0, "per_datum_s": 0.0, "publish_s": 0.0}, "learning": {"enabled": False}})
     r = run(cfg, tmp_path / f"{release}-{group_size}")

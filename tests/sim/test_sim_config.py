@@ -5,19 +5,23 @@ from __future__ import annotations
 import pytest
 
 from platoon.config.errors import ConfigError
+from platoon.config.resolve import group_size
 from platoon.config.sim import EmpiricalDuration, LognormalDuration
 from platoon.sim.setup import build_tasks, entry_sims, load_sim_config, preset_names
 
+# what every config file must set: the model, and (for a run) a plan
+MODEL = "model_name: tiny, renderer_name: role_colon"
+TRAIN = f"train: {{{MODEL}, max_training_steps: 3}}\n"
 
 def test_presets_ship_and_load():
     assert {"long-agentic", "textcraft-synth", "math"} <= set(preset_names())
     for name in preset_names():
         cfg = load_sim_config(None, preset=name)
-        assert cfg.train.steps >= 1
+        assert cfg.train.max_training_steps >= 1
         build_tasks(cfg)
     agentic = load_sim_config(None)  # no config, no preset: long-agentic
     assert agentic.train.max_concurrent_rollouts == 256
-    assert agentic.environments[0].group_size == 8
+    assert group_size(agentic, 0) == 8
     assert isinstance(agentic.sim.rollout.duration, LognormalDuration)
     assert agentic.sim.rollout.duration.median_s >= 60
 
@@ -29,17 +33,17 @@ def test_unknown_preset():
 
 def test_sim_preset_is_the_base_of_a_configs_sim(tmp_path):
     (tmp_path / "run.yaml").write_text(
-        "train: {steps: 3, batch_size: 2}\n"
+        f"train: {{{MODEL}, max_training_steps: 3, batch_size: 2}}\n"
         "sim:\n  preset: math\n  trainer: {step_s: 1.5}\n")
     cfg = load_sim_config(tmp_path / "run.yaml")
     assert cfg.train.batch_size == 2  # the config's run
     assert cfg.sim.trainer.step_s == 1.5  # its own key wins
     assert cfg.sim.trainer.publish_s == 3.0  # the rest is the preset's
     assert cfg.sim.rollout.model_calls == 1
-    (tmp_path / "plain.yaml").write_text("train: {steps: 3}\n")
+    (tmp_path / "plain.yaml").write_text(TRAIN)
     beside = load_sim_config(tmp_path / "plain.yaml", preset="textcraft-synth")
     assert beside.sim.preset == "textcraft-synth" and beside.sim.rollout.model_calls == 12
-    assert beside.train.steps == 3
+    assert beside.train.max_training_steps == 3
     overridden = load_sim_config(tmp_path / "plain.yaml", preset="math", overrides=["sim.trainer.step_s=1"])
     assert (overridden.sim.trainer.step_s, overridden.sim.trainer.publish_s) == (1.0, 3.0)
 
@@ -47,13 +51,13 @@ def test_sim_preset_is_the_base_of_a_configs_sim(tmp_path):
 def test_overrides_and_files_relative_to_the_config(tmp_path):
     (tmp_path / "d.txt").write_text("1\n2\n")
     (tmp_path / "run.yaml").write_text(
-        "environments:\n"
-        "  - {name: a, group_size: 4}\n"
-        "  - {name: b, group_size: 2, sim: {rollout: {duration: {dist: empirical, file: d.txt}}}}\n")
-    cfg = load_sim_config(tmp_path / "run.yaml", overrides=["environments.0.group_size=8",
+        TRAIN + "environments:\n"
+        "  - {name: a, workflow_config: {group_size: 4}}\n"
+        "  - {name: b, workflow_config: {group_size: 2}, sim: {rollout: {duration: {dist: empirical, file: d.txt}}}}\n")
+    cfg = load_sim_config(tmp_path / "run.yaml", overrides=["environments.0.workflow_config.group_size=8",
                                                             "sim.rollout.error_rate=0.1"])
     a, b = entry_sims(cfg)
-    assert cfg.environments[0].group_size == 8
+    assert group_size(cfg, 0) == 8
     assert isinstance(b.rollout.duration, EmpiricalDuration)
     assert b.rollout.duration.file == str(tmp_path / "d.txt")
     assert a.rollout.error_rate == b.rollout.error_rate == 0.1  # the run's, merged under b's own
@@ -63,20 +67,20 @@ def test_overrides_and_files_relative_to_the_config(tmp_path):
 
 def test_every_problem_in_one_report(tmp_path):
     (tmp_path / "bad.yaml").write_text(
-        "train: {steps: 0}\n"
+        f"train: {{{MODEL}, max_training_steps: 0}}\n"
         "sim:\n  rollout: {duration: {dist: lognormal, median_s: -1}, error_rate: 2}\n"
         "  trainer: {step_sec: 3}\n")
     with pytest.raises(ConfigError) as info:
         load_sim_config(tmp_path / "bad.yaml")
     text = "\n".join(info.value.problems)
-    for path in ("train.steps", "sim.rollout.duration.median_s", "sim.rollout.duration.sigma",
+    for path in ("train.max_training_steps", "sim.rollout.duration.median_s", "sim.rollout.duration.sigma",
                  "sim.rollout.error_rate", "sim.trainer.step_sec"):
         assert path in text
 
 
 def test_an_entry_may_not_set_the_runs_keys(tmp_path):
     (tmp_path / "run.yaml").write_text(
-        "environments:\n  - {name: a, sim: {trainer: {step_s: 1}, gpus: 2}}\n")
+        TRAIN + "environments:\n  - {name: a, sim: {trainer: {step_s: 1}, gpus: 2}}\n")
     with pytest.raises(ConfigError) as info:
         build_tasks(load_sim_config(tmp_path / "run.yaml"))
     assert info.value.problems == [
@@ -86,6 +90,6 @@ def test_an_entry_may_not_set_the_runs_keys(tmp_path):
 
 
 def test_a_missing_task_file_is_a_config_problem(tmp_path):
-    (tmp_path / "run.yaml").write_text("sim: {tasks: nowhere.csv}\n")
+    (tmp_path / "run.yaml").write_text(TRAIN + "sim: {tasks: nowhere.csv}\n")
     with pytest.raises(ConfigError, match="sim.tasks: .*nowhere.csv: cannot read"):
         build_tasks(load_sim_config(tmp_path / "run.yaml"))

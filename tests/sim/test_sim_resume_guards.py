@@ -17,7 +17,7 @@ from platoon.runs import load_latest_checkpoint, read_checkpoint_rows, read_json
 
 runner = CliRunner()
 SMALL = ["--preset", "textcraft-synth", "--set", "train.batch_size=4", "--set", "train.max_concurrent_rollouts=32",
-         "--set", "train.checkpoint_every=2"]
+         "--set", "checkpoint.recovery_every=2"]
 
 
 def simulated(tmp_path, steps=4, name="run"):
@@ -82,7 +82,7 @@ def test_misused_resumes_exit_64_and_change_nothing(tmp_path):
     assert "is a simulated run" in result.output and "platoon simulate --resume" in result.output
     result = runner.invoke(app, ["simulate", "--resume", str(run), "--steps", "2"])
     assert result.exit_code == 64 and "has already done 4 steps" in result.output
-    result = runner.invoke(app, ["train", "--resume", str(run), "--set", "train.steps=6"])
+    result = runner.invoke(app, ["train", "--resume", str(run), "--set", "train.max_training_steps=6"])
     assert result.exit_code == 64 and "--resume takes the run's own config" in result.output
     assert snapshot(run) == before  # lock.json's runtime and steps included
     result = runner.invoke(app, ["simulate", "--resume", str(run)])
@@ -115,18 +115,25 @@ def test_a_log_shorter_than_its_checkpoint_recorded_is_refused(tmp_path):
 
 
 def test_retention_keeps_the_newest_checkpoints_and_a_resume_falls_back_among_them(tmp_path):
-    run = simulated(tmp_path, steps=10)  # checkpoints at 0, 2, ..., 10; train.keep_checkpoints: 3 by default
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["000006", "000008", "000010"]
+    # recovery checkpoints every 2 steps, the preset keeps the newest 3 of them (checkpoint.keep_recovery); the
+    # launch (0) and final (10) checkpoints are permanent and never pruned
+    run = simulated(tmp_path, steps=10)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["000000", "000004", "000006", "000008",
+                                                                      "000010"]
     rows = read_checkpoint_rows(run)
     assert [r["step"] for r in rows] == [0, 2, 4, 6, 8, 10]
-    assert [r.get("pruned") for r in rows][3:] == [["000000"], ["000002"], ["000004"]]
+    assert [r["permanent"] for r in rows] == [True, False, False, False, False, True]
+    assert [r.get("pruned") for r in rows] == [None, None, None, None, ["000002"], None]
     newest = run / "checkpoints" / "000010" / "tasks" / "dispatch-000010.json"
     newest.write_text("{}")
     loaded = load_latest_checkpoint(run)
     assert loaded.step == 8 and len(loaded.passed_over) == 1  # the pruned rows are skipped without a note
     result = runner.invoke(app, ["simulate", "--resume", str(run), "--steps", "12"])
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["000008", "000010", "000012"]
+    # step 10 saved again is no longer the final one: a recovery checkpoint, whose save prunes 000004
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["000000", "000006", "000008", "000010",
+                                                                      "000012"]
+    assert read_checkpoint_rows(run)[-2].get("pruned") == ["000004"]
     assert [r["step"] for r in read_jsonl(run / "metrics.jsonl") if "train/rollouts" in r] == list(range(12))
 
 
@@ -134,5 +141,5 @@ def test_config_show_defaults_lists_the_retention():
     result = runner.invoke(app, ["config", "show", "--defaults"])
     assert result.exit_code == 0
     lines = result.output.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.strip() == "keep_checkpoints: 3")
-    assert lines[at - 1].strip().startswith("# Full checkpoints to keep on disk: the newest this many")
+    at = next(i for i, line in enumerate(lines) if line.strip() == "keep_recovery: null")
+    assert lines[at - 1].strip().startswith("# Recovery checkpoints to keep, the newest")

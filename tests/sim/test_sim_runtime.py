@@ -10,8 +10,10 @@ from simkit import checkpoint_files, config, differing, resume, run, timed_out
 from platoon.runs import read_jsonl
 
 EVERYTHING = {
-    "train": {"steps": 8, "max_concurrent_rollouts": 12, "checkpoint_every": 3, "max_starting_rollouts": 3,
-              "straggler": {"timeout_s": 15.0}, "group_admission": "informative", "task_sampler": "pass_rate"},
+    "train": {"max_training_steps": 8, "max_concurrent_rollouts": 12, "max_starting_rollouts": 3,
+              "workflow_config": {"straggler_timeout_seconds": 15.0}, "group_admission": "informative",
+              "task_sampler": "pass_rate"},
+    "checkpoint": {"recovery_every": 3},
     "sim": {"rollout": {"duration": {"dist": "lognormal", "median_s": 8.0, "sigma": 1.0},
                         "fail_duration": {"dist": "exponential", "mean_s": 12.0}, "error_rate": 0.05,
                         "invalid_rate": 0.1, "first_call_s": {"dist": "exponential", "mean_s": 2.0},
@@ -19,7 +21,8 @@ EVERYTHING = {
                         "length_sigma": 0.4}},
 }
 TIES = {  # every duration fixed: many events at the same instant
-    "train": {"steps": 7, "checkpoint_every": 2},
+    "train": {"max_training_steps": 7},
+    "checkpoint": {"recovery_every": 2},
     "sim": {"rollout": {"duration": {"dist": "fixed", "value_s": 10.0}, "first_call_s": {"dist": "fixed", "value_s": 1.0}},
             "trainer": {"step_s": 10.0, "per_datum_s": 0.0, "publish_s": 0.0}},
 }
@@ -63,12 +66,12 @@ def test_killed_anywhere_and_resumed_is_the_uninterrupted_run(tmp_path, case):
 
 def test_resume_twice_and_with_more_steps(tmp_path):
     cfg = config(**EVERYTHING)
-    longer = run(config(**{**EVERYTHING, "train": {**EVERYTHING["train"], "steps": 11}}), tmp_path / "longer")
+    longer = run(config(**{**EVERYTHING, "train": {**EVERYTHING["train"], "max_training_steps": 11}}), tmp_path / "longer")
     part = run(cfg, tmp_path / "part", until=40.0)
     resume(part.path)  # to the end of its 8 steps (a final checkpoint at 8)
     assert len([r for r in rows(part.path) if "train/rollouts" in r]) == 8
     more = resume(part.path, steps=11)
-    assert more.cfg.train.steps == 11
+    assert more.cfg.train.max_training_steps == 11
     steps = [r["step"] for r in rows(part.path) if "train/rollouts" in r]
     assert steps == list(range(11))
     with pytest.raises(ValueError, match="already done 11 steps"):
@@ -120,7 +123,7 @@ def test_events_name_every_draw_and_settle(tmp_path):
 
 
 def test_every_rollout_raising_fails_every_group(tmp_path):
-    r = run(config(train={"steps": 3}, sim={"rollout": {"error_rate": 1.0}}), tmp_path / "r")
+    r = run(config(train={"max_training_steps": 3}, sim={"rollout": {"error_rate": 1.0}}), tmp_path / "r")
     steps = [x for x in rows(r.path) if "train/rollouts" in x]
     assert [x["train/batch/informative_groups"] for x in steps] == [0.0, 0.0, 0.0]
     events = read_jsonl(r.path / "tasks/events.jsonl")
@@ -133,8 +136,10 @@ def test_every_rollout_raising_fails_every_group(tmp_path):
 
 def test_stragglers_are_cut_after_the_quorum(tmp_path):
     sim = {"rollout": {"duration": {"dist": "lognormal", "median_s": 10.0, "sigma": 1.5}}}
-    free = run(config(train={"steps": 4}, sim=sim), tmp_path / "free")
-    cut = run(config(train={"steps": 4, "straggler": {"timeout_s": 5.0, "quorum": 2}}, sim=sim), tmp_path / "cut")
+    free = run(config(train={"max_training_steps": 4}, sim=sim), tmp_path / "free")
+    cut = run(config(train={"max_training_steps": 4, "workflow_config": {"straggler_timeout_seconds": 5.0,
+                                                                         "straggler_quorum": 2}}, sim=sim),
+              tmp_path / "cut")
     cancelled = sum(x["train/wasted_rollouts/cancelled"] for x in rows(cut.path) if "train/rollouts" in x)
     assert cancelled > 0
     assert cut.rt.now < free.rt.now
@@ -145,35 +150,35 @@ def test_stragglers_are_cut_after_the_quorum(tmp_path):
 def test_teardowns_hold_permits_under_rollout_release(tmp_path):
     sim = {"rollout": {"duration": {"dist": "fixed", "value_s": 10.0},
                        "teardown_s": {"dist": "fixed", "value_s": 90.0}}}
-    r = run(config(train={"steps": 2, "batch_size": 4, "max_concurrent_rollouts": 4, "max_staleness": 0},
+    r = run(config(train={"max_training_steps": 2, "batch_size": 4, "max_concurrent_rollouts": 4, "max_staleness": 0},
                    sim=sim), tmp_path / "r")
     first = rows(r.path)[0]
     # 4 permits, one group of 4 at a time: each permit is held 10 s of rollout + the 60 s teardown wait; then the
     # step trains 5 s + 0.1 s x 16 datums
     assert first["time"] == pytest.approx(4 * 70.0 + 5 + 0.1 * 16, abs=1e-6)
     warnings: list[str] = []
-    r2 = run(config(train={"steps": 1, "batch_size": 1, "max_concurrent_rollouts": 4}, sim=sim), tmp_path / "r2",
+    r2 = run(config(train={"max_training_steps": 1, "batch_size": 1, "max_concurrent_rollouts": 4}, sim=sim), tmp_path / "r2",
              log=lambda level, message: warnings.append(message))
     assert r2.rt.now == pytest.approx(70.0 + 5 + 0.4 + 1)
     assert len([w for w in warnings if "teardowns still running after 60s" in w]) == 4
-    group = run(config(train={"steps": 2, "batch_size": 4, "max_concurrent_rollouts": 4, "max_staleness": 0,
+    group = run(config(train={"max_training_steps": 2, "batch_size": 4, "max_concurrent_rollouts": 4, "max_staleness": 0,
                               "permit_release": "group"}, sim=sim), tmp_path / "group")
     assert rows(group.path)[0]["time"] == pytest.approx(4 * 10.0 + 5 + 0.1 * 16, abs=1e-6)  # nothing waits
 
 
 def test_learning_shows_in_eval(tmp_path):
-    r = run(config(train={"steps": 12, "eval_every": 4}, sim={"learning": {"gain": 0.5, "transfer": 0.5}}),
+    r = run(config(train={"max_training_steps": 12}, eval={"every": 4}, sim={"learning": {"gain": 0.5, "transfer": 0.5}}),
             tmp_path / "r")
     evals = [(x["step"], x["eval/pass@1"]) for x in rows(r.path) if "eval/pass@1" in x]
     assert [s for s, _ in evals] == [0, 4, 8, 12]
     assert evals[-1][1] > evals[0][1]
-    flat = run(config(train={"steps": 3}, sim={"learning": {"enabled": False}}), tmp_path / "flat")
+    flat = run(config(train={"max_training_steps": 3}, sim={"learning": {"enabled": False}}), tmp_path / "flat")
     assert not any("eval/pass@1" in x for x in rows(flat.path))
 
 
 def test_a_task_file_population(tmp_path):
     (tmp_path / "tasks.csv").write_text("task_id,pass_rate\n" + "".join(f"t{i},0.5\n" for i in range(20)))
-    r = run(config(train={"steps": 30, "batch_size": 8, "max_concurrent_rollouts": 64},
+    r = run(config(train={"max_training_steps": 30, "batch_size": 8, "max_concurrent_rollouts": 64},
                    sim={"tasks": str(tmp_path / "tasks.csv")}), tmp_path / "r")
     steps = [x for x in rows(r.path) if "train/rollouts" in x]
     informative = sum(x["train/batch/informative_groups"] for x in steps)

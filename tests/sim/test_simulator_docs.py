@@ -45,7 +45,7 @@ def test_the_example_config_runs(tmp_path):
     [yaml_text] = blocks("yaml")
     path = tmp_path / "run.yaml"
     path.write_text(yaml_text)
-    cfg = load_sim_config(path, overrides=["train.steps=6"])
+    cfg = load_sim_config(path, overrides=["train.max_training_steps=6"])
     swe, quick = entry_sims(cfg)
     assert swe.rollout.duration.dist == "lognormal" and quick.rollout.duration.dist == "exponential"
     assert quick.rollout.first_call_s is None and swe.rollout.startup_capacity == 16
