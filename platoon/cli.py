@@ -140,7 +140,7 @@ def train(
     ] = None,
     steps: Annotated[int | None, typer.Option("--steps", min=1, help="train.max_training_steps (with --resume: the new total).")] = None,
 ) -> None:
-    """Train a policy with the live asyncio + PyTorch backend (no CONFIG: the small model on number_search)."""
+    """Train a policy with the live asyncio + PyTorch backend (no CONFIG: the small model on platoon-number-search)."""
     from platoon.live.command import TrainError, TrainUsageError
     from platoon.live.command import train as run_train
     from platoon.runs.writer import RunBusyError

@@ -14,7 +14,7 @@ MAX_SECONDS = 10_000_000.0
 """Any duration, time limit or trainer time, in seconds (about 116 days): sums of them stay exact enough."""
 
 MAX_STEPS = 1_000_000
-"""``train.steps``, and the ``*_every`` periods."""
+"""``train.max_training_steps``, ``num_epochs`` and the ``every`` periods."""
 
 MAX_BATCH = 65_536
 """Groups a step trains (``train.batch_size``)."""

@@ -394,7 +394,7 @@ def resolve_components(
     ``informative`` or a class with ``needs_verdicts = True``, is refused otherwise). Raises one ConfigError with
     every problem; returns the records: the run's sampler, each entry's (when the run's hands slots), each rule
     other than ``all`` in rule mode, and each environment (one record per component, listing the entries that name
-    it, with each one's ``env_options``).
+    it, with each one's ``service_kwargs``).
     """
     r = _Resolver(cfg, workflow_gives_verdicts)
     records = r.run()

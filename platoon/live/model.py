@@ -18,7 +18,7 @@ Rules it keeps:
   for scoring are right-padded, where the causal mask alone keeps pads out;
 - the device is chosen once: ``auto`` is CUDA when ``torch.cuda.is_available()``, else the CPU.
 
-``TinyPolicy`` is the built-in model (2 layers, d=64: about 100k parameters for number_search's vocabulary);
+``TinyPolicy`` is the built-in model (2 layers, d=64: about 100k parameters for platoon-number-search's vocabulary);
 ``platoon.live.hf.HFPolicy`` is the same interface over a Hugging Face causal LM; ``platoon.live.model_kinds`` builds
 the one a ``ModelConfig`` names.
 """

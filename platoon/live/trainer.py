@@ -132,8 +132,8 @@ class GRPOTrainer:
     @classmethod
     def from_config(cls, policy: Any, train: Any, model: Any) -> GRPOTrainer:
         """Built from a run's ``TrainConfig`` (``optimizer``, ``loss_fn``, ``loss_fn_config``,
-        ``workflow_config.filter_zero_advantage_datums``, ``num_minibatches``, ``seed``) and ``ModelConfig``
-        (``temperature``)."""
+        ``workflow_config.filter_zero_advantage_datums``, the rollouts' ``inference_params.temperature``,
+        ``num_minibatches``, ``seed``); ``model`` (the ``ModelConfig``) sets nothing here."""
         opt = train.optimizer
         return cls(policy, loss_fn=train.loss_fn, loss_fn_config=train.loss_fn_config,
                    learning_rate=opt.learning_rate, beta1=opt.beta1, beta2=opt.beta2, eps=opt.eps,

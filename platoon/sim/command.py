@@ -26,7 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from platoon.config.resolve import run_directory
+from platoon.config.resolve import check_plan, run_directory
 from platoon.console import make_console
 from platoon.runs.resume import RunFinished
 from platoon.runs.writer import WRITER_FILE, WriterLock
@@ -96,6 +96,7 @@ def simulate(req: Request, console: Console | None = None) -> Outcome:
     if req.sweep:
         return sweep(req, console)
     cfg = load_sim_config(req.config, preset=req.preset, overrides=req.all_overrides())
+    check_plan(cfg, str(req.config) if req.config is not None else "<default>")
     out = req.out or run_directory(cfg) or next_run_dir(Path("runs"), _name(req))
     run = SimRun.create(cfg, out, log=_logger(console))
     with discarded_unless_stepped(run):

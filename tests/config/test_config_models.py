@@ -7,7 +7,6 @@ import pytest
 from pydantic import BaseModel
 
 from platoon.config.losses import loss_fn_config_problems, loss_settings, zero_at_zero_advantages
-from platoon.config.sections import DatasetKwargs
 from platoon.config.models import (
     EMBEDDED_DEFAULT,
     EnvironmentConfig,
@@ -17,6 +16,7 @@ from platoon.config.models import (
     default_config,
     describe_errors,
 )
+from platoon.config.sections import DatasetKwargs
 
 
 def _models(root: type[BaseModel]) -> set[type[BaseModel]]:

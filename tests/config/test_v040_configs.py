@@ -73,3 +73,49 @@ def test_valid_configs_load_and_invalid_ones_fail_in_v040() -> None:
 
     for config in CONFIGS:
         assert (VERDICTS[config.name]["exit"] == 0) == config.name.startswith("valid_"), config.name
+
+
+# --- the valid ones run: simulate unchanged, train with the model pointed at one here ----------------------------
+
+VALID = [path for path in CONFIGS if path.name.startswith("valid_")]
+PLANNED = [path for path in VALID if not VERDICTS[path.name]["train_problems"]]
+"""The valid configs 0.4.0's ``train`` also starts (one sets no duration, which 0.4.0 validates and train refuses)."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", VALID, ids=lambda path: path.stem)
+def test_simulate_runs_a_valid_config_unchanged(config: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["simulate", str(config), "--out", str(tmp_path / "run")])
+    if config in PLANNED:
+        assert result.exit_code == 0, result.stdout + result.stderr
+        assert (tmp_path / "run" / "metrics.jsonl").stat().st_size > 0
+    else:  # 0.4.0's train refuses it, with the words simulate and train say here
+        assert result.exit_code == 78 and f"invalid config {config}:" in result.stderr
+        assert [f"  {problem}" for problem in VERDICTS[config.name]["train_problems"]] == result.stderr.splitlines()[1:]
+        assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def local_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small randomly initialised Hugging Face causal LM in a local directory (no downloads)."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    path = tmp_path_factory.mktemp("local-llama")
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(str(path))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.live
+@pytest.mark.parametrize("config", PLANNED, ids=lambda path: path.stem)
+def test_train_runs_a_valid_config_with_only_the_model_pointed_here(config: Path, local_model: Path,
+                                                                   tmp_path: Path) -> None:
+    # the renderer stays 0.4.0's name (recorded, not used, with a warning); --steps 2 keeps the test short
+    result = runner.invoke(app, ["train", str(config), f"train.model_name={local_model}", "--steps", "2",
+                                 "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.stdout + result.stderr
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows if "trainer/grad_norm" in row] == [0, 1]  # two updates of the local model
