@@ -26,7 +26,7 @@ def busy_share(tmp_path, release: str, group_size: int, seed: int = 0) -> tuple[
     cfg = config(
         train={"max_training_steps": STEPS, "batch_size": 8, "max_concurrent_rollouts": 8 * group_size,
                "max_staleness": None, "permit_release": release, "seed": seed},
-        checkpoint={"recovery_every": None}, eval={"every": 0, "at_start": False},
+        checkpoint={"recovery_every": None, "keep_recovery": None}, eval={"every": 0, "at_start": False},
         environments=[{"name": "env", "workflow_config": {"group_size": group_size}}],
         sim={"rollout": {"duration": {"dist": "exponential", "mean_s": 1.0}},
              "trainer": {"step_s": 0.0, "per_datum_s": 0.0, "publish_s": 0.0}, "learning": {"enabled": False}})
