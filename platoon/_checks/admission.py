@@ -36,7 +36,7 @@ from platoon.policy.admission import (
     resolve_group_admission,
 )
 from platoon.policy.samplers.base import EntryInfo, TaskStatsView
-from platoon.policy.stats import VERDICTS, GroupRecord, MemberResult, TaskStore
+from platoon.policy.stats import VERDICTS, GroupRecord, MemberResult, TaskStatsStore
 
 CHECKS = ("protocol", "options", "answers", "pure", "fast")
 LEVELS = ("run", "entry")
@@ -134,8 +134,8 @@ def _records(
     return out
 
 
-def _store(rows: Sequence[tuple[str, str, str]], records: Sequence[GroupRecord]) -> TaskStore:
-    store = TaskStore(rows, {"a": (4, 1.0), "b": (8, 0.5)}, column="label")
+def _store(rows: Sequence[tuple[str, str, str]], records: Sequence[GroupRecord]) -> TaskStatsStore:
+    store = TaskStatsStore(rows, {"a": (4, 1.0), "b": (8, 0.5)}, column="label")
     for r in records:
         store.draw(r.start, r.seq, r.task_id, r.position)
         store.settle(r)

@@ -37,7 +37,7 @@ from platoon.policy.samplers.base import Draw, Row, Slot, TaskStatsView
 from platoon.policy.samplers.member import Member
 from platoon.policy.samplers.metrics import clean_metrics
 from platoon.policy.samplers.resolve import class_ref, resolve_task_sampler, validate_sampler_class
-from platoon.policy.stats import GroupRecord, MemberResult, TaskStore
+from platoon.policy.stats import GroupRecord, MemberResult, TaskStatsStore
 
 CHECKS = (
     "protocol",
@@ -142,8 +142,8 @@ def _member(rng: random.Random, rate: float, version: int) -> MemberResult:
     )
 
 
-def fixture_store(pool: TaskPool) -> TaskStore:
-    store = TaskStore(
+def fixture_store(pool: TaskPool) -> TaskStatsStore:
+    store = TaskStatsStore(
         [(r.task_id, r.entry, r.label) for r in pool.rows],
         {n: (e.group_size, e.success_threshold) for n, e in pool.entries.items()},
         column=pool.label_column,
@@ -263,7 +263,7 @@ def _judge(m: Member, answer: Any, mask: np.ndarray | None, pool: TaskPool) -> s
     return None
 
 
-def _feed(m: Member, store: TaskStore, records: list[GroupRecord]) -> str | None:
+def _feed(m: Member, store: TaskStatsStore, records: list[GroupRecord]) -> str | None:
     """Settle ``records`` in draw order and hand those of the sampler's pool to its observe."""
     for record in sorted(records, key=lambda r: r.key):
         store.settle(record)
@@ -595,7 +595,7 @@ def _fast(cls, options, case, budget_ms: float, f: _Failures) -> None:
     size = 4096 if case.level == "entry" else 2048
     pool = fixture_pool(size, size)
     m = _member_for(cls, options, case, pool)
-    store = TaskStore(
+    store = TaskStatsStore(
         [(r.task_id, r.entry, r.label) for r in pool.rows],
         {n: (e.group_size, 1.0) for n, e in pool.entries.items()},
     )

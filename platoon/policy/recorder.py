@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from platoon.policy.samplers.base import TaskStatsView
-from platoon.policy.stats import FATES, SNAPSHOT_FORMAT, GroupRecord, TaskStore
+from platoon.policy.stats import FATES, SNAPSHOT_FORMAT, GroupRecord, TaskStatsStore
 
 if TYPE_CHECKING:
     from platoon.policy.pool import TaskPool
@@ -30,11 +30,11 @@ Listener = Callable[[GroupRecord], None]
 
 
 class StatsRecorder:
-    """Feeds a `TaskStore` in draw order and writes the events of ``tasks/events.jsonl`` to an outbox."""
+    """Feeds a `TaskStatsStore` in draw order and writes the events of ``tasks/events.jsonl`` to an outbox."""
 
-    def __init__(self, store: TaskStore, *, start: int = 1) -> None:
+    def __init__(self, store: TaskStatsStore, *, start: int = 1) -> None:
         self._store = store
-        self._empty: TaskStore | None = None
+        self._empty: TaskStatsStore | None = None
         self.start = int(start)
         self.next_seq = 0
         self.stopped = False
@@ -48,7 +48,7 @@ class StatsRecorder:
         """A recorder over an empty store of ``pool``'s tasks and entries."""
         tasks = [(r.task_id, r.entry, r.label) for r in pool.rows]
         entries = {name: (e.group_size, e.success_threshold) for name, e in pool.entries.items()}
-        return cls(TaskStore(tasks, entries, column=pool.label_column, group_size=group_size), start=start)
+        return cls(TaskStatsStore(tasks, entries, column=pool.label_column, group_size=group_size), start=start)
 
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(record)`` after each record a flush applies (e.g. ``SamplerSet.observe``)."""
@@ -181,7 +181,7 @@ class StatsRecorder:
         return ok
 
     def replace_outstanding(self, draws: list[tuple[int, int, str, int | None]]) -> None:
-        """Make ``draws`` (``[(start, seq, task_id, position)]``) the outstanding draws (``TaskStore.
+        """Make ``draws`` (``[(start, seq, task_id, position)]``) the outstanding draws (``TaskStatsStore.
         replace_outstanding``), so that a resume's reissues and fates find them; no event."""
         if self.stopped:
             return
@@ -220,12 +220,12 @@ class StatsRecorder:
         return len(self._held)
 
     @property
-    def store(self) -> TaskStore:
+    def store(self) -> TaskStatsStore:
         """The store, after a flush."""
         self.flush()
         return self._store
 
-    def peek_store(self) -> TaskStore:
+    def peek_store(self) -> TaskStatsStore:
         """The store without a flush (admission rules read this)."""
         return self._store
 

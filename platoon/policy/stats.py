@@ -70,7 +70,7 @@ __all__ = [  # the records', totals' and formulas' names too: the statistics are
     "BANDS", "FATES", "HALF_LIFE_VERSIONS", "HISTORY", "KINDS", "MAIN", "MEANS", "NO_EVIDENCE_LIMIT",
     "PRIOR_STRENGTH", "SNAPSHOT_FORMAT", "VERDICTS", "DecayedCounts", "DecayedMean", "EntrySettings", "GroupRecord",
     "GroupSummary", "GroupTotals", "MemberResult", "TaskCountArrays", "TaskCounts", "TaskStats", "TaskStatsStore",
-    "TaskStore", "band",
+    "band",
     "decay", "informative_at", "pass_at",
 ]
 
@@ -267,8 +267,6 @@ class TaskStatsStore:
             history=tuple(rec.history),
             means={k: m.copy() for k, m in rec.means.items()},
         )
-
-    task_stats = task  # the older spelling, kept while other branches still call it (see the lead's merge note)
 
     def prior_centre(self, entry: str | None, now: float) -> float:
         """``m = (1 + P) / (2 + P + F)`` from the entry's decayed totals at ``now`` (the run's without an entry)."""
@@ -640,5 +638,3 @@ class TaskStatsStore:
         self._counts.clear()
 
 
-TaskStore = TaskStatsStore
-"""The older name of `TaskStatsStore` (0.4.0's, the public one), kept while other branches still import it."""

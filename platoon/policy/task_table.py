@@ -1,6 +1,6 @@
 """Per-task tables and step metrics from the statistics: ``platoon tasks show|export`` and ``train/tasks/*``.
 
-Pure functions over a ``TaskStore`` read at a policy version. The export's 26 columns keep the release's order:
+Pure functions over a ``TaskStatsStore`` read at a policy version. The export's 26 columns keep the release's order:
 ``fate_rejected`` comes right after ``fate_lost``, so the five columns after it (``group_size`` to ``newest_version``)
 sit one place to the right of 0.3's.
 """
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from platoon.policy.pool import label_prefix
-from platoon.policy.stats import BANDS, FATES, TaskStore, informative_at, pass_at
+from platoon.policy.stats import BANDS, FATES, TaskStatsStore, informative_at, pass_at
 
 TASK_COLUMNS = (
     "task_id", "entry", "label", "groups", "reported_groups", "attempts", "passes", "informative_groups",
@@ -24,23 +24,23 @@ TASK_COLUMNS = (
 SORTS = ("informative", "pass_rate", "groups")
 
 
-def store_from_snapshot(snapshot: Mapping[str, Any], pool: Sequence[Sequence[Any]] | None = None) -> TaskStore:
+def store_from_snapshot(snapshot: Mapping[str, Any], pool: Sequence[Sequence[Any]] | None = None) -> TaskStatsStore:
     """A store holding ``snapshot``; ``pool`` lists ``(task_id, entry, label)`` in pool order (the snapshot's own
     tasks when not given: then tasks that never settled a group are missing)."""
     tasks = [tuple(t) for t in pool] if pool is not None else [
         (tid, rec.get("entry"), rec.get("label")) for tid, rec in snapshot["tasks"].items()]
     entries = {name: (e["group_size"], e["success_threshold"]) for name, e in snapshot.get("entries", {}).items()}
-    store = TaskStore(tasks, entries, column=snapshot.get("column", "_platoon_environment"),
+    store = TaskStatsStore(tasks, entries, column=snapshot.get("column", "_platoon_environment"),
                       group_size=snapshot.get("group_size"))
     store.load_json(snapshot)
     return store
 
 
-def task_rows(store: TaskStore, version: int) -> list[dict[str, Any]]:
+def task_rows(store: TaskStatsStore, version: int) -> list[dict[str, Any]]:
     """One row per task of the pool, in pool order, with exactly ``TASK_COLUMNS``."""
     rows = []
     for task_id in store.ids:
-        s = store.task_stats(task_id)
+        s = store.task(task_id)
         a, b = store.posterior(task_id, version)
         g = store.group_size(s.entry)
         versions = [h.version for h in s.history if h.version is not None]
@@ -85,7 +85,7 @@ def show_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def task_metrics(store: TaskStore, version: int) -> dict[str, float]:
+def task_metrics(store: TaskStatsStore, version: int) -> dict[str, float]:
     """``train/tasks/*`` at ``version``: over all tasks, then per label (``train/tasks/<column>/<label>/``, the
     column being ``environment`` when labels are entries' names, else ``train.label_by``'s: ``label_prefix``).
 

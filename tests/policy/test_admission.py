@@ -23,14 +23,14 @@ from platoon.policy.admission import (
     step_cap,
 )
 from platoon.policy.samplers.base import TaskStatsView
-from platoon.policy.stats import GroupRecord, MemberResult, TaskStore
+from platoon.policy.stats import GroupRecord, MemberResult, TaskStatsStore
 
 TASKS = [("a0", "a", "x"), ("a1", "a", "w"), ("b0", "b", "y")]
 
 
 def view() -> TaskStatsView:
     # Entry b passes at 0.5, so a score of 0.5 passes there and fails in a.
-    return TaskStatsView(TaskStore(TASKS, {"a": (4, 1.0), "b": (4, 0.5)}, column="label"), 4.0)
+    return TaskStatsView(TaskStatsStore(TASKS, {"a": (4, 1.0), "b": (4, 0.5)}, column="label"), 4.0)
 
 
 def member(scored: float | None, valid: bool = True) -> MemberResult:

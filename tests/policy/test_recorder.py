@@ -150,7 +150,7 @@ def test_events_carry_exactly_the_fields_of_the_log():
         {"event": "fate", "start": 2, "seq": 0, "fate": "lost"},
     ]
     assert rec.take_events() == []
-    u0 = rec.store.task_stats("u0")
+    u0 = rec.store.task("u0")
     assert u0.drawn == 1 and u0.fates["lost"] == 1
 
 

@@ -26,7 +26,7 @@ from platoon.policy.samplers.base import (
 from platoon.policy.samplers.pass_rate import PassRateSampler
 from platoon.policy.samplers.uniform import UniformSampler
 from platoon.policy.samplers.weighted import WeightedSampler
-from platoon.policy.stats import GroupRecord, MemberResult, TaskStore, informative_at
+from platoon.policy.stats import GroupRecord, MemberResult, TaskStatsStore, informative_at
 
 
 def setup(ids, *, level="run", entry=None, entries=None, seed=0, name="s") -> SamplerSetup:
@@ -130,9 +130,9 @@ def test_weighted_equal_weights_rotate_and_tasks_weight():
 # ----------------------------------------------------------------------------------------------- pass_rate
 
 
-def rate_store(ids, rates, *, groups=3, size=4, version=0, nostreak=()) -> TaskStore:
+def rate_store(ids, rates, *, groups=3, size=4, version=0, nostreak=()) -> TaskStatsStore:
     """A store where task i settled ``groups`` groups of ``size`` with ``round(rate * size)`` passes each."""
-    st_ = TaskStore([(t, "e", "L") for t in ids], {"e": (size, 1.0)})
+    st_ = TaskStatsStore([(t, "e", "L") for t in ids], {"e": (size, 1.0)})
     seq = 0
     for t, rate in zip(ids, rates, strict=True):
         for _ in range(groups if t not in nostreak else 0):
@@ -187,7 +187,7 @@ def test_outstanding_limit_and_waiting_for_a_first_result(data):
     limit = data.draw(st.integers(1, 2))
     ids = [f"t{i}" for i in range(n)]
     seen = data.draw(st.sets(st.sampled_from(ids)))
-    store_ = TaskStore([(t, "e", "L") for t in ids], {"e": (4, 1.0)})
+    store_ = TaskStatsStore([(t, "e", "L") for t in ids], {"e": (4, 1.0)})
     for seq, t in enumerate(sorted(seen)):
         store_.settle(
             GroupRecord(

@@ -15,7 +15,7 @@ from platoon.policy.stats import (
     DecayedMean,
     GroupRecord,
     MemberResult,
-    TaskStore,
+    TaskStatsStore,
     band,
     decay,
     informative_at,
@@ -55,9 +55,9 @@ def group(
     )
 
 
-def store(n: int = 4, **kw) -> TaskStore:
+def store(n: int = 4, **kw) -> TaskStatsStore:
     tasks = [(f"t{i}", "e" if i < n - 1 else "f", "L" if i % 2 == 0 else "M") for i in range(n)]
-    return TaskStore(tasks, {"e": (4, 0.5), "f": (8, 1.0)}, **kw)
+    return TaskStatsStore(tasks, {"e": (4, 0.5), "f": (8, 1.0)}, **kw)
 
 
 # ----------------------------------------------------------------------------------------------- records
@@ -234,7 +234,7 @@ def test_settle_routes_to_task_entry_label_and_run():
     s = store()
     s.settle(group("t0", 0, [1.0, 0.0, 0.5, None], version=3))  # entry e: threshold 0.5
     s.settle(group("elsewhere", 1, [1.0]))  # outside the pool: run totals only
-    t = s.task_stats("t0")
+    t = s.task("t0")
     assert (t.groups, t.attempts, t.passes, t.informative_groups) == (1, 3, 2, 1)
     assert s.entry_totals["e"].groups == 1 and s.entry_totals["f"].groups == 0
     assert s.label_totals["L"].groups == 1 and s.label_totals["M"].groups == 0
@@ -255,7 +255,7 @@ def test_invalid_members_are_censored_but_the_group_counts():
         drawn_at={"main": 2},
     )
     s.settle(g)
-    t = s.task_stats("t0")
+    t = s.task("t0")
     assert (t.groups, t.reported_groups, t.attempts, t.passes) == (1, 1, 0, 0)
     assert t.decayed.version is None
     assert s.counts("t0").no_evidence_streak == 1
@@ -280,7 +280,7 @@ def test_history_keeps_the_newest_eight():
     s = store()
     for seq in range(11):
         s.settle(group("t0", seq, [1.0, 0.0], version=seq))
-    assert [h.seq for h in s.task_stats("t0").history] == list(range(3, 11))
+    assert [h.seq for h in s.task("t0").history] == list(range(3, 11))
 
 
 def test_draws_fates_reissue_and_loss():
@@ -297,7 +297,7 @@ def test_draws_fates_reissue_and_loss():
     with pytest.raises(ValueError, match="unknown fate"):
         s.fate(1, 2, "eaten")
     assert s.lose_outstanding() == [(1, 2, "t0"), (2, 0, "t1")]
-    t0, t1, t2 = (s.task_stats(t) for t in ("t0", "t1", "t2"))
+    t0, t1, t2 = (s.task(t) for t in ("t0", "t1", "t2"))
     assert t0.fates == {**dict.fromkeys(FATES, 0), "consumed": 1, "lost": 1} and t0.outstanding == 0
     assert t1.fates["lost"] == 1 and t1.drawn == 1  # a reissue is not a second draw
     assert t2.fates["skipped"] == 1 and t2.drawn == 0
@@ -384,11 +384,11 @@ def test_snapshot_round_trip_drops_tasks_that_left():
     twin = store()
     twin.load_json(data)
     assert twin.to_json() == data
-    other = TaskStore([("t0", "e", "L"), ("new", "e", "L")], {"e": (4, 0.5)})
+    other = TaskStatsStore([("t0", "e", "L"), ("new", "e", "L")], {"e": (4, 0.5)})
     other.load_json(data)
-    assert other.task_stats("t0").groups == 1 and other.task_stats("new").groups == 0
+    assert other.task("t0").groups == 1 and other.task("new").groups == 0
     assert "t2" not in other.to_json()["tasks"] and "f" not in other.entry_totals
     assert other.outstanding_draws() == [(1, 3, "t0", 6)]
     with pytest.raises(ValueError, match="malformed"):
         other.load_json({"run": {}})
-    assert other.task_stats("t0").groups == 1  # a failed load changes nothing
+    assert other.task("t0").groups == 1  # a failed load changes nothing

@@ -74,7 +74,7 @@ def test_vectorised_metrics_equal_a_per_task_count():
 
     s = finished_run()
     store, v = s.d.recorder.store, s.d.version
-    seen = [t for t in store.ids if store.task_stats(t).reported_groups > 0]
+    seen = [t for t in store.ids if store.task(t).reported_groups > 0]
     p1 = [store.posterior(t, v)[0] / sum(store.posterior(t, v)) for t in seen]
     m = task_metrics(store, v)
     assert abs(m["train/tasks/pass_at_1"] - sum(p1) / len(p1)) < 1e-12

@@ -22,7 +22,14 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from platoon.policy.stats import GroupRecord, GroupTotals, TaskCountArrays, TaskCounts, TaskStats, TaskStore
+from platoon.policy.stats import (
+    GroupRecord,
+    GroupTotals,
+    TaskCountArrays,
+    TaskCounts,
+    TaskStats,
+    TaskStatsStore,
+)
 
 MAX_REASON_LENGTH = 64
 LEVELS = ("run", "entry")
@@ -144,7 +151,7 @@ class TaskStatsView:
 
     __slots__ = ("_store", "_now", "_live")
 
-    def __init__(self, store: TaskStore, now: float, live: bool = True) -> None:
+    def __init__(self, store: TaskStatsStore, now: float, live: bool = True) -> None:
         self._store = store
         self._now = now
         self._live = bool(live)
@@ -165,10 +172,10 @@ class TaskStatsView:
         return self._store.counts(task_id)
 
     def task(self, task_id: str) -> TaskStats:
-        return self._store.task_stats(task_id)
+        return self._store.task(task_id)
 
     def posterior(self, task_id: str) -> tuple[float, float]:
-        """``(alpha, beta)`` of the task's pass rate at ``now`` (see `TaskStore.posterior`)."""
+        """``(alpha, beta)`` of the task's pass rate at ``now`` (see `TaskStatsStore.posterior`)."""
         return self._store.posterior(task_id, self._now)
 
     def entry(self, name: str) -> GroupTotals:
