@@ -98,14 +98,11 @@ def test_simulate_runs_a_valid_config_unchanged(config: Path, tmp_path: Path) ->
 @pytest.fixture(scope="module")
 def local_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small randomly initialised Hugging Face causal LM in a local directory (no downloads)."""
-    transformers = pytest.importorskip("transformers")
-    torch = pytest.importorskip("torch")
-    path = tmp_path_factory.mktemp("local-llama")
-    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    torch.manual_seed(0)
-    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(str(path))
-    return path
+    pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from live_harness import save_tiny_llama
+
+    return save_tiny_llama(tmp_path_factory.mktemp("local-llama"))
 
 
 @pytest.mark.slow

@@ -216,3 +216,16 @@ def live_runtime(d, workflow, trainer, service, *, start_limit=None, schedule=No
 
     driver = Driver(d, start_limit=start_limit, members=members, schedule=schedule, runtime="live")
     return LiveRuntime(driver, workflow, trainer, service, **kwargs)
+
+
+def save_tiny_llama(path, *, vocab_size: int = 64, context: int = 128):
+    """Write a small randomly initialised Hugging Face causal LM (seeded) to the directory ``path`` and return it: a
+    local checkpoint for ``train.model_name``, no downloads. Needs transformers (callers skip without it)."""
+    import torch
+    import transformers
+
+    cfg = transformers.LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context)
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(str(path))
+    return path

@@ -8,6 +8,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from live_harness import save_tiny_llama  # noqa: E402
+
 from platoon.config.models import ModelConfig  # noqa: E402
 from platoon.live.hf import HFPolicy  # noqa: E402
 from platoon.live.model import Policy  # noqa: E402
@@ -19,12 +21,7 @@ PROMPTS = [[1, 10, 12, 2], [1, 5, 2], [1, 30, 31, 2, 7, 3]]
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-llama")
-    cfg = transformers.LlamaConfig(vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    torch.manual_seed(0)
-    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(str(path))
-    return path
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), vocab_size=48, context=64)
 
 
 def test_loads_from_a_local_directory_through_the_config(checkpoint):
