@@ -47,6 +47,7 @@ from platoon.config.sections import (
     DatasetKwargs,
     EvalConfig,
     StatsConfig,
+    TraceConfig,
     WatchdogConfig,
 )
 from platoon.config.sim import (
@@ -456,6 +457,8 @@ class RunConfig(_Config):
     model: ModelConfig = Field(default_factory=ModelConfig, description="The built-in model's shape, the model "
                                                                        "service (live backend).")
     sim: SimConfig = Field(default_factory=SimConfig, description="The workload model (simulator).")
+    trace: TraceConfig = Field(default_factory=TraceConfig, description="The run's timeline, trace.json (both "
+                                                                       "runtimes).")
 
     @field_validator("environments", mode="before")
     @classmethod

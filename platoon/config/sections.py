@@ -127,6 +127,22 @@ class StatsConfig(ConfigModel):
         return v
 
 
+class TraceConfig(ConfigModel):
+    """This project's own section: the run's timeline, ``trace.json`` (docs/run-directory.md, "trace.json")."""
+
+    enabled: bool = Field(True, description="Write trace.json (Chrome Trace Event format; opens in Perfetto).")
+    group_every: int = Field(
+        8, ge=1, le=MAX_STEPS,
+        description="Trace the rollouts of every n-th drawn group (by draw position); the trainer's and the model "
+        "service's spans are always traced. 1: every rollout.",
+    )
+    max_events: int | None = Field(
+        1_000_000, ge=1, le=1_000_000_000,
+        description="The most rollout spans one run start writes (about 100 bytes each); past it only the trainer's "
+        "and the model service's spans are written. null: no cap.",
+    )
+
+
 class WatchdogConfig(ConfigModel):
     """0.4.0's restart watchdog (no effect here: a run that stops is resumed with ``platoon train --resume``)."""
 

@@ -203,12 +203,8 @@ class LiveRunDir:
         return [(s, q, t, p) for (s, q), (t, p) in sorted(open_.items())]
 
     def cut_logs(self, row: Mapping[str, Any]) -> None:
-        """Cut ``metrics.jsonl`` and ``tasks/events.jsonl`` back to the lengths the checkpoint ``row`` recorded."""
-        lengths = row.get("logs") or {}
-        for rel, path in (("metrics.jsonl", self.rd.metrics_path), ("tasks/events.jsonl", self.rd.events_path)):
-            length = lengths.get(rel)
-            if isinstance(length, int) and path.exists() and path.stat().st_size > length:
-                os.truncate(path, length)
+        """Cut the run's logs back to the lengths the checkpoint ``row`` recorded (``RunDir.cut_logs``)."""
+        self.rd.cut_logs(row.get("logs") or {})
 
     # ------------------------------------------------------------------------------------------- writing
     def write_events(self, events: list[dict]) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from platoon.runs.checkpoints import CheckpointError
-from platoon.runs.rundir import LOGS, RunDir
+from platoon.runs.rundir import NEEDED_LOGS, RunDir
 
 COMMANDS = {"sim": "platoon simulate", "live": "platoon train"}
 KINDS = {"sim": "a simulated run", "live": "a live run"}
@@ -89,7 +89,7 @@ def check_logs(rd: RunDir, row: Mapping[str, Any]) -> None:
     if not isinstance(lengths, Mapping):
         return
     name = row.get("name", "?")
-    for log in LOGS:
+    for log in NEEDED_LOGS:
         want = lengths.get(log)
         if not isinstance(want, int) or isinstance(want, bool) or want <= 0:
             continue

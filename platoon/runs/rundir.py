@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +29,7 @@ from pathlib import Path
 import platoon
 from platoon.runs.atomic import CorruptFileError, PathLike, read_json_state, write_json_atomic
 from platoon.runs.jsonl import JsonlWriter, read_jsonl
+from platoon.runs.trace import TraceWriter
 from platoon.runs.writer import WRITER_FILE, WriterLock
 
 #: The keys write_lock always writes; ``extra`` and append_lock_list may not use them.
@@ -39,8 +40,12 @@ LOCK_BASE_KEYS = ("platoon_version", "python_version", "config", "components", "
 #: the run reaches the end of its plan (``mark_finished``).
 LOCK_LISTS = ("sampling_changed", "tasks_state_lost", "finished")
 
-#: The logs whose lengths a checkpoint records (``log_lengths``), by their names in the row's ``logs``.
-LOGS = ("metrics.jsonl", "tasks/events.jsonl")
+#: The logs whose lengths a checkpoint records (``log_lengths``), by their names in the row's ``logs``; a resume cuts
+#: each back to that length (``cut_logs``).
+LOGS = ("metrics.jsonl", "tasks/events.jsonl", "trace.json")
+#: The logs a resume needs whole (``platoon.runs.resume.check_logs``): the trace is a view of the run, and a lost one
+#: does not stop it.
+NEEDED_LOGS = ("metrics.jsonl", "tasks/events.jsonl")
 
 
 class RunDir:
@@ -240,6 +245,14 @@ class RunDir:
         """
         return JsonlWriter(self.metrics_path)
 
+    @property
+    def trace_path(self) -> Path:
+        return self.path / "trace.json"
+
+    def trace_writer(self, *, group_every: int = 1, max_events: int | None = None, enabled: bool = True) -> TraceWriter:
+        """A writer appending to ``trace.json`` (``platoon.runs.trace``); an OS error warns once and stops it."""
+        return TraceWriter(self.trace_path, group_every=group_every, max_events=max_events, enabled=enabled)
+
     def events_writer(self) -> JsonlWriter:
         """A writer appending to ``tasks/events.jsonl``; an OS error warns once and stops the log (reference 1.9)."""
         return JsonlWriter(self.events_path, on_error="warn")
@@ -259,6 +272,16 @@ class RunDir:
             except FileNotFoundError:
                 lengths[name] = 0
         return lengths
+
+    def cut_logs(self, lengths: Mapping[str, object]) -> None:
+        """Cut each log back to the length a checkpoint's row recorded (``lengths``, the row's ``logs``): what a
+        resume that replays from that checkpoint writes again. A log without a recorded length is left as it is."""
+        for name in LOGS:
+            length = lengths.get(name)
+            path = self.log_path(name)
+            if isinstance(length, int) and not isinstance(length, bool) and path.exists() \
+                    and path.stat().st_size > length:
+                os.truncate(path, length)
 
     def sync_logs(self) -> None:
         """fsync each log that exists, so that a checkpoint's row (fsynced after it) never records more of a log than
@@ -324,4 +347,4 @@ def as_run_dir(run_dir: RunDir | PathLike) -> RunDir:
     return run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
 
 
-__all__ = ["LOCK_BASE_KEYS", "LOCK_LISTS", "LOGS", "RunDir", "as_run_dir", "checkpoint_name", "metrics_row"]
+__all__ = ["LOCK_BASE_KEYS", "LOCK_LISTS", "LOGS", "NEEDED_LOGS", "RunDir", "as_run_dir", "checkpoint_name", "metrics_row"]

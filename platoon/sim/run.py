@@ -28,7 +28,6 @@ records it in ``lock.json`` (``finished``).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -144,7 +143,7 @@ class SimRun:
         # decided and built: from here on the resume changes the run
         if rd.writer is not None and rd.writer.previous:
             log("info", stale_note(rd.writer))
-        _cut_logs(rd, ckpt.row.get("logs") or {})
+        rd.cut_logs(ckpt.row.get("logs") or {})
         if steps is not None and steps != planned_steps(lock):
             rd.write_lock(cfg.model_dump(mode="json"), lock.get("components", []), {"runtime": "sim", "steps": steps})
         run = cls(cfg, rd, rt, log=log)
@@ -200,17 +199,6 @@ class SimRun:
             self.metrics.write(metrics_row(steps, now, {"eval/pass@1": self.rt.learner.pass_at_1()}))
         self._drain()
         self.rd.mark_finished(steps, self.driver.dispatcher.start_number)
-
-
-def _cut_logs(rd: RunDir, lengths: dict) -> None:
-    """Cut ``metrics.jsonl`` and ``tasks/events.jsonl`` back to their lengths at the checkpoint.
-
-    platoon.runs has no truncation of its own (an exact resume is the simulator's alone); this is the one place the
-    simulator changes a log other than by appending to it."""
-    for rel, path in (("metrics.jsonl", rd.metrics_path), ("tasks/events.jsonl", rd.events_path)):
-        length = lengths.get(rel)
-        if isinstance(length, int) and path.exists() and path.stat().st_size > length:
-            os.truncate(path, length)
 
 
 __all__ = ["ResumeError", "SimRun"]

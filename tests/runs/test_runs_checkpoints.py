@@ -298,7 +298,7 @@ def test_a_row_records_no_more_of_the_logs_than_the_disk_holds(run, monkeypatch)
         w.write({"step": 0})
     save_checkpoint(run, 1, files_of(1), {"logs": run.log_lengths()})
     assert synced == [run.path]
-    assert read_checkpoint_rows(run)[0]["logs"] == {"metrics.jsonl": 11, "tasks/events.jsonl": 0}
+    assert read_checkpoint_rows(run)[0]["logs"] == {"metrics.jsonl": 11, "tasks/events.jsonl": 0, "trace.json": 0}
 
 
 def test_iter_jsonl_stops_at_a_recorded_length(run):
