@@ -1,4 +1,4 @@
-"""The ``platoon`` command line: simulate, train, eval, config, tasks, report.
+"""The ``platoon`` command line: simulate, calibrate, train, eval, config, tasks, report.
 
 Exit codes: 0 ok, 1 runtime failure, 64 usage error, 78 configuration error (every problem in one report, no
 traceback). Each command's body lives in the layer that owns it; this module parses arguments and maps errors to
@@ -95,6 +95,13 @@ def simulate(
         typer.Option("--sweep", help="KEY=V1,V2,...: run every combination in parallel processes (repeatable)."),
     ] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", min=1, help="Processes of a sweep (default: CPUs).")] = None,
+    workload: Annotated[
+        Path | None, typer.Option("--workload", help="A workload file (platoon calibrate -o): its sim block replaces "
+                                  "the config's.")
+    ] = None,
+    like: Annotated[
+        Path | None, typer.Option("--like", help="A live run: calibrate it and simulate its own config (its twin).")
+    ] = None,
 ) -> None:
     """Run the dispatch policy in the SimPy simulator and print a summary table."""
     from platoon.console import make_console
@@ -103,6 +110,7 @@ def simulate(
     from platoon.runs.checkpoints import CheckpointError
     from platoon.runs.resume import ResumeRefused
     from platoon.runs.writer import RunBusyError
+    from platoon.sim.calibrate import CalibrationError
     from platoon.sim.command import Request, UsageError
     from platoon.sim.command import simulate as run_simulate
     from platoon.sim.runtime import SimulationStalled
@@ -110,7 +118,7 @@ def simulate(
     config, overrides = config_and_overrides(arguments, config, overrides)
     request = Request(config=config, preset=preset, permit_release=permit_release,
                       overrides=tuple(overrides), steps=steps, seed=seed, out=out, resume=resume,
-                      sweep=tuple(sweep or ()), jobs=jobs)
+                      sweep=tuple(sweep or ()), jobs=jobs, workload=workload, like=like)
     console = make_console()
     try:
         outcome = run_simulate(request, console)
@@ -120,7 +128,7 @@ def simulate(
         fail(str(exc), EXIT_CONFIG)
     except FileExistsError as exc:
         fail(f"{exc}; give another --out", EXIT_USAGE)
-    except (CheckpointError, CorruptFileError, SimulationStalled) as exc:
+    except (CheckpointError, CorruptFileError, SimulationStalled, CalibrationError) as exc:
         fail(str(exc), EXIT_RUNTIME)
     if not outcome.points:
         console.print(summary_table(outcome.path))
@@ -194,6 +202,40 @@ def report(
         fail(f"cannot write the report: {exc.strerror or exc} ({exc.filename or out})", EXIT_RUNTIME)
     for path in written:
         typer.echo(str(path))
+
+
+@app.command()
+def calibrate(
+    run: Annotated[Path, typer.Argument(help="A live run directory (trained with the trace on).")],
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="Write the workload here (YAML); default: print it.")] = None,
+) -> None:
+    """Fit the simulator's workload (its sim block) from a live run's trace and logs, and say how well each fit holds."""
+    from rich.table import Table
+
+    from platoon.console import make_console
+    from platoon.runs.atomic import write_atomic
+    from platoon.sim.calibrate import CalibrationError, workload_text
+    from platoon.sim.calibrate import calibrate as fit_workload
+
+    try:
+        cal = fit_workload(run)
+    except (CalibrationError, ConfigError) as exc:
+        fail(str(exc), EXIT_RUNTIME)
+    text = workload_text(cal, run)
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    table = Table(title=f"platoon calibrate: {run}")
+    for column in ("sim key", "fitted", "samples", "how well it holds"):
+        table.add_column(column, justify="right" if column == "samples" else "left")
+    for fit in cal.fits:
+        table.add_row(fit.key, fit.value, str(fit.samples), fit.quality)
+    console = make_console()
+    console.print(table)
+    for note in cal.notes:
+        console.print(f"note: {note}", highlight=False)
+    write_atomic(out, text)
+    typer.echo(f"workload: {out} (platoon simulate CONFIG --workload {out})")
 
 
 @config_app.command("validate")

@@ -3,7 +3,9 @@
 Reads run directories through ``platoon.analysis.load_run`` (their metrics only: nothing here reads the event log,
 which grows to hundreds of MB in a long simulated run) and writes, into one directory:
 
-- ``summary.md``: a markdown table with a column per run and a row per quantity of ``summarize``;
+- ``summary.md``: a markdown table with a column per run and a row per quantity of ``summarize``; given a live run
+  and then a simulated one (``platoon report LIVE SIM``, its twin: ``platoon simulate --like LIVE``), an ``error``
+  column too, the simulated value's relative error against the live one (a share's: the difference);
 - ``permits.png``: ``rollout_client/permits_held_mean`` over the run's (simulated or wall) hours, a line per run;
 - ``staleness.png``: how many policy versions behind each trained or stale group was, summed over the run
   (``train/staleness/<k>``; a run that logged none is named in the plot as such);
@@ -41,6 +43,7 @@ STEP_COLUMN = "rollout_client/concurrency_achieved_fraction"
 SUMMARY = (
     ("steps", "steps", "{:.0f}"),
     ("hours", "time (h)", "{:.3g}"),
+    ("step_seconds_median", "median step time (s)", "{:.3g}"),
     ("rollouts_per_hour", "throughput (rollouts/h)", "{:.0f}"),
     ("groups_per_hour", "throughput (trained groups/h)", "{:.1f}"),
     ("permit_busy_share", "permit busy share", "{:.3f}"),
@@ -48,6 +51,7 @@ SUMMARY = (
     ("staleness_mean", "staleness (versions, trained)", "{:.2f}"),
     ("informative_share", "informative share (trained)", "{:.3f}"),
     ("stale_groups", "stale groups", "{:.0f}"),
+    ("stale_share", "stale share (of settled groups)", "{:.3f}"),
     ("rejected_groups", "rejected groups", "{:.0f}"),
     ("pass_at_1_first", "pass@1 first", "{:.3f}"),
     ("pass_at_1_last", "pass@1 last", "{:.3f}"),
@@ -57,6 +61,10 @@ SUMMARY = (
 
 ONLY = {"gpu_hours": "sim"}
 """Rows only one runtime can know (key -> ``sim`` or ``live``); every other row applies to both."""
+
+SHARES = frozenset({"permit_busy_share", "trainer_idle_share", "informative_share", "stale_share", "pass_at_1_first",
+                    "pass_at_1_last"})
+"""Rows that are shares (0-1): a twin's error is their difference; every other row's is relative."""
 
 
 def _col(frame: pd.DataFrame, name: str) -> pd.Series:
@@ -121,6 +129,9 @@ def summarize(run: Run) -> dict[str, float]:
         "staleness_mean": _weighted(_col(s, "train/staleness_mean"), kinds) if len(s) else math.nan,
         "informative_share": float(informative.sum()) / trained if trained else math.nan,
         "stale_groups": _sum(s, "train/batch/stale_groups"),
+        "stale_share": _sum(s, "train/batch/stale_groups") / (trained + _sum(s, "train/batch/stale_groups"))
+        if trained else math.nan,
+        "step_seconds_median": float(s["dt"].median()) if len(s) else math.nan,
         "rejected_groups": rejected,
         "pass_at_1_first": float(evals.iloc[0]) if len(evals) else math.nan,
         "pass_at_1_last": float(evals.iloc[-1]) if len(evals) else math.nan,
@@ -144,13 +155,39 @@ def cell(key: str, value: float, runtime: str | None) -> str:
     return text
 
 
+def twin_error(key: str, live: float, sim: float) -> float:
+    """How far a simulated twin's value is from the live run's: the difference for a share (``SHARES``), else the
+    relative error ``(sim - live) / live``; NaN where either is missing or the live value is 0."""
+    if math.isnan(live) or math.isnan(sim):
+        return math.nan
+    if key in SHARES:
+        return sim - live
+    return (sim - live) / live if live else math.nan
+
+
+def _error_cell(key: str, error: float) -> str:
+    if math.isnan(error):
+        return "-"
+    return f"{error:+.3f}" if key in SHARES else f"{error:+.1%}"
+
+
+def is_twin(runs: Sequence[Run]) -> bool:
+    """Whether ``runs`` are a live run and a simulated one, in that order (``platoon report LIVE SIM``)."""
+    return len(runs) == 2 and (runs[0].runtime, runs[1].runtime) == ("live", "sim")
+
+
 def summary_markdown(runs: Sequence[Run], names: Sequence[str] | None = None) -> str:
-    """A markdown table: a row per quantity, a column per run."""
+    """A markdown table: a row per quantity, a column per run; for a live run and its simulated twin
+    (``is_twin``), an ``error`` column too: the sim's relative error (a share's: its difference)."""
     names = list(names) if names is not None else _names(runs)
     sums = [summarize(r) for r in runs]
-    lines = ["| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(runs)]
+    twin = is_twin(runs)
+    head = names + ["error"] * twin
+    lines = ["| | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
     for key, label, _ in SUMMARY:
-        cells = (cell(key, s[key], r.runtime) for s, r in zip(sums, runs, strict=True))
+        cells = [cell(key, s[key], r.runtime) for s, r in zip(sums, runs, strict=True)]
+        if twin:
+            cells.append(_error_cell(key, twin_error(key, sums[0][key], sums[1][key])))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -311,5 +348,5 @@ def report(paths: Sequence[Path], out: Path | None = None) -> list[Path]:
     return write_report(runs, Path(out) if out is not None else Path(paths[0]) / "report")
 
 
-__all__ = ["ONLY", "SUMMARY", "SWEEP_COLUMNS", "cell", "fmt", "report", "step_lengths", "step_rows", "summarize",
+__all__ = ["ONLY", "SHARES", "SUMMARY", "SWEEP_COLUMNS", "cell", "fmt", "is_twin", "report", "twin_error", "step_lengths", "step_rows", "summarize",
            "summary_markdown", "summary_table", "sweep_markdown", "sweep_table", "write_report"]

@@ -26,7 +26,7 @@ Rules it keeps:
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,8 @@ DEFAULT_SOURCE = "<default>"
 
 
 def load_config(
-    path: Path | None, overrides: Sequence[str] = (), *, strict_resolve: bool = False, needs_log_path: bool = False
+    path: Path | None, overrides: Sequence[str] = (), *, strict_resolve: bool = False, needs_log_path: bool = False,
+    data: Mapping[str, Any] | None = None, sections: Mapping[str, Any] | None = None,
 ) -> RunConfig:
     """Read the config at ``path`` (None: the embedded default, every field at its default), apply ``overrides``
     (``dotted.key=value``, YAML-typed, list indices allowed, ``null`` for None) and validate it.
@@ -67,11 +68,16 @@ def load_config(
     platoon 0.4.0 refuses it: ``config validate``, and ``train`` without ``--out``). With ``strict_resolve`` a config
     that passes is also resolved
     (stage 2: packages imported, components resolved, their options and checks run), and its problems raise.
+    ``data``: the config as data, in place of reading ``path`` (which names it in messages, and whose directory
+    relative file names are taken from): a run's recorded config. ``sections``: top-level sections that replace the
+    config's own before the overrides apply (a fitted workload's ``sim``).
     """
     source = DEFAULT_SOURCE if path is None else str(path)
     problems: list[Problem] = []
-    data = _read(path, problems)
+    data = copy.deepcopy(dict(data)) if data is not None else _read(path, problems)
     applied: dict[str, str] = {}
+    if data is not None and sections:
+        data.update(copy.deepcopy(dict(sections)))
     if data is not None and path is not None:
         _absolute_files(data, Path(path).resolve().parent)
     cfg = None

@@ -22,14 +22,19 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from platoon.config.loader import load_config
+from platoon.config.models import RunConfig
 from platoon.config.resolve import check_plan, run_directory
 from platoon.console import make_console
 from platoon.runs.resume import RunFinished
+from platoon.runs.rundir import RunDir
 from platoon.runs.writer import WRITER_FILE, WriterLock
+from platoon.sim.calibrate import calibrate, read_workload
 from platoon.sim.run import SimRun
 from platoon.sim.setup import load_sim_config
 
@@ -52,6 +57,8 @@ class Request:
     resume: Path | None = None
     sweep: tuple[str, ...] = ()
     jobs: int | None = None
+    workload: Path | None = None
+    like: Path | None = None
 
     def all_overrides(self) -> list[str]:
         extra = []
@@ -62,6 +69,43 @@ class Request:
         if self.seed is not None:
             extra.append(f"train.seed={self.seed}")
         return [*self.overrides, *extra]
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a simulated run's config comes from (picklable, for a sweep's worker processes): a file or a preset,
+    with a workload's ``sim`` block replacing the config's own, or a live run's recorded config (``--like``)."""
+
+    config: Path | None = None
+    preset: str | None = None
+    sim: dict[str, Any] | None = None
+    recorded: dict[str, Any] | None = None
+
+    def load(self, overrides: Sequence[str]) -> RunConfig:
+        if self.recorded is not None:
+            return load_config(self.config, overrides, data=self.recorded, sections={"sim": self.sim})
+        return load_sim_config(self.config, preset=self.preset, overrides=overrides, sim=self.sim)
+
+
+def source_of(req: Request, console: Console) -> Source:
+    """The request's ``Source``: ``--like RUN`` calibrates the live run (``platoon.sim.calibrate``) and takes its
+    recorded config; ``--workload FILE`` reads the file's sim block. Raises UsageError, ConfigError,
+    CalibrationError."""
+    if req.like is not None:
+        given = [n for n, v in (("CONFIG", req.config), ("--preset", req.preset), ("--workload", req.workload)) if v]
+        if given:
+            raise UsageError(f"--like simulates the run's own config with its fitted workload: drop {', '.join(given)}")
+        cal = calibrate(req.like)
+        for fit in cal.fits:
+            console.print(f"[dim]calibrated {fit.key}: {fit.value} ({fit.samples} samples; {fit.quality})[/dim]",
+                          highlight=False)
+        lock = RunDir(req.like).read_lock()
+        return Source(config=RunDir(req.like).lock_path, sim=cal.sim, recorded=lock["config"])
+    if req.workload is not None:
+        if req.preset is not None:
+            raise UsageError("--workload replaces the config's sim block whole: drop --preset")
+        return Source(config=req.config, sim=read_workload(req.workload))
+    return Source(config=req.config, preset=req.preset)
 
 
 @dataclass(frozen=True)
@@ -82,7 +126,8 @@ def simulate(req: Request, console: Console | None = None) -> Outcome:
     if req.resume is not None:
         given = [n for n, v in (("CONFIG", req.config), ("--preset", req.preset), ("overrides", req.overrides),
                                 ("--seed", req.seed), ("--out", req.out), ("--sweep", req.sweep),
-                                ("--permit-release", req.permit_release)) if v]
+                                ("--permit-release", req.permit_release), ("--workload", req.workload),
+                                ("--like", req.like)) if v]
         if given:
             raise UsageError(f"--resume goes on with the run's own config: drop {', '.join(given)}")
         _refuse_v040(req.resume)
@@ -93,11 +138,13 @@ def simulate(req: Request, console: Console | None = None) -> Outcome:
             return Outcome(req.resume)
         _run_with_progress(run, console, f"resuming {req.resume}")
         return Outcome(req.resume)
+    source = source_of(req, console)
     if req.sweep:
-        return sweep(req, console)
-    cfg = load_sim_config(req.config, preset=req.preset, overrides=req.all_overrides())
-    check_plan(cfg, str(req.config) if req.config is not None else "<default>")
-    out = req.out or run_directory(cfg) or next_run_dir(Path("runs"), _name(req))
+        return sweep(req, source, console)
+    cfg = source.load(req.all_overrides())
+    check_plan(cfg, str(source.config) if source.config is not None else "<default>")
+    # a live run's recorded log_path names the live run's own directory: its twin goes elsewhere
+    out = req.out or (run_directory(cfg) if req.like is None else None) or next_run_dir(Path("runs"), _name(req))
     run = SimRun.create(cfg, out, log=_logger(console))
     with discarded_unless_stepped(run):
         _run_with_progress(run, console, f"simulating {out}")
@@ -117,6 +164,8 @@ def discarded_unless_stepped(run: SimRun) -> Iterator[None]:
 
 
 def _name(req: Request) -> str:
+    if req.like is not None:
+        return f"sim-like-{req.like.resolve().name}"
     if req.config is not None:
         return f"sim-{req.config.stem}"
     return f"sim-{req.preset or 'long-agentic'}"
@@ -197,9 +246,9 @@ def _point_name(point: Sequence[str]) -> str:
     return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", ",".join(parts))
 
 
-def _run_point(config: Path | None, preset: str | None, overrides: list[str], out: str) -> list[str]:
+def _run_point(source: Source, overrides: list[str], out: str) -> list[str]:
     """One point of a sweep, in a worker process (no progress bar); returns its warnings for the parent to print."""
-    cfg = load_sim_config(config, preset=preset, overrides=overrides)
+    cfg = source.load(overrides)
     lines: list[str] = []
     run = SimRun.create(cfg, Path(out), log=lambda level, message: lines.append(message) if level == "warning"
                         else None)
@@ -211,12 +260,12 @@ def _run_point(config: Path | None, preset: str | None, overrides: list[str], ou
     return lines
 
 
-def sweep(req: Request, console: Console) -> Outcome:
+def sweep(req: Request, source: Source, console: Console) -> Outcome:
     axes = parse_sweep(req.sweep)
     points = grid(axes)
     base = req.all_overrides()
     for point in points:  # every point's config is checked before any runs
-        load_sim_config(req.config, preset=req.preset, overrides=[*base, *point])
+        source.load([*base, *point])
     out = req.out or next_run_dir(Path("runs"), _name(req).replace("sim-", "sweep-"))
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out}: exists and is not a directory")
@@ -224,17 +273,18 @@ def sweep(req: Request, console: Console) -> Outcome:
     with WriterLock.acquire(out):  # taken before the directory is looked at: two sweeps cannot both find it empty
         if any(p.name != WRITER_FILE for p in out.iterdir()):
             raise FileExistsError(f"{out}: the sweep directory exists and is not empty")
-        return _run_sweep(req, console, out, points, base)
+        return _run_sweep(req, source, console, out, points, base)
 
 
-def _run_sweep(req: Request, console: Console, out: Path, points: list[list[str]], base: list[str]) -> Outcome:
+def _run_sweep(req: Request, source: Source, console: Console, out: Path, points: list[list[str]],
+               base: list[str]) -> Outcome:
     dirs = [out / f"{i:02d}-{_point_name(p)}" for i, p in enumerate(points)]
     jobs = req.jobs or min(len(points), os.cpu_count() or 1)
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                   disable=not console.is_terminal) as progress:
         task = progress.add_task("points", total=len(points))
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_run_point, req.config, req.preset, [*base, *p], str(d)): d
+            futures = {pool.submit(_run_point, source, [*base, *p], str(d)): d
                        for p, d in zip(points, dirs, strict=True)}
             for future in as_completed(futures):
                 for message in future.result():

@@ -13,9 +13,10 @@ and their pool, and the learning model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -40,17 +41,21 @@ __all__ = ["DEFAULT_PRESET", "PRESETS_DIR", "RUN_ONLY_SIM_KEYS", "SimTasks", "bu
            "load_sim_config", "preset_data", "preset_names", "preset_path"]
 
 
-def load_sim_config(config: Path | None, *, preset: str | None = None, overrides: Sequence[str] = ()) -> RunConfig:
+def load_sim_config(config: Path | None, *, preset: str | None = None, overrides: Sequence[str] = (),
+                    sim: Mapping[str, Any] | None = None) -> RunConfig:
     """``platoon simulate``'s config (see the module docstring); raises one ConfigError with every problem.
 
     The loader merges the preset's sim block under the config's own (``sim.preset``), before the ``--set``
-    overrides, so that both land on the preset's values."""
+    overrides, so that both land on the preset's values. ``sim``: a workload's sim block (``--workload``), which
+    replaces the config's own whole (no preset beside it)."""
     if preset is not None and unknown_preset(preset):
         raise ConfigError([f"--preset: {unknown_preset(preset)}"])
+    sections = {"sim": sim} if sim is not None else None
     if config is None:
         name = preset or DEFAULT_PRESET
-        return load_config(preset_path(name), [f"sim.preset={name}", *overrides])
-    return load_config(config, [f"sim.preset={preset}"] * (preset is not None) + list(overrides))
+        return load_config(preset_path(name), [f"sim.preset={name}"] * (sim is None) + list(overrides),
+                           sections=sections)
+    return load_config(config, [f"sim.preset={preset}"] * (preset is not None) + list(overrides), sections=sections)
 
 
 def entry_sims(cfg: RunConfig) -> list[SimConfig]:

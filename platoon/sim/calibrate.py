@@ -1,0 +1,309 @@
+"""``platoon calibrate RUN``: the simulator's workload (the ``sim`` block) fitted from a live run's trace and logs.
+
+What is fitted, each from ``trace.json``'s spans (docs/run-directory.md, "trace.json") and how well it holds:
+
+- ``rollout.turns``: the model calls of passing and of failing rollouts (``rollout`` spans' ``turns`` and
+  ``passed``), as empirical distributions. Turns change as the policy learns because passing rollouts take fewer
+  turns and the pass share grows: the fit's check is how well ``pass share x passing mean + (1 - pass share) x
+  failing mean`` predicts the mean turns of each third of the run;
+- ``rollout.env_step_s``: the environment step after each model call (``env_step`` spans), plus the rest of a
+  rollout's time that no span covers, spread over its turns (the event loop's own time between calls), empirical;
+- ``rollout.first_call_s``: start-ups (``startup`` spans), empirical; none when every one took under a millisecond;
+- ``service``: one batched forward pass of n sequences takes ``base_s + per_sequence_s x n`` (``batch`` spans,
+  least squares; R-squared and the median relative error say how well), ``max_batch`` the run's ``model.max_batch``;
+- ``trainer``: ``step_s + per_datum_s x datums`` (``train`` spans, least squares), ``publish_s`` and ``eval_s``
+  (medians of ``publish`` and ``eval`` spans);
+- ``population`` and ``learning``: the run's pass share held fixed: each entry's tasks (``tasks/pool.json``'s count)
+  get difficulties whose mean pass rate is the traced rollouts' pass share, and learning is off. The simulator's
+  learning curve is not fitted (say so when comparing ``eval/pass@1``).
+
+Empirical distributions keep at most ``MAX_VALUES`` evenly spaced quantiles of what was measured, so a workload file
+stays small however long the run was.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from pydantic import ValidationError
+
+from platoon.config.errors import ConfigError
+from platoon.config.loader import config_from_lock
+from platoon.config.models import describe_errors
+from platoon.config.sim import SimConfig
+from platoon.config.yaml_loader import load_yaml
+from platoon.runs.rundir import RunDir
+from platoon.runs.trace import SERVICE, TRAINER, read_trace, track_names
+
+MAX_VALUES = 512
+MIN_STARTUP_S = 1e-3
+_GAUSS_HERMITE = np.polynomial.hermite_e.hermegauss(40)
+
+
+class CalibrationError(ValueError):
+    """A run that cannot be calibrated (not live, no trace, too few spans): the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One fitted quantity: the sim key it sets, its value in short, the samples it rests on and how well it holds."""
+
+    key: str
+    value: str
+    samples: int
+    quality: str
+
+
+@dataclass
+class Calibration:
+    """The fitted ``sim`` block, the fits it came from, and notes on what was not fitted."""
+
+    sim: dict[str, Any]
+    fits: list[Fit] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Rollout:
+    turns: int
+    passed: bool
+    seconds: float
+    covered: float
+    third: int
+
+
+def calibrate(run: Path) -> Calibration:
+    """Fit the workload of the live run at ``run`` (module docstring). Raises CalibrationError."""
+    rd = RunDir(run)
+    if not rd.lock_path.is_file():
+        raise CalibrationError(f"{run}: not a run directory (it holds no lock.json)")
+    lock = rd.read_lock()
+    if lock.get("runtime") != "live":
+        raise CalibrationError(f"{run}: a {lock.get('runtime', 'unknown')} run; calibrate fits a live run's workload")
+    events = [e for e in read_trace(rd.trace_path) if e.get("ph") == "X"]
+    if not events:
+        raise CalibrationError(f"{rd.trace_path}: no spans (a run with trace.enabled: false, or of an older "
+                               "platoon); train with the trace on to calibrate")
+    cfg = config_from_lock(lock, str(rd.lock_path))
+    cal = Calibration(sim={})
+    names = track_names(read_trace(rd.trace_path))
+    by_name: dict[str, list[dict]] = defaultdict(list)
+    for e in events:
+        by_name[e["name"]].append(e)
+    rollouts = _rollouts(events, names)
+    _fit_turns(cal, rollouts)
+    _fit_env_steps(cal, by_name["env_step"], rollouts)
+    _fit_startups(cal, by_name["startup"])
+    _fit_service(cal, by_name["batch"], cfg.model.max_batch)
+    _fit_trainer(cal, by_name)
+    _fit_population(cal, rollouts, rd, cfg)
+    return cal
+
+
+# --- the rollouts ------------------------------------------------------------------------------------------------
+
+
+def _seconds(e: dict) -> float:
+    return float(e.get("dur", 0)) / 1e6
+
+
+def _rollouts(events: list[dict], names: dict[int, str]) -> list[_Rollout]:
+    """Each traced rollout that ended ``ok`` with its turns, outcome, length and the time its child spans cover."""
+    lanes: dict[int, list[dict]] = defaultdict(list)
+    for e in events:
+        if names.get(e.get("tid"), "").startswith("rollout lane"):
+            lanes[e["tid"]].append(e)
+    whole = [e for lane in lanes.values() for e in lane if e["name"] == "rollout"]
+    if not whole:
+        raise CalibrationError("the trace holds no rollout spans (trace.group_every past every drawn group?)")
+    end = max(e["ts"] + e["dur"] for e in whole)
+    begin = min(e["ts"] for e in whole)
+    out = []
+    for lane in lanes.values():
+        lane.sort(key=lambda e: (e["ts"], e["name"] != "rollout"))
+        for i, e in enumerate(lane):
+            args = e.get("args") or {}
+            if e["name"] != "rollout" or args.get("status") != "ok" or not isinstance(args.get("turns"), int):
+                continue
+            stop = e["ts"] + e["dur"]
+            children = [c for c in lane[i + 1:] if c["ts"] < stop and c["name"] in
+                        ("startup", "model_call", "env_step", "teardown")]
+            covered = sum(_seconds(c) for c in children)
+            third = min(2, int(3 * (e["ts"] - begin) / max(1, end - begin)))
+            out.append(_Rollout(args["turns"], bool(args.get("passed")), _seconds(e), covered, third))
+    if not out:
+        raise CalibrationError("the trace holds no rollout that ended ok")
+    return out
+
+
+def _quantiles(values: Sequence[float], *, integers: bool = False) -> list[float]:
+    arr = np.sort(np.asarray(values, dtype=float))
+    if len(arr) > MAX_VALUES:
+        arr = np.quantile(arr, np.linspace(0.0, 1.0, MAX_VALUES))
+    return [int(round(v)) for v in arr] if integers else [round(float(v), 6) for v in arr]
+
+
+def _fit_turns(cal: Calibration, rollouts: list[_Rollout]) -> None:
+    passing = [r.turns for r in rollouts if r.passed]
+    failing = [r.turns for r in rollouts if not r.passed]
+    turns: dict[str, Any] = {"passing": _quantiles(passing or failing, integers=True),
+                             "failing": _quantiles(failing or passing, integers=True)}
+    cal.sim.setdefault("rollout", {})["turns"] = turns
+    mean_pass = float(np.mean(passing)) if passing else math.nan
+    mean_fail = float(np.mean(failing)) if failing else math.nan
+    errors = []
+    for third in range(3):
+        part = [r for r in rollouts if r.third == third]
+        if not part or not passing or not failing:
+            continue
+        share = sum(r.passed for r in part) / len(part)
+        predicted = share * mean_pass + (1 - share) * mean_fail
+        observed = float(np.mean([r.turns for r in part]))
+        errors.append(f"{observed:.2f} vs {predicted:.2f}")
+    quality = ("mean turns by third of the run, measured vs predicted from its pass share: " + ", ".join(errors)
+               if errors else "one outcome only: turns do not follow learning")
+    cal.fits.append(Fit("rollout.turns", f"passing mean {mean_pass:.2f}, failing mean {mean_fail:.2f}",
+                        len(rollouts), quality))
+
+
+def _fit_env_steps(cal: Calibration, steps: list[dict], rollouts: list[_Rollout]) -> None:
+    seconds = [_seconds(e) for e in steps]
+    turns = sum(r.turns for r in rollouts)
+    # the rest of each rollout's time, which no child span covers: the event loop's own work between calls
+    residual = max(0.0, sum(r.seconds - r.covered for r in rollouts)) / turns if turns else 0.0
+    values = [s + residual for s in seconds] or [residual]
+    cal.sim["rollout"]["env_step_s"] = {"dist": "empirical", "values": _quantiles(values)}
+    cal.fits.append(Fit("rollout.env_step_s", f"median {np.median(values):.4g} s (uncovered time per turn "
+                        f"{residual:.4g} s included)", len(seconds), f"p90 {np.quantile(values, 0.9):.4g} s"))
+
+
+def _fit_startups(cal: Calibration, spans: list[dict]) -> None:
+    seconds = [_seconds(e) for e in spans]
+    if not seconds or max(seconds) < MIN_STARTUP_S:
+        cal.sim["rollout"]["first_call_s"] = None
+        cal.fits.append(Fit("rollout.first_call_s", "none", len(seconds), "every start-up under 1 ms"))
+        return
+    cal.sim["rollout"]["first_call_s"] = {"dist": "empirical", "values": _quantiles(seconds)}
+    cal.fits.append(Fit("rollout.first_call_s", f"median {np.median(seconds):.4g} s", len(seconds),
+                        f"p90 {np.quantile(seconds, 0.9):.4g} s"))
+
+
+def linear_fit(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float, float]:
+    """Least squares ``y = a + b x`` with ``a, b >= 0`` (a negative one is fixed at 0 and the other refitted):
+    ``(a, b, r_squared, median relative error)``."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(xs) >= 2 and np.ptp(xs) > 0:
+        b, a = np.polyfit(xs, ys, 1)
+    else:
+        a, b = float(np.mean(ys)), 0.0
+    if b < 0:
+        a, b = float(np.mean(ys)), 0.0
+    if a < 0:
+        a, b = 0.0, float(np.dot(xs, ys) / np.dot(xs, xs)) if np.dot(xs, xs) > 0 else 0.0
+    predicted = a + b * xs
+    total = float(np.sum((ys - ys.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((ys - predicted) ** 2)) / total if total > 0 else 1.0
+    ok = ys > 0
+    rel = float(np.median(np.abs(predicted[ok] - ys[ok]) / ys[ok])) if ok.any() else math.nan
+    return float(a), float(b), r2, rel
+
+
+def _fit_service(cal: Calibration, batches: list[dict], max_batch: int) -> None:
+    if not batches:
+        raise CalibrationError(f"the trace holds no '{SERVICE}' batch spans")
+    sizes = [float((e.get("args") or {}).get("size", 1)) for e in batches]
+    a, b, r2, rel = linear_fit(sizes, [_seconds(e) for e in batches])
+    cal.sim["service"] = {"base_s": round(a, 9), "per_sequence_s": round(b, 9), "max_batch": max_batch}
+    cal.fits.append(Fit("service", f"{a * 1e3:.3g} ms + {b * 1e3:.3g} ms x sequences (batches of "
+                        f"{min(sizes):.0f}-{max(sizes):.0f})", len(batches), f"R^2 {r2:.3f}, median error {rel:.1%}"))
+
+
+def _fit_trainer(cal: Calibration, by_name: dict[str, list[dict]]) -> None:
+    train = by_name["train"]
+    if not train:
+        raise CalibrationError(f"the trace holds no '{TRAINER}' train spans")
+    datums = [float((e.get("args") or {}).get("datums", 0)) for e in train]
+    a, b, r2, rel = linear_fit(datums, [_seconds(e) for e in train])
+    publish = float(np.median([_seconds(e) for e in by_name["publish"]])) if by_name["publish"] else 0.0
+    evals = float(np.median([_seconds(e) for e in by_name["eval"]])) if by_name["eval"] else 0.0
+    cal.sim["trainer"] = {"step_s": round(a, 6), "per_datum_s": round(b, 9), "publish_s": round(publish, 6),
+                          "eval_s": round(evals, 6)}
+    cal.fits.append(Fit("trainer", f"{a:.3g} s + {b * 1e3:.3g} ms x datums; publish {publish:.3g} s, "
+                        f"eval {evals:.3g} s", len(train), f"R^2 {r2:.3f}, median error {rel:.1%}"))
+
+
+def mean_pass_rate(mu: float, sd: float) -> float:
+    """``E[sigmoid(mu + sd Z)]``, Z standard normal (Gauss-Hermite quadrature)."""
+    nodes, weights = _GAUSS_HERMITE
+    return float(np.sum(weights / (1.0 + np.exp(-(mu + sd * nodes)))) / math.sqrt(2 * math.pi))
+
+
+def difficulty_for(share: float, sd: float) -> float:
+    """The population's mean difficulty (a logit) whose tasks pass ``share`` of the time at ability 0."""
+    share = min(max(share, 1e-4), 1 - 1e-4)
+    lo, hi = -40.0, 40.0
+    for _ in range(100):  # mean_pass_rate(-d) falls as d grows
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mean_pass_rate(-mid, sd) > share else (lo, mid)
+    return round((lo + hi) / 2, 6)
+
+
+def _fit_population(cal: Calibration, rollouts: list[_Rollout], rd: RunDir, cfg: Any) -> None:
+    share = sum(r.passed for r in rollouts) / len(rollouts)
+    pool = rd.read_pool() or []
+    counts = defaultdict(int)
+    for _, entry, _ in pool:
+        counts[entry] += 1
+    tasks = max(counts.values()) if counts else cfg.sim.population.tasks
+    sd = cfg.sim.population.difficulty_sd
+    cal.sim["population"] = {"tasks": tasks, "difficulty_mean": difficulty_for(share, sd), "difficulty_sd": sd}
+    cal.sim["learning"] = {"enabled": False}
+    cal.fits.append(Fit("population", f"pass share {share:.3f} held fixed; {tasks} tasks an entry", len(rollouts),
+                        "learning not fitted: the pass share is the run's mean throughout"))
+    if len(counts) > 1 and len(set(counts.values())) > 1:
+        cal.notes.append(f"entries list {dict(counts)} tasks; the workload gives each the largest count, {tasks}")
+
+
+# --- the workload file -------------------------------------------------------------------------------------------
+
+
+def workload_text(cal: Calibration, run: Path) -> str:
+    """The workload file of ``cal`` (YAML: a ``sim`` block, with what it was fitted from in comments), for
+    ``platoon simulate CONFIG --workload FILE``."""
+    lines = [f"# fitted by platoon calibrate from {run}", "#"]
+    lines += [f"# {f.key}: {f.value} ({f.samples} samples; {f.quality})" for f in cal.fits]
+    lines += [f"# note: {n}" for n in cal.notes]
+    return "\n".join(lines) + "\n" + yaml.safe_dump({"sim": cal.sim}, sort_keys=False, default_flow_style=None,
+                                                     width=110)
+
+
+def read_workload(path: Path) -> dict[str, Any]:
+    """The ``sim`` block of the workload file at ``path``, checked as a config's ``sim`` is; raises one ConfigError
+    naming the file with every problem."""
+    try:
+        data = load_yaml(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError([f"--workload: cannot read it: {exc.strerror or exc}"], str(path)) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"--workload: not YAML: {exc}"], str(path)) from None
+    sim = data.get("sim") if isinstance(data, dict) else None
+    if not isinstance(sim, dict) or set(data) != {"sim"}:
+        raise ConfigError(["--workload: a workload file holds one mapping, sim (as platoon calibrate writes it)"],
+                          str(path))
+    try:
+        SimConfig.model_validate(sim)
+    except ValidationError as exc:
+        raise ConfigError([str(p) for p in describe_errors(exc, root=SimConfig, data=sim, prefix="sim")],
+                          str(path)) from None
+    return sim
+
+
+__all__ = ["MAX_VALUES", "Calibration", "CalibrationError", "Fit", "calibrate", "difficulty_for", "linear_fit",
+           "mean_pass_rate", "read_workload", "workload_text"]
