@@ -88,18 +88,21 @@ class Source:
 
 
 def source_of(req: Request, console: Console) -> Source:
-    """The request's ``Source``: ``--like RUN`` calibrates the live run (``platoon.sim.calibrate``) and takes its
-    recorded config; ``--workload FILE`` reads the file's sim block. Raises UsageError, ConfigError,
+    """The request's ``Source``: ``--like RUN`` takes the live run's recorded config, with the workload of
+    ``--workload FILE`` when given, else the one fitted from the run itself (``platoon.sim.calibrate``);
+    ``--workload FILE`` alone replaces CONFIG's sim block with the file's. Raises UsageError, ConfigError,
     CalibrationError."""
     if req.like is not None:
-        given = [n for n, v in (("CONFIG", req.config), ("--preset", req.preset), ("--workload", req.workload)) if v]
+        given = [n for n, v in (("CONFIG", req.config), ("--preset", req.preset)) if v]
         if given:
-            raise UsageError(f"--like simulates the run's own config with its fitted workload: drop {', '.join(given)}")
+            raise UsageError(f"--like simulates the run's own config: drop {', '.join(given)}")
+        lock = RunDir(req.like).read_lock()
+        if req.workload is not None:
+            return Source(config=RunDir(req.like).lock_path, sim=read_workload(req.workload), recorded=lock["config"])
         cal = calibrate(req.like)
         for fit in cal.fits:
             console.print(f"[dim]calibrated {fit.key}: {fit.value} ({fit.samples} samples; {fit.quality})[/dim]",
                           highlight=False)
-        lock = RunDir(req.like).read_lock()
         return Source(config=RunDir(req.like).lock_path, sim=cal.sim, recorded=lock["config"])
     if req.workload is not None:
         if req.preset is not None:
