@@ -67,7 +67,7 @@ def label_value(value: Any) -> str | None:
 class TaskRow:
     """One training task of the pool: its place, pool id, entry, label, the entry's group size and success
     threshold, the row's own data (as listed; never mutated) and the environment's id of the task
-    (``env_task_id``; None, as a test may leave it, reads as ``task_id``)."""
+    (``env_task_id``; a row built without it reads ``task_id``)."""
 
     index: int
     task_id: str
