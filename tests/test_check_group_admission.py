@@ -103,7 +103,7 @@ def test_a_rule_with_memory_fails_when_asked_again():
     assert failed_checks(message) == ["pure"]
     assert re.search(
         r"at run level one instance asked about the same groups twice answered differently: \d+ of 400 groups "
-        r"differ: group 0 \(task 'a-00', entry 'a', verdict 'trained'\): Admission\(True, 'admitted'\), then "
+        r"differ: group 0 \(task 'a::t00', entry 'a', verdict 'trained'\): Admission\(True, 'admitted'\), then "
         r"Admission\(False, 'seen'\)",
         message,
     )

@@ -132,7 +132,7 @@ def test_an_answer_that_depends_on_call_count_fails_static_and_state():
 
 def test_an_adaptive_sampler_must_answer_eligible_tasks_or_none():
     text = failures(Greedy, levels=("entry",))
-    assert "[entry a, label x at its limit]: decision 0 answered task 'a0', which is not eligible now" in text
+    assert "[entry a, label x at its limit]: decision 0 answered task 'a::a0', which is not eligible now" in text
     assert "[entry a, nothing eligible]" in text and "the only answer then is None" in text
 
 

@@ -35,6 +35,7 @@ from platoon.policy.admission import (
     parse_rule_options,
     resolve_group_admission,
 )
+from platoon.policy.pool import pool_task_id
 from platoon.policy.samplers.base import EntryInfo, TaskStatsView
 from platoon.policy.stats import VERDICTS, GroupRecord, MemberResult, TaskStatsStore
 
@@ -60,8 +61,9 @@ _SHOW = 3  # examples shown per failure
 class Fixture:
     """The settled groups and statistics every rule is judged on (the same in every process).
 
-    40 tasks in entries ``a`` (group size 4, labels alternating ``x`` and ``w``, weight 1, seed 3) and ``b`` (group
-    size 8, label ``y``, weight 2, seed 5, success threshold 0.5); label column ``label``; batch size 8. Per task a
+    40 tasks (a mixture's pool ids, ``a::t00`` ... ``b::t19``) in entries ``a`` (group size 4, labels alternating
+    ``x`` and ``w``, weight 1, seed 3) and ``b`` (group size 8, label ``y``, weight 2, seed 5, success threshold
+    0.5); label column ``label``; batch size 8. Per task a
     pass rate from ``RATES`` and 0-3 settled groups, about 15% invalid members and 10% failed groups; every seventh
     task has a draw outstanding. ``view`` reads them at version 4, ``changed`` at version 9 after more groups, and
     ``big`` over 4096 tasks (the 40 among them) for timing.
@@ -79,8 +81,9 @@ class Fixture:
 
 
 def _task_rows() -> list[tuple[str, str, str]]:
-    rows = [(f"a-{i:02d}", "a", "x" if i % 2 == 0 else "w") for i in range(20)]
-    return rows + [(f"b-{i:02d}", "b", "y") for i in range(20)]
+    """``(task_id, entry, label)``: a mixture's pool ids (``a::t00``), as a run's rule sees them."""
+    rows = [(pool_task_id("a", f"t{i:02d}", True), "a", "x" if i % 2 == 0 else "w") for i in range(20)]
+    return rows + [(pool_task_id("b", f"t{i:02d}", True), "b", "y") for i in range(20)]
 
 
 def _records(
@@ -183,7 +186,7 @@ def fixture() -> Fixture:
     big_rows = list(rows)
     for i in range(FAST_POOL - len(rows)):
         entry = "a" if i % 2 == 0 else "b"
-        big_rows.append((f"{entry}-big-{i:04d}", entry, "x" if entry == "a" else "y"))
+        big_rows.append((pool_task_id(entry, f"big-{i:04d}", True), entry, "x" if entry == "a" else "y"))
     groups: dict[str, tuple[GroupRecord, ...]] = {}
     for level in LEVELS:
         base = [r for r in records if level == "run" or r.entry == "a"]

@@ -3,9 +3,10 @@
 The checks, by name: protocol, options, pool-task-or-nothing, fast, deterministic, static, state, observe, metrics.
 Every failed check is listed in one AssertionError, each line naming the check, the level and case it ran under, and
 what it saw, so that an author can see at once what to fix. Answers are judged by the dispatcher's own rules
-(`platoon.policy.samplers.answers.accept`), over a fixed fixture: 40 tasks in two entries, ``a`` (group size 4,
-labels alternating ``x`` and ``w``, weight 1, seed 3) and ``b`` (group size 8, label ``y``, weight 2, seed 5),
-label column ``label``, batch size 8, with synthetic settled groups and every seventh task drawn once.
+(`platoon.policy.samplers.answers.accept`), over a fixed fixture: 40 tasks in two entries (a mixture: pool ids
+``a::a0`` ... ``b::b19``, docs/run-directory.md "Task ids"), ``a`` (group size 4, labels alternating ``x`` and ``w``,
+weight 1, seed 3) and ``b`` (group size 8, label ``y``, weight 2, seed 5), label column ``label``, batch size 8,
+with synthetic settled groups and every seventh task drawn once.
 
 This module is outside the policy layer: it times decisions with a clock and replays them in subprocesses. It runs
 past 600 lines because it is the contract written as code: the fixture, the asker and one function per check, which
@@ -68,7 +69,8 @@ class _Failures:
 
 
 def fixture_pool(size_a: int = 20, size_b: int = 20, *, prefix: str = "") -> TaskPool:
-    """The fixture's pool: entries ``a`` and ``b`` (see the module doc); ``prefix`` renames tasks."""
+    """The fixture's pool: entries ``a`` and ``b`` (see the module doc), a mixture, so its ids read ``a::a0``;
+    ``prefix`` renames the tasks (``a::<prefix>a0``)."""
     a = [f"{prefix}a{i}" for i in range(size_a)]
     b = [f"{prefix}b{i}" for i in range(size_b)]
     return TaskPool.from_entries(
@@ -85,7 +87,7 @@ def changed_pool() -> TaskPool:
     pool = fixture_pool()
     specs = []
     for name, size, group, weight, seed in (("a", 20, 4, 1.0, 3), ("b", 20, 8, 2.0, 5)):
-        ids = [r.task_id for r in pool.by_entry(name)]
+        ids = [r.env_task_id for r in pool.by_entry(name)]
         ids[: size // 5] = [f"new-{t}" for t in ids[: size // 5]]
         labels = [r.label for r in pool.by_entry(name)]
         specs.append(EntrySpec(name, ids, group, weight, seed, label=labels))

@@ -321,11 +321,12 @@ class EnvironmentConfig(_Config):
         "environment's evaluation split), shuffle_seed, limit.",
     )
     exclude_tasks: list[str] = Field(
-        default_factory=list, max_length=MAX_TASKS, description="Task ids left out of training and evaluation."
+        default_factory=list, max_length=MAX_TASKS,
+        description="The environment's task ids (no '<entry>::') left out of training and evaluation.",
     )
     tasks: list[str] | None = Field(
-        None, max_length=MAX_TASKS, description="Task ids to train on, each once, of the listed split(s); null: "
-        "every task listed.",
+        None, max_length=MAX_TASKS, description="The environment's task ids (no '<entry>::') to train on, each once, "
+        "of the listed split(s); null: every task listed.",
     )
     service_kwargs: dict[str, Any] = Field(default_factory=dict, description="The environment's own options.")
     sim: dict[str, Any] = Field(

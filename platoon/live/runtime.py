@@ -227,8 +227,11 @@ class LiveRuntime:
     def _start_group(self, dec: StartGroup) -> None:
         assert self.loop is not None
         rows = self.driver.dispatcher.pool.rows
-        data = rows[dec.row_index].data if 0 <= dec.row_index < len(rows) else {}
-        row = GroupRow(dec.key, dec.task_id, dec.entry, dec.group_size, dec.version, dec.row_index, data)
+        pool_row = rows[dec.row_index] if 0 <= dec.row_index < len(rows) else None
+        data = pool_row.data if pool_row is not None else {}
+        env_id = pool_row.env_task_id if pool_row is not None else None
+        row = GroupRow(dec.key, dec.task_id, dec.entry, dec.group_size, dec.version, dec.row_index, data,
+                       env_task_id=env_id)
         context = contextvars.copy_context()
         context.run(set_lease, RolloutLease(self, dec.key, dec.group_size))
         self.groups[dec.key] = self.loop.create_task(self._run_group(row), context=context)

@@ -49,7 +49,9 @@ __all__ = ["GroupRolloutWorkflow", "GroupRow", "Rollout", "workflow_gives_verdic
 
 @dataclass(frozen=True)
 class GroupRow:
-    """What a workflow is asked to run: one draw of a task (``member`` set: one rollout of it)."""
+    """What a workflow is asked to run: one draw of a task (``member`` set: one rollout of it). ``task_id`` is the
+    pool's id (``<entry>::<id>`` in a mixture, as events and logs name it); ``env_task_id`` the environment's own,
+    the one to ask ``env.task`` for (None reads as ``task_id``)."""
 
     key: tuple[int, int]
     task_id: str
@@ -59,6 +61,11 @@ class GroupRow:
     row_index: int = 0
     data: Mapping[str, Any] = field(default_factory=dict, compare=False)
     member: int | None = None
+    env_task_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.env_task_id is None:
+            object.__setattr__(self, "env_task_id", self.task_id)
 
 
 @dataclass(frozen=True)
@@ -201,7 +208,7 @@ class GroupRolloutWorkflow:
         """One rollout (member ``row.member``): a multi-turn episode of the entry's environment played with the
         model service."""
         env = self.envs[row.entry]
-        task = env.task(row.task_id)
+        task = env.task(row.env_task_id)
         seed = derive_seed(self.seed, row.key[0], row.key[1], row.member)
         trajectory = await play_episode(_FirstCall(self.service), env, task, temperature=self.temperature,
                                         seed=seed, max_new_tokens=self.max_new_tokens)

@@ -5,8 +5,13 @@ config models: a runtime builds one `EntrySpec` per environment entry from its c
 `TaskPool.from_entries`. Rules it keeps:
 - a row's ``index`` is its place in the pool; rows of one entry are contiguous, entries in the order given;
 - ``entries`` holds only entries that have training tasks, each with its ``index`` among those;
-- a task id may repeat (within or across entries): ``first_index`` names its first row, which is the row a
-  sampler's `Draw` of that id means;
+- a row's ``task_id`` is its pool id, the one name of the task everywhere in the policy layer (samplers, statistics,
+  events, dispatch state): in a mixture (more than one entry) ``<entry>::<environment task id>``, with one entry the
+  environment's id itself (``pool_task_id``; platoon 0.4.0's form). ``env_task_id`` is the environment's own id,
+  the one to ask the environment for. An entry's name holds no ``::`` (the config refuses it), so
+  ``split_pool_task_id`` reads the entry back;
+- a task id may repeat within an entry: ``first_index`` names its first row, which is the row a sampler's `Draw` of
+  that id means (across entries of a mixture the pool ids differ);
 - a row's label (its ``label_column`` value) defaults to its entry's name.
 """
 
@@ -20,7 +25,25 @@ from typing import Any
 from platoon.policy.samplers.base import EntryInfo
 
 DEFAULT_LABEL_COLUMN = "_platoon_environment"
+POOL_ID_SEPARATOR = "::"
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def pool_task_id(entry: str, task_id: str, mixture: bool) -> str:
+    """The pool id of environment task ``task_id`` of entry ``entry``: ``<entry>::<task_id>`` in a mixture (two
+    entries may name the same environment task), else ``task_id`` itself."""
+    return f"{entry}{POOL_ID_SEPARATOR}{task_id}" if mixture else task_id
+
+
+def split_pool_task_id(pool_id: str, mixture: bool) -> tuple[str | None, str]:
+    """``(entry, environment task id)`` of a pool id, the inverse of `pool_task_id`; the entry is None outside a
+    mixture. ValueError for a mixture's id without an entry (no ``::``)."""
+    if not mixture:
+        return None, pool_id
+    entry, sep, task_id = pool_id.partition(POOL_ID_SEPARATOR)
+    if not sep:
+        raise ValueError(f"a mixture's task id reads <entry>{POOL_ID_SEPARATOR}<task id>, got {pool_id!r}")
+    return entry, task_id
 
 
 def label_prefix(column: str, label: str) -> str:
@@ -42,8 +65,9 @@ def label_value(value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class TaskRow:
-    """One training task of the pool: its place, id, entry, label, the entry's group size and success threshold,
-    and the row's own data (as listed; never mutated)."""
+    """One training task of the pool: its place, pool id, entry, label, the entry's group size and success
+    threshold, the row's own data (as listed; never mutated) and the environment's id of the task
+    (``env_task_id``; a row built without it reads ``task_id``)."""
 
     index: int
     task_id: str
@@ -52,11 +76,17 @@ class TaskRow:
     group_size: int
     success_threshold: float = 1.0
     data: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, compare=False, hash=False)
+    env_task_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.env_task_id is None:
+            object.__setattr__(self, "env_task_id", self.task_id)
 
 
 @dataclass(frozen=True)
 class EntrySpec:
-    """An environment entry as the pool needs it. ``weight`` None means ``weight: tasks`` (its number of tasks).
+    """An environment entry as the pool needs it. ``task_ids`` are the environment's ids (the pool forms its own,
+    `pool_task_id`). ``weight`` None means ``weight: tasks`` (its number of tasks).
     ``label`` is the label of every row (a string), of each row (a sequence), or None: the entry's name.
     ``data`` optionally gives each row's data, parallel to ``task_ids``."""
 
@@ -111,16 +141,22 @@ class TaskPool:
     def from_entries(
         cls, entries: Sequence[EntrySpec], *, label_column: str = DEFAULT_LABEL_COLUMN
     ) -> TaskPool:
-        """The pool of ``entries`` in their order; an entry without tasks is left out of ``entries``."""
+        """The pool of ``entries`` in their order; an entry without tasks is left out of ``entries``. With more
+        than one entry (a mixture) every row's id is ``<entry>::<environment id>``; ValueError for an entry name
+        with ``::`` there (its ids would not split back)."""
         rows: list[TaskRow] = []
         infos: dict[str, EntryInfo] = {}
         names = [spec.name for spec in entries]
         if len(set(names)) != len(names):
             raise ValueError(f"entry names repeat: {names}")
+        mixture = len(entries) > 1
+        if mixture and any(POOL_ID_SEPARATOR in n for n in names):
+            raise ValueError(f"an entry name of a mixture holds no {POOL_ID_SEPARATOR!r}: {names}")
         for spec in entries:
-            ids = tuple(str(t) for t in spec.task_ids)
-            if not ids:
+            env_ids = tuple(str(t) for t in spec.task_ids)
+            if not env_ids:
                 continue
+            ids = tuple(pool_task_id(spec.name, t, mixture) for t in env_ids)
             if isinstance(spec.label, str) or spec.label is None:
                 labels: Sequence[str | None] = [spec.name if spec.label is None else spec.label] * len(ids)
             else:
@@ -140,7 +176,7 @@ class TaskPool:
                 index=len(infos),
                 task_ids=ids,
             )
-            for task_id, label, row_data in zip(ids, labels, data, strict=True):
+            for task_id, env_id, label, row_data in zip(ids, env_ids, labels, data, strict=True):
                 rows.append(
                     TaskRow(
                         len(rows),
@@ -150,6 +186,7 @@ class TaskPool:
                         int(spec.group_size),
                         float(spec.success_threshold),
                         row_data,
+                        env_id,
                     )
                 )
         return cls(rows, entries=infos, label_column=label_column)

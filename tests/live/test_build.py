@@ -36,6 +36,17 @@ def test_limit_and_shuffle_seed_pick_the_training_tasks_and_exclude_tasks_leaves
     assert pool_ids(config(f"environments.0.exclude_tasks=[{train[0]}]")) == train[1:]
 
 
+def test_a_mixtures_pool_names_each_task_by_its_entry_and_its_keys_name_the_environments_ids():
+    train = NumberSearch(**SMALL).task_ids("train")
+    entry = "{env: platoon-number-search@1, service_kwargs: {ranges: [4, 8]}, dataset_kwargs: {limit: 3}"
+    cfg = load_config(None, [f"environments=[{entry}, name: easy}}, {entry}, name: hard, "
+                             f"exclude_tasks: [{train[0]}]}}]"])
+    pool = build_pool(cfg, build_environments(cfg))
+    # both entries list the same environment tasks: each entry's are its own tasks of the pool (platoon 0.4.0)
+    assert pool.task_ids == (*(f"easy::{t}" for t in train[:3]), *(f"hard::{t}" for t in train[1:4]))
+    assert [r.env_task_id for r in pool.rows] == [*train[:3], *train[1:4]]
+
+
 def test_the_evaluation_tasks_are_the_eval_split_shaped_alike(monkeypatch):
     env = NumberSearch(**SMALL)
     val = env.task_ids("val")

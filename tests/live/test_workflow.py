@@ -118,7 +118,8 @@ def test_the_default_rollout_plays_the_environment_with_the_model_service():
     service = FakeService(vocab=len(env.vocab))
     wf = GroupRolloutWorkflow({"ns": env}, service, seed=5, max_new_tokens=1)
     task_id = env.task_ids("train")[0]
-    out = run_virtual(wf.arun_episode(GroupRow((1, 0), task_id, "ns", 3)))
+    # a mixture's row: the pool's id for events and logs, the environment's own for the environment
+    out = run_virtual(wf.arun_episode(GroupRow((1, 0), f"ns::{task_id}", "ns", 3, env_task_id=task_id)))
     assert len(out.members) == 3 and all(m.valid and m.steps >= 1 for m in out.members)
     assert len(out.datums) == 3
     for datum, member in zip(out.datums, out.members, strict=True):
@@ -199,7 +200,8 @@ def test_a_live_run_cuts_each_group_by_its_labels_policy_else_its_entrys_else_th
     tasks, warnings = {}, []
 
     def script(row):
-        tasks[row.key] = row.task_id
+        assert row.task_id == f"{row.entry}::{row.env_task_id}"  # the runtime hands both ids
+        tasks[row.key] = row.env_task_id
         return Outcome([1.0, 2.0, 3.0, 100.0][row.member], reward=float(row.member % 2))
 
     runtime = LiveRuntime(driver, ScriptedWorkflow(script), FakeTrainer(), SleepyService(),

@@ -26,7 +26,12 @@ def test_each_change_that_alters_draws_is_named():
         "environments[a].group_admission: all {} -> informative {'band': None}",
         "environments[b].group_admission: all {} -> informative {'band': None}",
     ]
-    assert sampling_changes(build(entries=entries()[:1]), state) == ["environments[b] left the run"]
+    three = [*entries(), EntrySpec("c", ["c0"], 4)]
+    assert sampling_changes(build(entries=entries()), state_dict(build(entries=three))) == [
+        "environments[c] left the run"]
+    # a mixture that becomes one entry renames its tasks (a::a0 -> a0, platoon 0.4.0's ids): others, to a resume
+    assert sampling_changes(build(entries=entries()[:1]), state) == [
+        "environments[b] left the run", "environments[a]: its training tasks, 6 -> 6 (as many, but others)"]
 
 
 def test_a_state_without_a_fingerprint_reads_as_unchanged():

@@ -34,7 +34,7 @@ def record(seq: int, task: str, passes: int, size: int = 2, version: int = 0, st
         start=start,
         seq=seq,
         task_id=task,
-        entry="a" if task.startswith("t") else "b",
+        entry="a" if task.startswith("a::") else "b",
         members=members,
         verdict=verdict,
         drawn_at={"main": version},
@@ -42,7 +42,7 @@ def record(seq: int, task: str, passes: int, size: int = 2, version: int = 0, st
     )
 
 
-TASKS = ["t0", "t1", "t2", "u0", "u1"]
+TASKS = ["a::t0", "a::t1", "a::t2", "b::u0", "b::u1"]
 
 
 @settings(max_examples=40, deadline=None)
@@ -76,22 +76,22 @@ def test_statistics_do_not_depend_on_completion_order(data):
 
 def test_settles_are_held_until_a_flush_point():
     rec = StatsRecorder.for_pool(pool())
-    rec.draw(1, 0, "t0", 0, version=0, sampler="auto", reason="order")
-    rec.settle(record(0, "t0", 1))
-    assert rec.held == 1 and rec.peek_store().counts("t0").groups == 0
-    assert rec.peek_store().counts("t0").outstanding == 1
+    rec.draw(1, 0, "a::t0", 0, version=0, sampler="auto", reason="order")
+    rec.settle(record(0, "a::t0", 1))
+    assert rec.held == 1 and rec.peek_store().counts("a::t0").groups == 0
+    assert rec.peek_store().counts("a::t0").outstanding == 1
     rec.fate(1, 0, "consumed")  # fates act at once, without a flush
-    assert rec.peek_store().counts("t0").outstanding == 0 and rec.held == 1
-    assert rec.store.counts("t0").groups == 1 and rec.held == 0
-    rec.settle(record(1, "t1", 2))
-    assert rec.view(0).counts("t1").groups == 1  # a view flushes too
+    assert rec.peek_store().counts("a::t0").outstanding == 0 and rec.held == 1
+    assert rec.store.counts("a::t0").groups == 1 and rec.held == 0
+    rec.settle(record(1, "a::t1", 2))
+    assert rec.view(0).counts("a::t1").groups == 1  # a view flushes too
 
 
 def test_events_carry_exactly_the_fields_of_the_log():
     rec = StatsRecorder.for_pool(pool())
-    rec.draw(1, 0, "t0", 3, version=2, sampler="pass_rate@a", reason="exploit", score=0.5)
-    rec.draw(1, 1, "u0", 4, version=2, sampler="auto", reason="order")
-    rec.settle(record(0, "t0", 1, version=2))
+    rec.draw(1, 0, "a::t0", 3, version=2, sampler="pass_rate@a", reason="exploit", score=0.5)
+    rec.draw(1, 1, "b::u0", 4, version=2, sampler="auto", reason="order")
+    rec.settle(record(0, "a::t0", 1, version=2))
     rec.fate(1, 0, "rejected", rule="informative", admission="uniform")
     assert rec.reissue((1, 1), (2, 0), version=3, sampler="auto")
     assert not rec.reissue((1, 1), (2, 1), version=3, sampler="auto")
@@ -101,7 +101,7 @@ def test_events_carry_exactly_the_fields_of_the_log():
             "event": "draw",
             "start": 1,
             "seq": 0,
-            "task_id": "t0",
+            "task_id": "a::t0",
             "position": 3,
             "version": 2,
             "sampler": "pass_rate@a",
@@ -112,7 +112,7 @@ def test_events_carry_exactly_the_fields_of_the_log():
             "event": "draw",
             "start": 1,
             "seq": 1,
-            "task_id": "u0",
+            "task_id": "b::u0",
             "position": 4,
             "version": 2,
             "sampler": "auto",
@@ -122,7 +122,7 @@ def test_events_carry_exactly_the_fields_of_the_log():
             "event": "settle",
             "start": 1,
             "seq": 0,
-            "task_id": "t0",
+            "task_id": "a::t0",
             "verdict": "trained",
             "valid": 2,
             "passes": 1,
@@ -140,7 +140,7 @@ def test_events_carry_exactly_the_fields_of_the_log():
             "event": "draw",
             "start": 2,
             "seq": 0,
-            "task_id": "u0",
+            "task_id": "b::u0",
             "position": 4,
             "version": 3,
             "sampler": "auto",
@@ -150,7 +150,7 @@ def test_events_carry_exactly_the_fields_of_the_log():
         {"event": "fate", "start": 2, "seq": 0, "fate": "lost"},
     ]
     assert rec.take_events() == []
-    u0 = rec.store.task("u0")
+    u0 = rec.store.task("b::u0")
     assert u0.drawn == 1 and u0.fates["lost"] == 1
 
 
@@ -159,7 +159,7 @@ def test_settle_event_counts_passes_at_the_entry_threshold():
     g = GroupRecord(
         1,
         0,
-        "t0",
+        "a::t0",
         entry="a",
         verdict="trained",
         members=(MemberResult(scored=0.6, valid=True), MemberResult(scored=0.4, valid=True)),
@@ -172,16 +172,16 @@ def test_settle_event_counts_passes_at_the_entry_threshold():
 
 def test_snapshot_round_trip_and_format():
     rec = StatsRecorder.for_pool(pool(), start=2)
-    rec.draw(2, 0, "t0", 0, version=0, sampler="auto", reason="order")
-    rec.draw(2, 1, "t1", 1, version=0, sampler="auto", reason="order")
-    rec.settle(record(0, "t0", 1, start=2))
+    rec.draw(2, 0, "a::t0", 0, version=0, sampler="auto", reason="order")
+    rec.draw(2, 1, "a::t1", 1, version=0, sampler="auto", reason="order")
+    rec.settle(record(0, "a::t0", 1, start=2))
     snap = rec.snapshot()
     assert snap["format"] == 1 and snap["start"] == 2 and snap["next_seq"] == 2
-    assert snap["outstanding"] == [[2, 0, "t0", 0], [2, 1, "t1", 1]]
-    assert snap["tasks"]["t0"]["groups"] == 1
+    assert snap["outstanding"] == [[2, 0, "a::t0", 0], [2, 1, "a::t1", 1]]
+    assert snap["tasks"]["a::t0"]["groups"] == 1
     json.dumps(snap, allow_nan=False)
     twin = StatsRecorder.for_pool(pool(), start=3)
-    twin.settle(record(5, "u0", 0))
+    twin.settle(record(5, "b::u0", 0))
     twin.load_snapshot(json.loads(json.dumps(snap)))
     assert twin.held == 0
     assert {k: v for k, v in twin.snapshot().items() if k not in ("start", "next_seq")} == {
@@ -193,7 +193,7 @@ def test_snapshot_round_trip_and_format():
 
 def test_a_failure_inside_stops_the_statistics_but_not_the_caller():
     rec = StatsRecorder.for_pool(pool())
-    rec.settle(record(0, "t0", 1))
+    rec.settle(record(0, "a::t0", 1))
 
     def broken(_record):
         raise RuntimeError("disk on fire")
@@ -204,8 +204,8 @@ def test_a_failure_inside_stops_the_statistics_but_not_the_caller():
     assert "stopped" in rec.take_warnings()[0]
     assert rec.snapshot() is None
     assert not rec.view(3).live
-    rec.settle(record(1, "t1", 1))
-    rec.draw(1, 5, "t1", 5, version=0, sampler="auto", reason="order")
+    rec.settle(record(1, "a::t1", 1))
+    rec.draw(1, 5, "a::t1", 5, version=0, sampler="auto", reason="order")
     assert rec.held == 0
 
 
@@ -214,8 +214,8 @@ def test_a_listener_that_raises_is_reported_and_ignored():
     calls = []
     rec.add_listener(lambda r: 1 / 0)
     rec.add_listener(lambda r: calls.append(r.seq))
-    rec.settle(record(1, "t1", 1))
-    rec.settle(record(0, "t0", 1))
+    rec.settle(record(1, "a::t1", 1))
+    rec.settle(record(0, "a::t0", 1))
     rec.flush()
     assert calls == [0, 1] and not rec.stopped
     assert all("ZeroDivisionError" in w for w in rec.take_warnings())
@@ -223,6 +223,6 @@ def test_a_listener_that_raises_is_reported_and_ignored():
 
 def test_a_view_of_statistics_that_never_started_is_empty():
     rec = StatsRecorder.for_pool(pool())
-    rec.settle(record(0, "t0", 1))
+    rec.settle(record(0, "a::t0", 1))
     view = rec.view(4, live=False)
-    assert not view.live and view.counts("t0").groups == 0 and view.now == 4
+    assert not view.live and view.counts("a::t0").groups == 0 and view.now == 4

@@ -222,7 +222,7 @@ def test_an_unrecordable_reason_or_score_is_refused_by_the_runtime_not_in_next()
     a_bounds = [b for b in (s.static_decision(pos) for pos in range(24)) if b.row.entry == "a"]
     assert [b.reason for b in a_bounds] == ["custom", "fallback"] * 4
     (warning,) = s.take_warnings()  # logged once per sampler and kind
-    assert f"task sampler {HERE}:BadDraws@a: answered Draw(task_id='a0', reason=''" in warning
+    assert f"task sampler {HERE}:BadDraws@a: answered Draw(task_id='a::a0', reason=''" in warning
     assert "a draw's reason is a non-empty string of at most 64 characters" in warning and "falling back" in warning
 
 
@@ -278,7 +278,7 @@ def test_non_finite_metrics_are_dropped_and_consumed_groups_feed_the_shares():
         GroupRecord(
             1,
             i,
-            "a0",
+            "a::a0",
             entry="a",
             sampler=f"{HERE}:NaNMetrics@a",
             score=0.5 + 0.1 * i,
@@ -286,7 +286,7 @@ def test_non_finite_metrics_are_dropped_and_consumed_groups_feed_the_shares():
         )
         for i in range(3)
     ]
-    records.append(GroupRecord(1, 9, "b0", entry="b", sampler="uniform@b", verdict="trained"))
+    records.append(GroupRecord(1, 9, "b::b0", entry="b", sampler="uniform@b", verdict="trained"))
     s.note_consumed(records)
     m = s.metrics(None)
     ea = "train/sampler/environment/a/"
@@ -306,7 +306,7 @@ def test_observe_forwards_the_pools_records_in_draw_order():
     rec.add_listener(s.observe)
     for seq in (4, 3, 1, 0):
         rec.settle(
-            GroupRecord(1, seq, "b0" if seq != 1 else "a0", entry="b" if seq != 1 else "a", verdict="failed")
+            GroupRecord(1, seq, "b::b0" if seq != 1 else "a::a0", entry="b" if seq != 1 else "a", verdict="failed")
         )
     rec.flush()
     assert s.sampler(f"{HERE}:Observer@b").seen == [(1, 0), (1, 3), (1, 4)]
@@ -317,7 +317,7 @@ def test_observe_forwards_the_pools_records_in_draw_order():
 
 
 def outcome(task_id: str, key: tuple[int, int], size: int) -> tuple[MemberResult, ...]:
-    rate = (int(task_id[1:]) % 5) / 4
+    rate = (int(task_id.partition("::")[2][1:]) % 5) / 4  # a mixture's id: <entry>::<letter><number>
     rng = random.Random(f"{task_id}:{key}")
     return tuple(
         MemberResult(scored=float(rng.random() < rate), valid=True, versions={"main": (key[1] // 4,) * 2})

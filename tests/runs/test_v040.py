@@ -109,9 +109,10 @@ def fixture_dispatcher(start):
     from platoon.policy.recorder import StatsRecorder
     from platoon.policy.samplers.runtime import SamplerSet
 
-    entries = [EntrySpec("easy", [f"easy::e{i}" for i in range(6)], 2, weight=None),
-               EntrySpec("hard", [f"hard::h{i}" for i in range(4)], 2, weight=None)]
+    entries = [EntrySpec("easy", [f"e{i}" for i in range(6)], 2, weight=None),
+               EntrySpec("hard", [f"h{i}" for i in range(4)], 2, weight=None)]
     pool = TaskPool.from_entries(entries)
+    assert pool.task_ids[0] == "easy::e0"  # the pool names a mixture's tasks as 0.4.0 did
     config = DispatchConfig(batch_size=4, steps=4, max_concurrent_rollouts=8, max_staleness=1)
     samplers = SamplerSet(pool, run_sampler="auto", run_options={}, entry_samplers={"easy": ("pass_rate", {})},
                           batch_size=4, seed=0)
@@ -192,8 +193,10 @@ def test_the_tokenizer_matches_by_name_or_by_the_checkpoints_origin(tmp_path):
 
 
 class RenamedTasks:
-    """An environment whose training tasks go by the fixture's ids (``easy::e0`` ...): the fixture's 0.4.0 run drew
-    them from a dataset loader of its own."""
+    """An environment whose training tasks go by the fixture's environment ids (``e0`` ... of entry easy): the
+    fixture's 0.4.0 run listed them with a dataset loader of its own (``dataset_loader: fixture_tasks:easy``, which
+    this project ignores), where platoon-number-search's own ids read ``n4-g2-t1``. Only that part is renamed: the
+    pool adds the ``easy::`` of a mixture's ids itself."""
 
     def __init__(self, env, names):
         self.env, self.names = env, names
@@ -217,7 +220,7 @@ def fixture_envs():
     out = {}
     for label, prefix, n in (("easy", "e", 6), ("hard", "h", 4)):
         ids = envs[label].task_ids("train")
-        out[label] = RenamedTasks(envs[label], {f"{label}::{prefix}{i}": ids[i] for i in range(n)})
+        out[label] = RenamedTasks(envs[label], {f"{prefix}{i}": ids[i] for i in range(n)})
     return out
 
 
@@ -235,6 +238,7 @@ def test_train_resumes_a_040_run_for_two_more_steps(run_copy):
         elif rel.name == "lock.json":
             lock = json.loads(now)
             assert json.loads(data).items() <= lock.items() and lock["runtime"] == "live"
+            assert not lock.get("sampling_changed")  # the pool's ids are 0.4.0's: same tasks, same fingerprint
         else:
             assert now == data, rel
     events = [json.loads(line) for line in (run_copy / "tasks" / "events.jsonl").read_text().splitlines()]
@@ -242,6 +246,8 @@ def test_train_resumes_a_040_run_for_two_more_steps(run_copy):
     reissues = [tuple(e["reissues"]) for e in ours if e["event"] == "draw" and "reissues" in e]
     assert reissues == [(1, 7), (1, 8), (1, 9), (1, 11)]  # tiny reads other token ids: the kept groups too
     assert all(e["start"] == 2 for e in ours if "start" in e)
+    fixture_ids = {f"easy::e{i}" for i in range(6)} | {f"hard::h{i}" for i in range(4)}
+    assert {e["task_id"] for e in ours if e["event"] in ("draw", "settle")} <= fixture_ids
     rows = [json.loads(line) for line in (run_copy / "checkpoints.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 4 and rows[-1]["start"] == 2
     from platoon.runs.checkpoints import read_checkpoint_file

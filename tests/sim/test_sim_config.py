@@ -65,6 +65,20 @@ def test_overrides_and_files_relative_to_the_config(tmp_path):
     assert len(tasks.pool) == 2 * 256
 
 
+def test_a_mixtures_tasks_are_named_by_their_entry_and_keep_their_difficulty(tmp_path):
+    (tmp_path / "run.yaml").write_text(
+        TRAIN + "environments:\n  - {name: a, tasks: [t1, t2]}\n  - {name: b, tasks: [t1], exclude_tasks: [t2]}\n")
+    tasks = build_tasks(load_sim_config(tmp_path / "run.yaml"))
+    # the config's tasks name the entries' own ids; the pool names each by its entry (two tasks t1, not one)
+    assert tasks.pool.task_ids == ("a::t1", "a::t2", "b::t1")
+    assert [r.env_task_id for r in tasks.pool.rows] == ["t1", "t2", "t1"]
+    (tmp_path / "one.yaml").write_text(TRAIN + "environments:\n  - {name: a, tasks: [t1, t2]}\n")
+    one = build_tasks(load_sim_config(tmp_path / "one.yaml"))
+    assert one.pool.task_ids == ("t1", "t2")
+    # a task's simulated difficulty comes from the entry's id, not the pool's: the same in a mixture or alone
+    assert list(tasks.learner.difficulty[:2]) == list(one.learner.difficulty)
+
+
 def test_every_problem_in_one_report(tmp_path):
     (tmp_path / "bad.yaml").write_text(
         f"train: {{{MODEL}, max_training_steps: 0}}\n"
