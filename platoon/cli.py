@@ -92,15 +92,25 @@ def simulate(
     ] = None,
     sweep: Annotated[
         list[str] | None,
-        typer.Option("--sweep", help="KEY=V1,V2,...: run every combination in parallel processes (repeatable)."),
+        typer.Option("--sweep", help="KEY=V1,V2,...: run every combination in parallel processes, or on Ray with "
+                     "--ray (repeatable)."),
     ] = None,
-    jobs: Annotated[int | None, typer.Option("--jobs", min=1, help="Processes of a sweep (default: CPUs).")] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", min=1, help="Points of a sweep run at once (default: CPUs; with --ray: "
+                                            "as many as Ray schedules).")] = None,
     workload: Annotated[
         Path | None, typer.Option("--workload", help="A workload file (platoon calibrate -o): its sim block replaces "
                                   "the config's.")
     ] = None,
     like: Annotated[
         Path | None, typer.Option("--like", help="A live run: calibrate it and simulate its own config (its twin).")
+    ] = None,
+    ray: Annotated[
+        bool, typer.Option("--ray", help="Run the sweep's points as Ray tasks: on a local Ray instance, or the "
+                           "cluster of --ray-address (or RAY_ADDRESS). Needs pip install 'platoon[ray]'.")
+    ] = False,
+    ray_address: Annotated[
+        str | None, typer.Option("--ray-address", metavar="ADDR", help="The Ray cluster of --ray (implies it): "
+                                 "auto, HOST:PORT or ray://HOST:10001.")
     ] = None,
 ) -> None:
     """Run the dispatch policy in the SimPy simulator and print a summary table."""
@@ -118,7 +128,8 @@ def simulate(
     config, overrides = config_and_overrides(arguments, config, overrides)
     request = Request(config=config, preset=preset, permit_release=permit_release,
                       overrides=tuple(overrides), steps=steps, seed=seed, out=out, resume=resume,
-                      sweep=tuple(sweep or ()), jobs=jobs, workload=workload, like=like)
+                      sweep=tuple(sweep or ()), jobs=jobs, workload=workload, like=like, ray=ray,
+                      ray_address=ray_address)
     console = make_console()
     try:
         outcome = run_simulate(request, console)

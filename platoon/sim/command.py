@@ -5,8 +5,9 @@
 - ``--resume RUN``: the run goes on from its newest readable checkpoint (``--steps`` is its new total); a finished
   run is left as it is, with a line saying so (``RunFinished``).
 - ``--sweep KEY=V1,V2,...`` (repeatable): the grid of every combination, each point a run of its own under
-  ``<out>/<nn>-<key=value,...>``, run in parallel processes (every point's config is checked first). The sweep's
-  directory is held by its writer lock while the points run.
+  ``<out>/<nn>-<key=value,...>``, run in parallel processes (every point's config is checked first); with
+  ``--ray`` (``--ray-address ADDR``), as Ray tasks instead (``platoon.sim.ray_sweep``), to the same directories.
+  The sweep's directory is held by its writer lock while the points run.
 
 The tables that follow (``platoon.report``: a run's summary, a sweep's row per point with ratios to the first) are
 printed by the command line, which may read runs back through ``platoon.analysis``; this layer may not.
@@ -18,7 +19,7 @@ import contextlib
 import itertools
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,8 @@ class Request:
     jobs: int | None = None
     workload: Path | None = None
     like: Path | None = None
+    ray: bool = False
+    ray_address: str | None = None
 
     def all_overrides(self) -> list[str]:
         extra = []
@@ -69,6 +72,10 @@ class Request:
         if self.seed is not None:
             extra.append(f"train.seed={self.seed}")
         return [*self.overrides, *extra]
+
+    def on_ray(self) -> bool:
+        """Whether the sweep runs on Ray: ``--ray``, or ``--ray-address`` (which implies it)."""
+        return self.ray or self.ray_address is not None
 
 
 @dataclass(frozen=True)
@@ -130,7 +137,7 @@ def simulate(req: Request, console: Console | None = None) -> Outcome:
         given = [n for n, v in (("CONFIG", req.config), ("--preset", req.preset), ("overrides", req.overrides),
                                 ("--seed", req.seed), ("--out", req.out), ("--sweep", req.sweep),
                                 ("--permit-release", req.permit_release), ("--workload", req.workload),
-                                ("--like", req.like)) if v]
+                                ("--like", req.like), ("--ray", req.on_ray())) if v]
         if given:
             raise UsageError(f"--resume goes on with the run's own config: drop {', '.join(given)}")
         _refuse_v040(req.resume)
@@ -141,6 +148,12 @@ def simulate(req: Request, console: Console | None = None) -> Outcome:
             return Outcome(req.resume)
         _run_with_progress(run, console, f"resuming {req.resume}")
         return Outcome(req.resume)
+    if req.on_ray() and not req.sweep:
+        raise UsageError("--ray runs a sweep's points on Ray: give --sweep KEY=V1,V2,...")
+    if req.on_ray():
+        from platoon.sim.ray_sweep import import_ray
+
+        import_ray()  # without Ray, refused before anything is read or written
     source = source_of(req, console)
     if req.sweep:
         return sweep(req, source, console)
@@ -251,9 +264,14 @@ def _point_name(point: Sequence[str]) -> str:
 
 def _run_point(source: Source, overrides: list[str], out: str) -> list[str]:
     """One point of a sweep, in a worker process (no progress bar); returns its warnings for the parent to print."""
-    cfg = source.load(overrides)
+    return run_point_config(source.load(overrides), Path(out))
+
+
+def run_point_config(cfg: RunConfig, out: Path) -> list[str]:
+    """A sweep point's run of ``cfg`` into the new directory ``out``, with no progress bar; returns its warnings
+    (the sweep prints them, named by point). A point that fails before its first step leaves no directory."""
     lines: list[str] = []
-    run = SimRun.create(cfg, Path(out), log=lambda level, message: lines.append(message) if level == "warning"
+    run = SimRun.create(cfg, out, log=lambda level, message: lines.append(message) if level == "warning"
                         else None)
     with discarded_unless_stepped(run):
         try:
@@ -267,33 +285,54 @@ def sweep(req: Request, source: Source, console: Console) -> Outcome:
     axes = parse_sweep(req.sweep)
     points = grid(axes)
     base = req.all_overrides()
-    for point in points:  # every point's config is checked before any runs
-        source.load([*base, *point])
+    cfgs = [source.load([*base, *point]) for point in points]  # every point's config is checked before any runs
     out = req.out or next_run_dir(Path("runs"), _name(req).replace("sim-", "sweep-"))
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out}: exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    with WriterLock.acquire(out):  # taken before the directory is looked at: two sweeps cannot both find it empty
-        if any(p.name != WRITER_FILE for p in out.iterdir()):
-            raise FileExistsError(f"{out}: the sweep directory exists and is not empty")
-        return _run_sweep(req, source, console, out, points, base)
+    with _ray_connection(req):  # Ray is reached first: a cluster that cannot be reached leaves no directory
+        out.mkdir(parents=True, exist_ok=True)
+        with WriterLock.acquire(out):  # taken before the directory is looked at: two sweeps cannot both find it empty
+            if any(p.name != WRITER_FILE for p in out.iterdir()):
+                raise FileExistsError(f"{out}: the sweep directory exists and is not empty")
+            dirs = [out / f"{i:02d}-{_point_name(p)}" for i, p in enumerate(points)]
+            if req.on_ray():
+                from platoon.sim.ray_sweep import ray_points
+
+                finished = ray_points(cfgs, dirs, address=req.ray_address, jobs=req.jobs)
+            else:
+                finished = _pool_points(source, [[*base, *p] for p in points], dirs, req.jobs)
+            with contextlib.closing(finished):  # an interrupted sweep ends its pool or its Ray tasks now
+                _follow(finished, len(points), console)
+    return Outcome(out, tuple(tuple(p) for p in points), tuple(dirs))
 
 
-def _run_sweep(req: Request, source: Source, console: Console, out: Path, points: list[list[str]],
-               base: list[str]) -> Outcome:
-    dirs = [out / f"{i:02d}-{_point_name(p)}" for i, p in enumerate(points)]
-    jobs = req.jobs or min(len(points), os.cpu_count() or 1)
+def _ray_connection(req: Request) -> contextlib.AbstractContextManager[None]:
+    """Ray connected for the sweep's whole life with ``--ray`` (``platoon.sim.ray_sweep.connected``), else nothing."""
+    if not req.on_ray():
+        return contextlib.nullcontext()
+    from platoon.sim.ray_sweep import connected, import_ray
+
+    return connected(import_ray(), req.ray_address)
+
+
+def _pool_points(source: Source, overrides: list[list[str]], dirs: list[Path],
+                 jobs: int | None) -> Generator[tuple[Path, list[str]], None, None]:
+    """The points in a process pool (``jobs`` processes, default one a CPU); ``(dir, warnings)`` as each finishes."""
+    with ProcessPoolExecutor(max_workers=jobs or min(len(dirs), os.cpu_count() or 1)) as pool:
+        futures = {pool.submit(_run_point, source, o, str(d)): d for o, d in zip(overrides, dirs, strict=True)}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
+def _follow(finished: Iterator[tuple[Path, list[str]]], total: int, console: Console) -> None:
+    """A progress bar over the points as they finish, each point's warnings printed under its name."""
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                   disable=not console.is_terminal) as progress:
-        task = progress.add_task("points", total=len(points))
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_run_point, source, [*base, *p], str(d)): d
-                       for p, d in zip(points, dirs, strict=True)}
-            for future in as_completed(futures):
-                for message in future.result():
-                    console.print(f"[yellow]warning: {futures[future].name}: {message}[/yellow]", highlight=False)
-                progress.advance(task)
-    return Outcome(out, tuple(tuple(p) for p in points), tuple(dirs))
+        task = progress.add_task("points", total=total)
+        for path, warnings in finished:
+            for message in warnings:
+                console.print(f"[yellow]warning: {path.name}: {message}[/yellow]", highlight=False)
+            progress.advance(task)
 
 
 __all__ = ["Outcome", "Request", "UsageError", "grid", "next_run_dir", "parse_sweep", "simulate", "sweep"]

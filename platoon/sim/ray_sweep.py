@@ -1,0 +1,145 @@
+"""A sweep's points as Ray tasks (``platoon simulate --sweep ... --ray [--ray-address ADDR]``).
+
+- Ray is imported only here, and only for ``--ray``: without it installed, ``import_ray`` raises UsageError naming
+  ``pip install 'platoon[ray]'`` (exit 64).
+- Where: ``--ray-address ADDR`` (``auto``, ``HOST:PORT``, ``ray://HOST:10001``) connects to that cluster; without
+  it, the cluster ``RAY_ADDRESS`` names (as ``ray job submit`` sets it), else a local instance of this machine's
+  CPUs, quiet (no dashboard, Ray's own logging at WARNING) and shut down when the sweep ends. A process already
+  connected (``ray.init`` called by a caller of ``sweep``) keeps its connection, and it is left open.
+- Each point is one task of one CPU, given its config as loaded and checked by the driver (a config file is not
+  read again on another node; files the config names must be at the same paths there). It runs in a temporary
+  directory of its node and sends the run directory back whole (a gzipped tar), which the driver unpacks into the
+  sweep's directory: the run directories are the process pool's, with no file system shared between the nodes.
+  Every node needs this platoon installed.
+- Points are yielded as they finish (``ray.wait``), at most ``jobs`` running at once when given. A point that
+  fails raises its own exception here (not Ray's wrapper), as the process pool does, and the points still running
+  are cancelled; a failed task is not retried (a point is not half-run twice). Unlike the pool's, a failed point
+  leaves no directory: it wrote into its node's temporary directory, removed when the task ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import tarfile
+import tempfile
+from collections.abc import Generator, Iterator, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from platoon.config.models import RunConfig
+from platoon.sim.command import UsageError, run_point_config
+
+MISSING = "--ray runs the sweep on Ray, which is not installed: pip install 'platoon[ray]'"
+
+
+def import_ray() -> ModuleType:
+    """The ``ray`` module; raises UsageError (exit 64) when it is not installed."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(MISSING) from None
+    return ray
+
+
+# Ray (2.60 at least) starts a local instance with token authentication on, its default, and says so at WARNING on
+# every start: that notice is dropped (any other warning of that logger is kept)
+AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def _default_auth_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
+def init_options(address: str | None) -> dict[str, Any]:
+    """``ray.init``'s arguments: the given address, else ``RAY_ADDRESS``'s, else a quiet local instance."""
+    address = address or os.environ.get("RAY_ADDRESS") or "local"
+    options: dict[str, Any] = {"address": address, "logging_level": logging.WARNING, "log_to_driver": False}
+    if address == "local":  # a cluster has its own CPUs and dashboard: these are only for an instance of ours
+        options |= {"num_cpus": os.cpu_count() or 1, "include_dashboard": False}
+    return options
+
+
+@contextlib.contextmanager
+def connected(ray: ModuleType, address: str | None) -> Iterator[None]:
+    """Ray initialised for the sweep and shut down after it (a local instance ends with it), unless the process was
+    connected already."""
+    if ray.is_initialized():
+        yield
+        return
+    notices = logging.getLogger(AUTH_LOGGER)
+    notices.addFilter(_default_auth_notice)
+    try:
+        ray.init(**init_options(address))
+    finally:
+        notices.removeFilter(_default_auth_notice)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def ray_points(cfgs: Sequence[RunConfig], dirs: Sequence[Path], *, address: str | None = None,
+               jobs: int | None = None) -> Generator[tuple[Path, list[str]], None, None]:
+    """Run each ``cfgs[i]`` into the new directory ``dirs[i]`` as a Ray task; yield ``(dir, warnings)`` as each
+    finishes. Raises UsageError without Ray, and a failed point's own exception."""
+    ray = import_ray()
+    with connected(ray, address):
+        task = ray.remote(num_cpus=1, max_retries=0)(run_shipped)
+        waiting = list(zip(cfgs, dirs, strict=True))
+        running: dict[Any, Path] = {}
+        try:
+            while waiting or running:
+                while waiting and (jobs is None or len(running) < jobs):
+                    cfg, out = waiting.pop(0)
+                    running[task.remote(cfg, out.name)] = out
+                [ref], _ = ray.wait(list(running), num_returns=1)
+                out = running.pop(ref)
+                warnings, packed = _result(ray, ref)
+                unpack(packed, out)
+                yield out, warnings
+        finally:  # a failed or interrupted sweep stops its other points (on a cluster, they would run on)
+            for ref in running:
+                ray.cancel(ref)
+
+
+def _result(ray: ModuleType, ref: Any) -> tuple[list[str], bytes]:
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as err:
+        # Ray's wrapper carries the remote traceback in its message; the point's own exception is what the command
+        # line maps to an exit code and a one-line message
+        if err.cause is None:
+            raise
+        raise err.cause from err
+
+
+def run_shipped(cfg: RunConfig, name: str) -> tuple[list[str], bytes]:
+    """A point on any node: run ``cfg`` into a temporary directory ``name``; return its warnings and the directory
+    packed (``unpack``)."""
+    with tempfile.TemporaryDirectory(prefix="platoon-sweep-") as tmp:
+        out = Path(tmp) / name
+        warnings = run_point_config(cfg, out)
+        return warnings, pack(out)
+
+
+def pack(path: Path) -> bytes:
+    """The directory ``path``'s tree as a gzipped tar, its members named relative to it."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
+        tar.add(path, arcname=".")
+    return buffer.getvalue()
+
+
+def unpack(data: bytes, path: Path) -> None:
+    """Write ``pack``'s tree as the new directory ``path``."""
+    path.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        # the data filter (Python 3.11.4 on) refuses links and names outside ``path``; the tar is our own in any case
+        tar.extractall(path, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+
+
+__all__ = ["MISSING", "connected", "import_ray", "init_options", "pack", "ray_points", "run_shipped", "unpack"]
