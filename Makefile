@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[live,hf,dev]'
+	$(BIN)/python -m pip install -q -e '.[live,hf,ray,dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
