@@ -106,7 +106,7 @@ def simulate(
     ] = None,
     ray: Annotated[
         bool, typer.Option("--ray", help="Run the sweep's points as Ray tasks: on a local Ray instance, or the "
-                           "cluster of --ray-address (or RAY_ADDRESS). Needs pip install 'platoon[ray]'.")
+                           "cluster of --ray-address (or RAY_ADDRESS). Needs the ray extra: pip install platoon\\[ray].")
     ] = False,
     ray_address: Annotated[
         str | None, typer.Option("--ray-address", metavar="ADDR", help="The Ray cluster of --ray (implies it): "
