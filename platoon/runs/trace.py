@@ -102,8 +102,10 @@ class TraceWriter:
         return {"lanes": self._lanes, "free": sorted(self._free), "named": sorted(self._named)}
 
     def load_state_dict(self, state: dict) -> None:
-        """Go on from ``state_dict``'s (a checkpoint's, whose length the trace was cut back to)."""
-        self._lanes, self._free, self._named = int(state["lanes"]), list(state["free"]), set(state["named"])
+        """Go on from ``state_dict``'s (a checkpoint's, whose length the trace was cut back to). A trace found empty
+        (lost) names its tracks again."""
+        self._lanes, self._free = int(state["lanes"]), list(state["free"])
+        self._named = set() if self._empty else set(state["named"])
 
     # --- writing --------------------------------------------------------------------------------------------
     def span(self, name: str, track: str | int, start_s: float, end_s: float, **args: Any) -> None:
