@@ -284,7 +284,7 @@ def _file_problems(cfg: RunConfig, invalid: frozenset[str]) -> list[Problem]:
         training += len(e.tasks) if e.tasks is not None and sim.tasks is None else rows or sim.population.tasks
         heldout += sim.population.heldout if sim.tasks is None else 0
         own_rollout = e.sim.get("rollout") if isinstance(e.sim.get("rollout"), dict) else {}
-        for key in ("duration", "fail_duration", "first_call_s", "teardown_s"):
+        for key in ("duration", "fail_duration", "first_call_s", "teardown_s", "env_step_s"):
             dist = getattr(sim.rollout, key)
             if getattr(dist, "dist", None) == "empirical" and dist.file is not None:
                 why = once("durations", dist.file)

@@ -46,6 +46,7 @@ from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.losses import CLIP_KEYS, DEFAULT_LOSS_FN_CONFIG, loss_settings, zero_at_zero_advantages
 from platoon.config.models import EnvironmentConfig, Problem, RunConfig, SimConfig, describe_errors
 from platoon.config.sections import DatasetKwargs
+from platoon.config.sim import TURNS_REPLACE
 
 RUN_LEVEL = "run"
 ENTRY_LEVEL = "entry"
@@ -236,8 +237,8 @@ def step_cap(cfg: RunConfig) -> int:
     return max(b, math.ceil(round(cfg.train.refill.max_groups_per_step * b, 9)))
 
 
-RUN_ONLY_SIM_KEYS = ("trainer", "gpus", "preset")
-"""Keys of ``sim`` that are the run's alone: an entry's ``sim`` may not set them."""
+RUN_ONLY_SIM_KEYS = ("trainer", "service", "gpus", "preset")
+"""Keys of ``sim`` that are the run's alone (one trainer, one model service): an entry's ``sim`` may not set them."""
 
 
 def merge_sim(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -301,6 +302,37 @@ def config_warnings(cfg: RunConfig) -> list[str]:
     if loss.loss_fn == "importance_sampling" and changed:
         out.append(f"train.loss_fn_config: importance_sampling does not clip the ratio; {', '.join(changed)} "
                    "takes effect only under ppo or cispo")
+    return out + sim_warnings(cfg)
+
+
+def sim_warnings(cfg: RunConfig) -> list[str]:
+    """The simulator's keys that a config sets to no effect: under ``rollout.turns`` the keys it replaces
+    (``TURNS_REPLACE``; ``length_sigma`` too when no ``env_step_s`` is there to stretch), and ``sim.service`` where
+    no entry's rollouts have turns. A run-level key is named when it has no effect in every entry that reads it (a
+    preset's ``duration`` under turns is such a key: warned about, not refused, so presets stay composable)."""
+    inert: dict[str, bool] = {}
+    any_turns = False
+    run_set = cfg.sim.rollout.model_fields_set
+    for i, e in enumerate(cfg.environments):
+        try:
+            rollout = entry_sim(cfg, i).rollout
+        except ValidationError:
+            continue  # the loader reported it
+        own = e.sim.get("rollout") if isinstance(e.sim.get("rollout"), Mapping) else {}
+        any_turns = any_turns or rollout.turns is not None
+        for key in (*TURNS_REPLACE, "length_sigma"):
+            path = f"environments.{i}.sim.rollout.{key}" if key in own else f"sim.rollout.{key}"
+            if key not in own and key not in run_set:
+                continue
+            idle = rollout.turns is not None and (key != "length_sigma" or rollout.env_step_s is None)
+            inert[path] = inert.get(path, True) and idle
+    out = []
+    named = [p for p, idle in inert.items() if idle]
+    if named:
+        out.append(f"{', '.join(named)}: no effect under sim.rollout.turns (a rollout's time is its turns' model "
+                   "calls and environment steps; a task's length stretches env_step_s)")
+    if "service" in cfg.sim.model_fields_set and not any_turns:
+        out.append("sim.service: no effect without sim.rollout.turns (only turns queue model calls at the service)")
     return out
 
 

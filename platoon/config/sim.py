@@ -6,10 +6,12 @@ nothing of the config layer, so that the two cannot import each other in a circl
 
 The model, in one paragraph (docs/simulator.md has the long form): a rollout holds its permit for a start-up
 (``rollout.first_call_s``, shared by every start-up running at once when ``rollout.startup_capacity`` is set) and then
-its run (``rollout.duration``, or ``fail_duration`` for a failing one), times its task's length multiplier; it then
-tears down in the background (``rollout.teardown_s``). It passes with its task's pass rate, ``sigmoid(ability +
+its run: either one drawn duration (``rollout.duration``, or ``fail_duration`` for a failing one) times its task's
+length multiplier, or, with ``rollout.turns``, its turns, each a model call queued at the batching model service
+(``service``: a batch of n takes ``base_s + per_sequence_s x n``) and an environment step (``rollout.env_step_s``,
+times the length multiplier); it then tears down in the background (``rollout.teardown_s``). It passes with its task's pass rate, ``sigmoid(ability +
 skill - difficulty)`` under the learning model, or the rate a task file gives. Training a step takes ``step_s +
-per_datum_s x datums`` and publishing ``publish_s``. Every informative group a step trains adds ``gain`` to its
+per_datum_s x datums``, publishing ``publish_s`` and an evaluation, where the schedule has one, ``eval_s``. Every informative group a step trains adds ``gain`` to its
 task's skill and ``gain x transfer`` to the policy's ability, which held-out tasks share (``eval/pass@1``).
 
 Rules the models keep: frozen, strict, unknown keys refused, every field described; durations are a union
@@ -18,9 +20,17 @@ discriminated on ``dist``; files are named relative to the config that names the
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    model_validator,
+)
 
 from platoon.config.bounds import (
     MAX_GPUS,
@@ -90,6 +100,38 @@ Duration = Annotated[
 
 # --- parts -----------------------------------------------------------------------------------------------------
 
+MAX_TURNS = 1_000_000
+"""A rollout's model calls (``model_calls``, a ``turns`` count)."""
+
+Turns = Annotated[int, Field(ge=1, le=MAX_TURNS)]
+
+
+def _one_problem(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """One problem for a bad turn count, not one per member of the union."""
+    try:
+        return handler(value)
+    except ValidationError:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValueError(f"must be an integer from 1 to {MAX_TURNS:,}, or a non-empty list of them; got {shown}") \
+            from None
+
+
+TurnCount = Annotated[Turns | Annotated[list[Turns], Field(min_length=1, max_length=MAX_TURNS)],
+                      WrapValidator(_one_problem)]
+"""A number of turns, or an empirical distribution of them (a list, drawn from uniformly)."""
+
+
+class SimTurnsConfig(_SimModel):
+    """How many turns (model calls, each followed by an environment step) a rollout makes, by its outcome: an int,
+    or a list drawn from (the measured turn counts of a live run's passing and failing rollouts)."""
+
+    passing: TurnCount = Field(description="Turns of a rollout that passes: an int, or a list drawn from.")
+    failing: TurnCount = Field(description="Turns of a rollout that fails: an int, or a list drawn from.")
+
+
+TURNS_REPLACE = ("duration", "fail_duration", "model_calls")
+"""The keys of ``rollout`` that ``turns`` replaces: with turns set they have no effect (a warning says so)."""
+
 
 class SimRolloutConfig(_SimModel):
     """How long a simulated rollout takes and how it ends."""
@@ -112,7 +154,17 @@ class SimRolloutConfig(_SimModel):
         0.0, ge=0, le=1, description="Share of rollouts that end without a valid reward (censored: neither pass nor "
         "fail)."
     )
-    model_calls: int = Field(8, ge=1, le=1_000_000, description="Model calls a rollout makes, spread over its duration.")
+    model_calls: int = Field(8, ge=1, le=MAX_TURNS, description="Model calls a rollout makes, spread over its duration "
+                             "(recorded, not timed; with turns set, no effect).")
+    turns: SimTurnsConfig | None = Field(
+        None, description="null: a rollout's run is one drawn duration (duration, fail_duration). A mapping "
+        "{passing, failing}: it makes that many turns instead, each a model call queued at the model service (sim."
+        "service) and an environment step (env_step_s); duration, fail_duration and model_calls have no effect.",
+    )
+    env_step_s: Duration | None = Field(
+        None, description="With turns: the environment step after each model call (times its task's length); "
+        "null: none.",
+    )
     first_call_s: Duration | None = Field(
         None, description="Start-up before a rollout's first model call (worker, sandbox, toolchain), as the work "
         "one start-up alone takes; null: none.",
@@ -137,6 +189,21 @@ class SimTrainerConfig(_SimModel):
     step_s: float = Field(10.0, ge=0, le=MAX_SECONDS, description="The fixed part of a step, in seconds.")
     per_datum_s: float = Field(0.05, ge=0, le=MAX_SECONDS, description="Seconds per trained datum (valid rollout).")
     publish_s: float = Field(2.0, ge=0, le=MAX_SECONDS, description="Seconds to publish new weights to the model service.")
+    eval_s: float = Field(0.0, ge=0, le=MAX_SECONDS, description="Seconds an evaluation takes: the trainer evaluates "
+                          "before each step the schedule evaluates (eval.every, eval.at_start) and after the last.")
+
+
+MAX_SERVICE_BATCH = 1_048_576
+"""``sim.service.max_batch``: as many sequences as rollouts may run at once."""
+
+
+class SimServiceConfig(_SimModel):
+    """The batching model service of turns mode (``rollout.turns``): whenever idle with requests queued, it takes up
+    to ``max_batch`` of them, oldest first, and answers them all after ``base_s + per_sequence_s x n``."""
+
+    base_s: float = Field(2.0, ge=0, le=MAX_SECONDS, description="The fixed part of one batch, in seconds.")
+    per_sequence_s: float = Field(0.02, ge=0, le=MAX_SECONDS, description="Seconds each sequence of a batch adds.")
+    max_batch: int = Field(256, ge=1, le=MAX_SERVICE_BATCH, description="The most sequences one batch takes.")
 
 
 class SimPopulationConfig(_SimModel):
@@ -175,6 +242,10 @@ class SimConfig(_SimModel):
     )
     rollout: SimRolloutConfig = Field(default_factory=SimRolloutConfig, description="Rollout timing and outcomes.")
     trainer: SimTrainerConfig = Field(default_factory=SimTrainerConfig, description="Training step timing.")
+    service: SimServiceConfig = Field(
+        default_factory=SimServiceConfig, description="The model service's batch timing (turns mode only; set "
+        "without rollout.turns anywhere, it has no effect and a warning says so).",
+    )
     tasks: str | None = Field(
         None, min_length=1, description="A CSV (task_id,pass_rate[,length]) or JSON list of objects with those keys: the entry's "
         "tasks with fixed pass rates; null: the entry's tasks (or a synthesized population).",
@@ -215,5 +286,9 @@ __all__ = [
     "SimLearningConfig",
     "SimPopulationConfig",
     "SimRolloutConfig",
+    "SimServiceConfig",
     "SimTrainerConfig",
+    "SimTurnsConfig",
+    "TURNS_REPLACE",
+    "TurnCount",
 ]

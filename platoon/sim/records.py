@@ -1,4 +1,4 @@
-"""Plain-data records of the simulator's work in flight: groups and their members.
+"""Plain-data records of the simulator's work in flight: groups and their members, and the kinds of its timers.
 
 Everything here round-trips through JSON exactly (floats are written as Python's shortest repr), so that a
 checkpoint's ``sim-<step>.json`` restores the groups in flight as they stood.
@@ -11,6 +11,24 @@ from enum import Enum
 
 from platoon.policy.stats import MemberResult
 from platoon.sim.workload import GroupDraws, MemberOutcome
+
+
+class Timer(Enum):
+    """What a timer record does when it fires (its value is what checkpoints store)."""
+
+    STARTED_UP = "started_up"                  # a member's own start-up work is done: its first model call
+    STARTUPS_DONE = "startups_done"            # the shared start-up capacity finished some members' start-ups
+    ROLLOUT_ENDED = "rollout_ended"
+    ROLLOUT_RAISED = "rollout_raised"
+    TEARDOWN_ENDED = "teardown_ended"
+    TEARDOWN_OUTLASTED = "teardown_outlasted"  # the permit's wait for the teardown ran out first
+    DEADLINE = "deadline"                      # the driver's next deadline
+    TRAINED = "step_trained"
+    PUBLISHED = "step_published"
+    EVALUATED = "evaluated"                    # the trainer's evaluation (before a step, or the final one)
+    BATCH_DONE = "batch_done"                  # the model service answered its batch (turns mode)
+    ENV_STEPPED = "env_stepped"                # a member's environment step is done (turns mode)
+    TIMED_OUT = "timed_out"                    # a member's time limit (turns mode)
 
 
 class Phase(Enum):
@@ -28,7 +46,10 @@ class Phase(Enum):
 @dataclass(slots=True)
 class SimMember:
     """One member of a group in flight. ``out`` is decided when its permit is granted; ``timer`` is the seq of the
-    pending timer that ends its phase."""
+    pending timer that ends its phase (in turns mode: its environment step; None while its model call is at the
+    service). Turns mode: ``turn`` counts the model calls answered, ``deadline`` is the seq of its time limit's
+    timer. ``since``: when its current span began (model call, environment step, teardown); ``lane``: its trace
+    lane (None: not traced)."""
 
     phase: Phase = Phase.WAIT
     granted: float | None = None
@@ -37,18 +58,27 @@ class SimMember:
     out: MemberOutcome | None = None
     timer: int | None = None
     result: MemberResult | None = None
+    turn: int = 0
+    deadline: int | None = None
+    since: float | None = None
+    lane: int | None = None
 
     def to_json(self) -> list:
         o = self.out
-        return [self.phase.value, self.granted, self.started, self.version,
-                None if o is None else [o.passed, o.valid, o.first_call_s, o.run_s, o.error_at_s, o.teardown_s],
-                self.timer, None if self.result is None else self.result.to_json()]
+        out = None if o is None else [o.passed, o.valid, o.first_call_s, o.run_s, o.error_at_s, o.teardown_s]
+        if o is not None and o.turns:
+            out += [o.turns, list(o.env_steps), o.error_turn]
+        return [self.phase.value, self.granted, self.started, self.version, out, self.timer,
+                None if self.result is None else self.result.to_json(), self.turn, self.deadline, self.since,
+                self.lane]
 
     @classmethod
     def from_json(cls, d: list) -> SimMember:
-        phase, granted, started, version, out, timer, result = d
+        phase, granted, started, version, out, timer, result, *more = d  # a checkpoint before turns has no more
+        if out is not None and len(out) > 6:
+            out = [*out[:7], tuple(out[7]), out[8]]
         return cls(Phase(phase), granted, started, version, None if out is None else MemberOutcome(*out), timer,
-                   None if result is None else MemberResult.from_json(result))
+                   None if result is None else MemberResult.from_json(result), *more)
 
 
 @dataclass(slots=True)
@@ -77,4 +107,4 @@ class SimGroup:
                    pending, failed)
 
 
-__all__ = ["Phase", "SimGroup", "SimMember"]
+__all__ = ["Phase", "SimGroup", "SimMember", "Timer"]

@@ -3,26 +3,27 @@
 The directory is the live backend's (``platoon.runs``): ``lock.json``, ``metrics.jsonl`` (a row per step),
 ``tasks/events.jsonl``, ``checkpoints.jsonl`` and ``checkpoints/<step>/`` with ``tasks/dispatch-<step>.json`` (the
 dispatcher's format-2 state with its exact section), ``tasks/state-<step>.json`` (the statistics' snapshot) and
-``sim-<step>.json`` (the runtime's timers, groups in flight, trainer, learner) and ``driver-<step>.json`` (start
-slots, members, the step window). A step's row is the driver's (docs/metrics.md), with the ``sim/...`` metrics only
-the simulator knows and ``eval/pass@1`` at step 0 under ``eval.at_start`` and every ``eval.every`` steps (the policy
-the step trained on); a run that learns and evaluates ends with a row ``{"step": steps, "eval/pass@1": ...}`` for the
-final policy.
+``sim-<step>.json`` (the runtime's timers, groups in flight, model service, trainer, learner, trace lanes) and
+``driver-<step>.json`` (start slots, members, the step window), and ``trace.json`` (``platoon.runs.trace``: spans on
+simulated time; ``trace`` in the config). A step's row is the driver's (docs/metrics.md), with the ``sim/...``
+metrics only the simulator knows and ``eval/pass@1`` at step 0 under ``eval.at_start`` and every ``eval.every`` steps
+(the policy the step trained on); a run that learns and evaluates ends with a row ``{"step": steps, "eval/pass@1":
+...}`` for the final policy.
 
 Checkpoints are taken at launch (``000000``) and right after a step's metrics (every ``checkpoint.every`` steps, kept
 for good, every ``checkpoint.recovery_every``, the newest ``checkpoint.keep_recovery`` kept, and after the last),
-named by the steps done. Each records the
-lengths of ``metrics.jsonl`` and ``tasks/events.jsonl`` then; ``resume`` cuts the logs back to them (what a killed
-run wrote after its checkpoint is written again, identically, by the replay) and restores the dispatcher, the
-statistics and the runtime exactly, so a run killed anywhere and resumed ends byte-identical to one that never
-stopped (wall-clock fields aside: lock.json's ``created``, a checkpoint row's ``time``). The dispatch, driver and
-simulator files are one exact state: when one of them does not read, the whole checkpoint is passed over for an
-older one, whose replay is exact too.
+named by the steps done. Each records the lengths of ``metrics.jsonl``, ``tasks/events.jsonl`` and ``trace.json``
+then (the trace flushed first); ``resume`` cuts the logs back to them (what a killed run wrote after its checkpoint
+is written again, identically, by the replay) and restores the dispatcher, the statistics and the runtime exactly, so
+a run killed anywhere and resumed ends byte-identical to one that never stopped (wall-clock fields aside: lock.json's
+``created``, a checkpoint row's ``time``), its trace too unless ``trace.max_events`` cut it (the cap counts one run
+start's spans). The dispatch, driver and simulator files are one exact state: when one of them does not read, the
+whole checkpoint is passed over for an older one, whose replay is exact too.
 
 A run holds its directory's writer lock from ``create`` or ``resume`` to ``close``. ``resume`` decides before it
 changes anything (``platoon.runs.resume``): a live run, too few steps (``ResumeRefused``), a finished run
-(``RunFinished``) or a truncated log (``LogsLost``) leave the directory as it was. A run that reaches its end
-records it in ``lock.json`` (``finished``).
+(``RunFinished``) or a truncated log (``LogsLost``) leave the directory as it was. A run that reaches its end records
+it in ``lock.json`` (``finished``).
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ class SimRun:
         self.log = log or _default_log
         self.metrics = self.rd.metrics_writer()
         self.events = self.rd.events_writer()
+        t = cfg.trace
+        self.trace = self.rd.trace_writer(group_every=t.group_every, max_events=t.max_events, enabled=t.enabled)
+        runtime.attach_trace(self.trace)
         self.on_step: Callable[[int, float], None] | None = None
         runtime.write_step = self._write_step
         runtime.finish = self._finish
@@ -164,6 +168,7 @@ class SimRun:
         """Close the logs and give the writer lock back (the run cannot be run further)."""
         self.metrics.close()
         self.events.close()
+        self.trace.close()
         self.rd.release()
 
     # --------------------------------------------------------------------------------------------- writing
@@ -189,6 +194,7 @@ class SimRun:
         files, row = self.driver.checkpoint(name, done)
         add_kept_file(files, row, name)
         files[f"sim-{name}.json"] = self.rt.state_dict()
+        self.trace.flush()  # whole lines before the lengths: a resume cuts the trace back to this point
         row["logs"] = self.rd.log_lengths()
         save_checkpoint(self.rd, done, files, row, keep=self.cfg.checkpoint.keep_recovery,
                         permanent=permanent or done == 0)

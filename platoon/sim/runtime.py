@@ -8,10 +8,16 @@ step to its run directory (``platoon.sim.run``). What it owns is the simulated *
 - ``StartGroup`` -> a group whose members enter their lease blocks in order;
 - ``GrantPermit`` -> a rollout: its outcome is decided now (``platoon.sim.workload``, its task's pass rate now), it
   asks for a start slot, starts up (shared capacity: ``platoon.sim.startups``), makes its first model call (the
-  slot comes back), runs, and ends, after its background teardown under ``permit_release: rollout``;
-- ``SlotGranted`` -> the member starts up; ``CancelRollout`` -> the member stops where it stands;
+  slot comes back), runs, and ends, after its background teardown under ``permit_release: rollout``. It runs for its
+  drawn duration, or, in turns mode, turn by turn: each model call queued at the batching model service
+  (``platoon.sim.service``), then its environment step; its time limit (``timeout_s``) is a timer of its own there;
+- ``SlotGranted`` -> the member starts up; ``CancelRollout`` -> the member stops where it stands (leaving the
+  service's queue);
 - all members done -> the group's output (``group_verdict``) to ``on_group_finished``;
-- the trainer: a step takes ``step_s + per_datum_s x datums``, its publish ``publish_s``.
+- the trainer: an evaluation the schedule has before a step (and after the last) takes ``eval_s``, a step
+  ``step_s + per_datum_s x datums``, its publish ``publish_s``;
+- ``trace.json`` (``trace``: the writer ``platoon.sim.run`` attaches): the trainer's and the service's spans, and
+  those of the rollouts of the groups the writer ``wants()``, each on its lane (kept in the member's record).
 
 **Every pending event is a timer record** ``(seq, time, kind, payload)`` in a registry, each scheduled on SimPy as
 a ``Timeout`` whose callback fires it; a cancelled timer is dropped from the registry and its timeout does nothing.
@@ -19,15 +25,16 @@ Handlers read the timer's own time (``now``), never SimPy's clock, so a checkpoi
 step's metrics) pushed back in ``seq`` order replays the uninterrupted run event for event, even where
 ``time - now + now`` rounds.
 
-(About 450 lines, past the ~300 of a pure adapter: the simulated work itself lives here, each member's phases from
-permit to teardown, the shared start-up capacity and the trainer's timings, beside the adapter of the driver.)
+(About 480 lines, past the ~300 of a pure adapter: the simulated work itself lives here, each member's phases from
+permit to teardown and their spans, beside the adapter of the driver. Two parts are mixed in from modules of their
+own: turns mode with the model service (``platoon.sim.service``) and the trainer (``platoon.sim.trainer``); the
+shared start-up capacity is ``platoon.sim.startups``.)
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from enum import Enum
 
 import simpy
 
@@ -41,9 +48,12 @@ from platoon.policy.permits import GrantPermit
 from platoon.policy.start_limit import SlotGranted
 from platoon.policy.stats import MemberResult
 from platoon.policy.verdict import DATUM_VERDICTS, group_verdict
-from platoon.sim.records import Phase, SimGroup, SimMember
+from platoon.runs.trace import TraceWriter
+from platoon.sim.records import Phase, SimGroup, SimMember, Timer
+from platoon.sim.service import ModelService, TurnsMixin
 from platoon.sim.setup import SimTasks
 from platoon.sim.startups import StartupServer
+from platoon.sim.trainer import Trainer, TrainerMixin
 from platoon.sim.workload import MemberOutcome
 
 
@@ -51,28 +61,7 @@ class SimulationStalled(RuntimeError):
     """The simulated run cannot go on: no event is left and the plan is not done."""
 
 
-class Timer(Enum):
-    """What a timer record does when it fires (its value is what checkpoints store)."""
-
-    STARTED_UP = "started_up"                  # a member's own start-up work is done: its first model call
-    STARTUPS_DONE = "startups_done"            # the shared start-up capacity finished some members' start-ups
-    ROLLOUT_ENDED = "rollout_ended"
-    ROLLOUT_RAISED = "rollout_raised"
-    TEARDOWN_ENDED = "teardown_ended"
-    TEARDOWN_OUTLASTED = "teardown_outlasted"  # the permit's wait for the teardown ran out first
-    DEADLINE = "deadline"                      # the driver's next deadline
-    TRAINED = "step_trained"
-    PUBLISHED = "step_published"
-
-
-class Trainer(Enum):
-    WAITING = "waiting"
-    TRAINING = "training"
-    PUBLISHING = "publishing"
-    DONE = "done"
-
-
-class SimRuntime:
+class SimRuntime(TurnsMixin, TrainerMixin):
     """One simulated run's event loop (see the module docstring). ``write_step(report, now)`` and ``finish(now)``
     are the run directory's hooks."""
 
@@ -89,13 +78,19 @@ class SimRuntime:
         self.trainer_cfg = cfg.sim.trainer
         self.min_successful = cfg.train.workflow_config.min_successful_group_size
         self.model_calls = [s.rollout.model_calls for s in tasks.sims]
+        self.timeouts = [s.rollout.timeout_s for s in tasks.sims]
         capacity = cfg.sim.rollout.startup_capacity
         self.startups = StartupServer(capacity) if capacity is not None else None
+        turns = any(s.rollout.turns is not None for s in tasks.sims)
+        self.service = ModelService(cfg.sim.service) if turns else None
+        self.trace: TraceWriter | None = None
+        self._trace_state: dict | None = None  # a checkpoint's, for the writer attach_trace gets
         self.groups: dict[tuple[int, int], SimGroup] = {}
         self.timers: dict[int, tuple[float, Timer, tuple]] = {}
         self.seq = 0
         self.version = policy.dispatcher.version
         self.trainer = Trainer.WAITING
+        self.trainer_since = now  # when the trainer's current span (eval, train, publish) began
         self.step: TrainStep | None = None
         self.armed: dict[str, tuple[int, float] | None] = {"deadline": None, "startups": None}
         self.done = False
@@ -107,7 +102,15 @@ class SimRuntime:
                           Timer.ROLLOUT_ENDED: self._t_rollout_ended, Timer.ROLLOUT_RAISED: self._t_rollout_raised,
                           Timer.TEARDOWN_ENDED: self._t_teardown_ended,
                           Timer.TEARDOWN_OUTLASTED: self._t_teardown_outlasted, Timer.DEADLINE: self._t_deadline,
-                          Timer.TRAINED: self._t_trained, Timer.PUBLISHED: self._t_published}
+                          Timer.TRAINED: self._t_trained, Timer.PUBLISHED: self._t_published,
+                          Timer.EVALUATED: self._t_evaluated, Timer.BATCH_DONE: self._t_batch_done,
+                          Timer.ENV_STEPPED: self._t_env_stepped, Timer.TIMED_OUT: self._t_timed_out}
+
+    def attach_trace(self, writer: TraceWriter) -> None:
+        """Write spans to ``writer`` (its lanes and named tracks as the checkpoint this runtime loaded left them)."""
+        if self._trace_state is not None:
+            writer.load_state_dict(self._trace_state)
+        self.trace = writer if writer.stopped is None else None
 
     # ------------------------------------------------------------------------------------------------ timers
     def _at(self, t: float, kind: Timer, payload: tuple = ()) -> int:
@@ -171,10 +174,23 @@ class SimRuntime:
         g = SimGroup(dec.key, dec.row_index, dec.task_id, entry, dec.group_size, self.now,
                      [SimMember() for _ in range(dec.group_size)], dec.group_size)
         self.groups[dec.key] = g
+        if self.trace is not None and self.trace.wants(self._position(dec.key)):
+            for m in g.members:
+                m.lane = self.trace.open_lane()
         out: list = []
         for i in range(dec.group_size):
             out += self.driver.on_block_entered(dec.key, i, now=self.now)
         return out
+
+    def _position(self, key: tuple[int, int]) -> int:
+        """The draw position of group ``key`` (by which ``trace.group_every`` samples); its seq if not known."""
+        draw = self.driver.dispatcher.outstanding.get(key)
+        return draw.position if draw is not None else key[1]
+
+    def _span(self, m: SimMember, name: str, start: float, **args) -> None:
+        """A span of traced member ``m`` (``m.lane`` set) from ``start`` to now."""
+        assert self.trace is not None and m.lane is not None
+        self.trace.span(name, m.lane, start, self.now, **args)
 
     def _granted(self, dec: GrantPermit) -> list:
         g = self.groups.get(dec.key)
@@ -182,6 +198,8 @@ class SimRuntime:
             raise RuntimeError(f"GrantPermit for rollout {dec.index} of group {dec.key}, which does not wait")
         m = g.members[dec.index]
         m.granted, m.version = self.now, self.version
+        if m.lane is not None and self.now > g.created:  # no span for a wait of no time
+            self._span(m, "permit_wait", g.created)
         if g.draws is None:
             g.draws = self.tasks.workloads[g.entry].group(self.seed, g.key, g.size, self.learner.length[g.row])
         m.out = g.draws.member(dec.index, self.learner.pass_rate(g.row))
@@ -207,9 +225,16 @@ class SimRuntime:
     def _first_call(self, g: SimGroup, i: int) -> None:
         m = g.members[i]
         m.phase = Phase.RUN
+        if m.lane is not None and self.now > m.started:  # no span for a start-up of no time
+            self._span(m, "startup", m.started)
         self._carry(self.driver.release_slot(g.key, i, "first_call", now=self.now))
         o = m.out
-        if o.error_at_s is not None:
+        if o.turns:
+            limit = self.timeouts[g.entry]
+            if limit is not None:
+                m.deadline = self._at(self.now + limit, Timer.TIMED_OUT, (*g.key, i))
+            self._call(g, i)
+        elif o.error_at_s is not None:
             m.timer = self._at(self.now + o.error_at_s, Timer.ROLLOUT_RAISED, (*g.key, i))
         else:
             m.timer = self._at(self.now + o.run_s, Timer.ROLLOUT_ENDED, (*g.key, i))
@@ -234,13 +259,21 @@ class SimRuntime:
         if due is not None:
             self.armed["startups"] = (self._at(due, Timer.STARTUPS_DONE), due)
 
+    # -------------------------------------------------------------------------------------------- endings
     def _t_rollout_ended(self, s: int, q: int, i: int) -> None:
         g = self.groups[(s, q)]
+        g.members[i].timer = None
+        self._ended(g, i)
+
+    def _ended(self, g: SimGroup, i: int) -> None:
+        """Member ``i``'s rollout ended (``m.out.passed`` says how); its teardown, if any, follows."""
+        s, q = g.key
         m = g.members[i]
-        m.timer = None
+        self._cancel(m.deadline)
+        m.deadline = None
         self._carry(self.driver.release_slot(g.key, i, "end", now=self.now))
         m.result = self._result(g, i, outcome="pass" if m.out.passed else "fail", disposition="completed")
-        m.phase = Phase.TEARDOWN
+        m.phase, m.since = Phase.TEARDOWN, self.now
         self._carry(self.driver.on_member_ended(g.key, i, now=self.now))
         if m.phase is not Phase.TEARDOWN:
             return  # the driver's decisions ended it already
@@ -254,9 +287,14 @@ class SimRuntime:
             m.timer = self._at(self.now + self.wait_s, Timer.TEARDOWN_OUTLASTED, (s, q, i))
 
     def _t_rollout_raised(self, s: int, q: int, i: int) -> None:
-        """A rollout raised: its group fails, and the driver's decisions cancel the others once it has exited."""
         g = self.groups[(s, q)]
         g.members[i].timer = None
+        self._raised(g, i)
+
+    def _raised(self, g: SimGroup, i: int) -> None:
+        """A rollout raised: its group fails, and the driver's decisions cancel the others once it has exited."""
+        self._cancel(g.members[i].deadline)
+        g.members[i].deadline = None
         self._carry(self.driver.release_slot(g.key, i, "end", now=self.now))
         g.members[i].result = self._result(g, i, outcome="error", disposition="error")
         g.failed = True
@@ -273,12 +311,15 @@ class SimRuntime:
         ok = disposition == "completed" and m.out.valid
         reward = self.member_reward(g, i, m.out) if ok else None
         return MemberResult(reward=reward, scored=reward, valid=ok, outcome=outcome if ok or outcome == "error"
-                            else "invalid", disposition=disposition, steps=self.model_calls[g.entry],
+                            else "invalid", disposition=disposition,
+                            steps=m.turn if m.out.turns else self.model_calls[g.entry],
                             seconds=self.now - m.started, versions={"main": (m.version, m.version)})
 
     def _t_teardown_ended(self, s: int, q: int, i: int) -> None:
         g = self.groups[(s, q)]
         g.members[i].timer = None
+        if g.members[i].lane is not None:
+            self._span(g.members[i], "teardown", g.members[i].since)
         self._carry(self.driver.on_teardowns_done(g.key, i, now=self.now))
         self._done(g, i)
 
@@ -286,6 +327,8 @@ class SimRuntime:
         """The teardown outlived the permit's wait: the driver's deadline (due now) gives the permit back, warning."""
         g = self.groups[(s, q)]
         g.members[i].timer = None
+        if g.members[i].lane is not None:
+            self._span(g.members[i], "teardown", g.members[i].since)
         due = self.driver.next_deadline()
         if due is not None and due <= self.now:
             self._carry(self.driver.on_deadline(now=self.now))
@@ -297,10 +340,21 @@ class SimRuntime:
         self._done(g, i)
 
     def _done(self, g: SimGroup, i: int) -> None:
-        g.members[i].phase = Phase.DONE
+        m = g.members[i]
+        m.phase = Phase.DONE
+        if m.lane is not None:
+            self._rollout_span(g, i)
         g.pending -= 1
         if g.pending == 0:
             self._finish_group(g)
+
+    def _rollout_span(self, g: SimGroup, i: int) -> None:
+        """The span over traced member ``i``'s whole lane, from entering its block to done; its lane comes back."""
+        m, r = g.members[i], g.members[i].result
+        self._span(m, "rollout", g.created, task_id=g.task_id, group=list(g.key), member=i, version=m.version,
+                   turns=r.steps, reward=r.reward, passed=r.outcome == "pass", status=r.disposition)
+        self.trace.close_lane(m.lane)
+        m.lane = None
 
     def _cancel_member(self, g: SimGroup, i: int, reason: str) -> None:
         """Stop member ``i`` where it stands; ``reason`` is its disposition. One that had ended keeps its outcome."""
@@ -308,6 +362,8 @@ class SimRuntime:
         if m.phase is Phase.DONE:
             return
         if m.phase is Phase.WAIT:
+            if m.lane is not None and self.now > g.created:
+                self._span(m, "permit_wait", g.created)
             m.result = MemberResult(outcome="none", disposition=reason)
             self._carry(self.driver.on_block_cancelled(key, i, now=now))
             self._done(g, i)
@@ -315,18 +371,25 @@ class SimRuntime:
         if m.phase is Phase.TEARDOWN:  # a cancellation ends the wait, not the teardown
             self._cancel(m.timer)
             m.timer = None
+            if m.lane is not None:
+                self._span(m, "teardown", m.since)
             self._carry(self.driver.on_teardowns_done(key, i, now=now))
             self._done(g, i)
             return
         if m.phase is Phase.SLOT:
             self._carry(self.driver.on_slot_cancelled(key, i, now=now))
+        elif m.phase is Phase.RUN and m.out.turns:
+            self._stop_turn(g, i)
+            self._cancel(m.deadline)
+            m.deadline = None
+            self._carry(self.driver.release_slot(key, i, "cancelled", now=now))
         else:
             if m.phase is Phase.STARTUP and self.startups is not None and self.startups.cancel((*key, i), now=now):
                 self._arm_startups()
             self._cancel(m.timer)
             m.timer = None
             self._carry(self.driver.release_slot(key, i, "cancelled", now=now))
-        m.result = MemberResult(outcome="none", disposition=reason, steps=None,
+        m.result = MemberResult(outcome="none", disposition=reason, steps=m.turn if m.out.turns else None,
                                 seconds=now - m.started if m.started is not None else None,
                                 versions={"main": (m.version, m.version)})
         self._exit(g, i)
@@ -341,55 +404,6 @@ class SimRuntime:
             datums = tuple((i, r.reward) for i, r in enumerate(members) if r.valid) if verdict in DATUM_VERDICTS else ()
             output = GroupOutput(verdict, members, datums)
         self._carry(self.driver.on_group_finished(g.key, output, now=self.now))
-        self._try_step()
-
-    # -------------------------------------------------------------------------------------------- trainer
-    def _try_step(self) -> None:
-        if self.trainer is not Trainer.WAITING:
-            return
-        step, decisions = self.driver.take_step(now=self.now)
-        self._carry(decisions)
-        if step is None:
-            return
-        self.trainer, self.step = Trainer.TRAINING, step
-        t = self.trainer_cfg
-        self._at(self.now + t.step_s + t.per_datum_s * len(step.datums), Timer.TRAINED)
-
-    def _t_trained(self) -> None:
-        step, self.step = self.step, None
-        rows = [self.pool.first_index(g.task_id) for g in step.groups
-                if g.output is not None and g.output.verdict == "trained"]
-        self.learner.trained([r for r in rows if r is not None])
-        report = self.driver.finish_step(step, now=self.now, metrics=self.sim_metrics(step.step))
-        self.trainer = Trainer.PUBLISHING
-        self._at(self.now + self.trainer_cfg.publish_s, Timer.PUBLISHED)
-        if self.write_step is not None:
-            self.write_step(report, self.now)
-
-    def sim_metrics(self, step: int) -> dict[str, float]:
-        """The metrics only the simulator knows, and ``eval/pass@1`` from its learning model when it is due."""
-        out = {"sim/simulated_seconds": self.now, "sim/gpu_hours": self.now / 3600.0 * self.cfg.sim.gpus,
-               "sim/train_pass_rate_mean": self.learner.mean_pass_rate()}
-        if self.learns and self.driver.eval_due(step):
-            out["eval/pass@1"] = self.learner.pass_at_1()
-        return out
-
-    @property
-    def learns(self) -> bool:
-        return any(self.learner.learn) and self.learner.pass_at_1() is not None
-
-    def _t_published(self) -> None:
-        self.learner.publish()
-        decisions = self.driver.publish(now=self.now)
-        self.version = self.driver.dispatcher.version  # a step that trained no group leaves it
-        self._carry(decisions)
-        if self.driver.finished:
-            self.trainer, self.done = Trainer.DONE, True
-            if self.finish is not None:
-                self.finish(self.now)
-            self._stop.succeed()
-            return
-        self.trainer = Trainer.WAITING
         self._try_step()
 
     # ------------------------------------------------------------------------------------------------ run
@@ -419,7 +433,8 @@ class SimRuntime:
 
     # ------------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict:
-        """The runtime's own state (``sim-<step>.json``): timers, groups in flight, trainer, learner, servers."""
+        """The runtime's own state (``sim-<step>.json``): timers, groups in flight, trainer, learner, servers, and
+        the trace writer's lanes (``TraceWriter.state_dict``)."""
         return {
             "format": 2,
             "now": self.now,
@@ -429,9 +444,12 @@ class SimRuntime:
             "armed": {k: (None if v is None else [v[0], v[1]]) for k, v in self.armed.items()},
             "groups": [g.to_json() for g in self.groups.values()],
             "trainer": self.trainer.value,
+            "trainer_since": self.trainer_since,
             "begun": self.begun,
             "learner": self.learner.state_dict(),
             "startups": None if self.startups is None else self.startups.state_dict(),
+            "service": None if self.service is None else self.service.state_dict(),
+            "trace": None if self.trace is None else self.trace.state_dict(),
         }
 
     def load_state_dict(self, s: dict) -> None:
@@ -440,6 +458,7 @@ class SimRuntime:
             raise ValueError(f"simulator state format {s.get('format')!r} is not 2")
         self.now, self.version, self.seq, self.begun = s["now"], s["version"], s["seq"], s["begun"]
         self.trainer = Trainer(s["trainer"])
+        self.trainer_since = s.get("trainer_since", self.now)  # absent in a checkpoint before the trace
         self.armed = {k: (None if v is None else (v[0], v[1])) for k, v in s["armed"].items()}
         self.groups = {}
         for gj in s["groups"]:
@@ -448,6 +467,9 @@ class SimRuntime:
         self.learner.load_state_dict(s["learner"])
         if self.startups is not None and s["startups"] is not None:
             self.startups.load_state_dict(s["startups"])
+        if self.service is not None and s.get("service") is not None:
+            self.service.load_state_dict(s["service"])
+        self._trace_state = s.get("trace")
         for seq, t, kind, payload in s["timers"]:
             self._schedule(seq, t, Timer(kind), tuple(payload))
         self._arm_deadline()  # as the handler that the checkpoint interrupted would have, on its way out

@@ -87,3 +87,25 @@ def test_an_unwritable_trace_warns_and_stops(tmp_path, caplog):
 def test_group_every_is_at_least_one(tmp_path):
     with pytest.raises(ValueError, match="at least 1"):
         TraceWriter(tmp_path / "trace.json", group_every=0)
+
+
+def test_a_resumed_writer_goes_on_with_the_lanes_and_names_of_its_state(tmp_path):
+    path = tmp_path / "trace.json"
+    first = TraceWriter(path)
+    a, b = first.open_lane(), first.open_lane()
+    first.span("startup", b, 0.0, 1.0)
+    first.close_lane(a)
+    state = first.state_dict()
+    first.close()
+    again = TraceWriter(path)
+    again.load_state_dict(state)
+    assert again.open_lane() == a and again.open_lane() == 2
+    again.span("rollout", b, 0.0, 2.0)
+    again.close()
+    assert [e["name"] for e in loads_closed(path)] == ["thread_name", "startup", "rollout"]  # lane 1 named once
+    path.unlink()  # a lost trace: the next writer names its tracks again
+    lost = TraceWriter(path)
+    lost.load_state_dict(state)
+    lost.span("rollout", b, 0.0, 2.0)
+    lost.close()
+    assert [e["name"] for e in loads_closed(path)] == ["thread_name", "rollout"]

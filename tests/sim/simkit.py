@@ -60,7 +60,7 @@ def resume(path: Path, steps: int | None = None) -> SimRun:
     return r
 
 
-LOGS = ("metrics.jsonl", "tasks/events.jsonl")
+LOGS = ("metrics.jsonl", "tasks/events.jsonl", "trace.json")
 
 
 def timed_out(row: dict) -> dict:

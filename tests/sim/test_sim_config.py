@@ -107,3 +107,49 @@ def test_a_missing_task_file_is_a_config_problem(tmp_path):
     (tmp_path / "run.yaml").write_text(TRAIN + "sim: {tasks: nowhere.csv}\n")
     with pytest.raises(ConfigError, match="sim.tasks: .*nowhere.csv: cannot read"):
         build_tasks(load_sim_config(tmp_path / "run.yaml"))
+
+
+def test_turns_an_int_or_a_list_and_one_problem_each(tmp_path):
+    cfg = load_sim_config(None, overrides=["sim.rollout.turns={passing: [2, 3], failing: 9}",
+                                           "sim.rollout.env_step_s={dist: fixed, value_s: 1.5}",
+                                           "sim.service={base_s: 1, per_sequence_s: 0.1, max_batch: 4}",
+                                           "sim.trainer.eval_s=30"])
+    turns = cfg.sim.rollout.turns
+    assert (turns.passing, turns.failing) == ([2, 3], 9)
+    assert (cfg.sim.service.base_s, cfg.sim.service.max_batch, cfg.sim.trainer.eval_s) == (1.0, 4, 30.0)
+    with pytest.raises(ConfigError) as info:
+        load_sim_config(None, overrides=["sim.rollout.turns={passing: [], failing: [2, 0]}", "sim.service.max_batch=0"])
+    expected = [  # one problem for each bad key (the override that set it before)
+        "sim.rollout.turns.passing: must be an integer from 1 to 1,000,000, or a non-empty list of them; got []",
+        "sim.rollout.turns.failing: must be an integer from 1 to 1,000,000, or a non-empty list of them; got [2, 0]",
+        "sim.service.max_batch: must be at least 1, got 0",
+    ]
+    assert len(info.value.problems) == 3
+    assert all(p.endswith(": " + e) for p, e in zip(info.value.problems, expected, strict=True))
+    (tmp_path / "run.yaml").write_text(TRAIN + "environments:\n  - {name: a, sim: {service: {base_s: 1}}}\n")
+    with pytest.raises(ConfigError, match="environments.0.sim.service: the run's alone"):
+        build_tasks(load_sim_config(tmp_path / "run.yaml"))
+
+
+def test_keys_turns_replaces_and_a_service_without_turns_are_warned_about(tmp_path):
+    from platoon.config.loader import load_config_warnings
+
+    turns = "sim.rollout.turns={passing: 3, failing: 5}"
+    # the preset sets duration, fail_duration, model_calls and length_sigma: under turns (no env steps) none acts
+    warned = load_config_warnings(load_sim_config(None, overrides=[turns]))
+    assert warned == ["sim.rollout.duration, sim.rollout.fail_duration, sim.rollout.model_calls, "
+                      "sim.rollout.length_sigma: no effect under sim.rollout.turns (a rollout's time is its turns' "
+                      "model calls and environment steps; a task's length stretches env_step_s)"]
+    stepped = load_sim_config(None, overrides=[turns, "sim.rollout.env_step_s={dist: fixed, value_s: 1}"])
+    assert "sim.rollout.length_sigma" not in load_config_warnings(stepped)[0]
+    assert load_config_warnings(load_sim_config(None, overrides=["sim.service.base_s=1"])) == [
+        "sim.service: no effect without sim.rollout.turns (only turns queue model calls at the service)"]
+    assert load_config_warnings(load_sim_config(None)) == []
+    # one entry with turns: the run's duration still acts for the other, the entry's own duration does not
+    (tmp_path / "run.yaml").write_text(
+        TRAIN + "environments:\n  - {name: a}\n"
+        "  - {name: b, sim: {rollout: {turns: {passing: 2, failing: 4}, duration: {dist: fixed, value_s: 1}}}}\n"
+        "sim: {service: {base_s: 1}, rollout: {duration: {dist: fixed, value_s: 5}}}\n")
+    assert load_config_warnings(load_sim_config(tmp_path / "run.yaml")) == [
+        "environments.1.sim.rollout.duration: no effect under sim.rollout.turns (a rollout's time is its turns' "
+        "model calls and environment steps; a task's length stretches env_step_s)"]

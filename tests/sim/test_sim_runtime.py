@@ -28,7 +28,28 @@ TIES = {  # every duration fixed: many events at the same instant
 }
 GROUP = {"train": {"permit_release": "group", "max_staleness": 2},
          "sim": {"rollout": {"teardown_s": {"dist": "exponential", "mean_s": 3.0}}}}
-CASES = {"everything": EVERYTHING, "ties": TIES, "group": GROUP, "plain": {}}
+TURNS = {  # turns mode, everything on: the service's queue and batch, env steps, time limits, evaluations
+    "train": {"max_training_steps": 8, "max_concurrent_rollouts": 12, "max_starting_rollouts": 3,
+              "workflow_config": {"straggler_timeout_seconds": 15.0}},
+    "checkpoint": {"recovery_every": 3},
+    "trace": {"group_every": 1},
+    "sim": {"rollout": {"turns": {"passing": [2, 3, 5], "failing": [4, 9]},
+                        "env_step_s": {"dist": "exponential", "mean_s": 1.5}, "error_rate": 0.05,
+                        "invalid_rate": 0.1, "timeout_s": 25.0, "first_call_s": {"dist": "exponential", "mean_s": 2.0},
+                        "startup_capacity": 2, "teardown_s": {"dist": "lognormal", "median_s": 20.0, "sigma": 1.5},
+                        "length_sigma": 0.4},
+            "service": {"base_s": 0.4, "per_sequence_s": 0.1, "max_batch": 4},
+            "trainer": {"eval_s": 2.0}},
+}
+TURN_TIES = {  # turns mode with every time a whole second: calls made at the instant a batch ends join the next
+    "train": {"max_training_steps": 7, "permit_release": "group", "max_staleness": 2},
+    "checkpoint": {"recovery_every": 2},
+    "trace": {"group_every": 2},
+    "sim": {"rollout": {"turns": {"passing": 2, "failing": 3}, "first_call_s": {"dist": "fixed", "value_s": 1.0}},
+            "service": {"base_s": 1.0, "per_sequence_s": 0.0, "max_batch": 6},
+            "trainer": {"step_s": 10.0, "per_datum_s": 0.0, "publish_s": 0.0, "eval_s": 1.0}},
+}
+CASES = {"everything": EVERYTHING, "ties": TIES, "group": GROUP, "plain": {}, "turns": TURNS, "turn-ties": TURN_TIES}
 
 
 def rows(path):
@@ -45,7 +66,7 @@ def test_same_seed_same_run_directory(tmp_path):
     assert [{k: v for k, v in r.items() if k not in ("time", "logs")} for r in ra] == \
            [{k: v for k, v in r.items() if k not in ("time", "logs")} for r in rb]
     other = run(config(**{**EVERYTHING, "train": {**EVERYTHING["train"], "seed": 1}}), tmp_path / "c")
-    assert differing(a.path, other.path) == ["metrics.jsonl", "tasks/events.jsonl"]
+    assert differing(a.path, other.path) == ["metrics.jsonl", "tasks/events.jsonl", "trace.json"]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

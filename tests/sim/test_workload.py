@@ -100,3 +100,33 @@ def test_empirical_files(tmp_path):
         read_durations(tmp_path / "missing.txt")
     d = DurationDist(rollout(duration={"dist": "empirical", "file": str(tmp_path / "b.json")}).duration)
     assert set(d(np.linspace(0, 0.999, 30), np.zeros(30)).tolist()) == {1.0, 2.0, 3.0}
+
+
+def test_turns_by_outcome_from_one_draw_and_env_steps_per_turn():
+    """A member's passing and failing counts come from one uniform (empirical lists: values[floor(u n)]), its env
+    steps are its task's length times draws of their own, one per turn; a raising member raises in one of its
+    turns; the same seed and key give the same draws."""
+    w = Workload(rollout(turns={"passing": [1, 2, 3, 4], "failing": [10, 20, 30, 40]}, error_rate=0.5,
+                         env_step_s={"dist": "exponential", "mean_s": 2.0}))
+    g = w.group(3, (1, 5), 64, 1.0)
+    assert g == w.group(3, (1, 5), 64, 1.0)
+    assert [10 * p for p in g.turns.passing] == g.turns.failing  # the same quantile of each list
+    assert set(g.turns.passing) == {1, 2, 3, 4}
+    long = w.group(3, (1, 5), 64, 2.5)
+    errors = 0
+    for i in range(64):
+        passed, failed = g.member(i, 1.0), g.member(i, 0.0)
+        assert (passed.turns, failed.turns) == (g.turns.passing[i], g.turns.failing[i])
+        assert len(failed.env_steps) == failed.turns and passed.env_steps == failed.env_steps[:passed.turns]
+        assert long.member(i, 0.0).env_steps == pytest.approx([2.5 * s for s in failed.env_steps])
+        assert (passed.run_s, passed.error_at_s) == (0.0, None)
+        if failed.error_turn is not None:
+            errors += 1
+            assert 1 <= failed.error_turn <= failed.turns
+    assert 16 < errors < 48
+    steps = [s for i in range(64) for s in g.member(i, 0.0).env_steps]
+    assert np.mean(steps) == pytest.approx(2.0, rel=0.1)
+    without = Workload(rollout(turns={"passing": 3, "failing": 5})).group(3, (1, 5), 8, 1.0)
+    assert [without.member(i, 0.0).env_steps for i in range(8)] == [()] * 8
+    # turns draw nothing from the rollout stream the durations use: a duration-mode group is unchanged
+    assert Workload(rollout()).group(3, (1, 5), 8, 1.0).passed_run_s == without.passed_run_s
