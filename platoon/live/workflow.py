@@ -162,11 +162,12 @@ class GroupRolloutWorkflow:
         finally:
             if local is not None:
                 local.close(row.key)
+        errors = [t.exception() for t in tasks if not t.cancelled()]  # retrieved, so asyncio never logs them
         if group.error is not None:
             raise group.error
-        for t in tasks:
-            if not t.cancelled() and t.exception() is not None:
-                raise t.exception()
+        for error in errors:
+            if error is not None:
+                raise error
         return [None if t.cancelled() else t.result() for t in tasks]
 
     async def _run_group_member(self, row: GroupRow, index: int) -> Rollout:
