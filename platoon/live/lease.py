@@ -23,7 +23,7 @@ Rules it keeps (docs/dispatch.md, docs/live-runtime.md):
 - A traced group's lease (``trace``, a ``platoon.live.rollout_trace.GroupTrace``) gives each block a rollout lane
   of ``trace.json``: the block writes ``permit_wait`` and, when it exits (after its teardowns, when it waits for
   them), ``rollout``; the rollout's body sees the trace (``rollout_trace.current()``), so ``first_model_call`` writes
-  ``startup`` and ``background_teardown`` ``teardown``. An untraced block costs nothing more.
+  ``startup`` and ``background_teardown`` ``teardown``. An untraced block costs one check.
 - ``no_lease()`` clears the lease for a member's own rollout, so that a group that a rollout runs in turn sees the
   no-op lease and takes no permits of its own.
 - A group's members report to their host when their rollout starts and ends (``members_host``): the runtime's
