@@ -137,7 +137,16 @@ def _runtime(live: LiveRun, run_dir: LiveRunDir, console: Console | None, checkp
                        evaluate=live.evaluate, trainer_state=live.trainer_state,
                        log=console.log if console is not None else None,
                        on_step=console.step if console is not None else None, checkpoint_name=checkpoint,
-                       clock_start_s=live.clock_start_s, state_lost=live.state_lost)
+                       clock_start_s=live.clock_start_s, state_lost=live.state_lost, trace=_trace(live, run_dir))
+
+
+def _trace(live: LiveRun, run_dir: LiveRunDir) -> Any:
+    """The writer of the run's ``trace.json`` (config section ``trace``); None when it is off. A resumed start's
+    writer appends to the trace its resume cut back to the checkpoint (mending a torn last line first)."""
+    t = live.cfg.trace
+    if not t.enabled:
+        return None
+    return run_dir.rd.trace_writer(group_every=t.group_every, max_events=t.max_events)
 
 
 def start_run(cfg: RunConfig, out: Path, **build: Any) -> tuple[LiveRun, LiveRunDir]:

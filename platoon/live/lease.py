@@ -20,6 +20,10 @@ Rules it keeps (docs/dispatch.md, docs/live-runtime.md):
   (``on_teardowns_done``) or the dispatcher's 60 s wait runs out, and the block waits for them as long; a
   cancellation ends that wait (never the teardowns), and a rollout that had ended keeps its outcome. A block that
   holds no permit (``permit_release: group``) does not wait.
+- A traced group's lease (``trace``, a ``platoon.live.rollout_trace.GroupTrace``) gives each block a rollout lane
+  of ``trace.json``: the block writes ``permit_wait`` and, when it exits (after its teardowns, when it waits for
+  them), ``rollout``; the rollout's body sees the trace (``rollout_trace.current()``), so ``first_model_call`` writes
+  ``startup`` and ``background_teardown`` ``teardown``. An untraced block costs one check.
 - ``no_lease()`` clears the lease for a member's own rollout, so that a group that a rollout runs in turn sees the
   no-op lease and takes no permits of its own.
 - A group's members report to their host when their rollout starts and ends (``members_host``): the runtime's
@@ -37,6 +41,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Protocol
 
+from platoon.live import rollout_trace
+from platoon.live.rollout_trace import GroupTrace, RolloutTrace
 from platoon.policy.members import CancelRollout, MemberWatch
 
 Key = tuple[int, int]
@@ -141,12 +147,15 @@ _FIRST_CALL: ContextVar[Callable[[], None] | None] = ContextVar("platoon_first_c
 
 
 class RolloutLease:
-    """The permits of one training draw, or (``host`` None) the no-op lease. Use ``rollout_lease()``."""
+    """The permits of one training draw, or (``host`` None) the no-op lease. Use ``rollout_lease()``. ``trace``: the
+    draw's rollouts are traced (see the module docstring)."""
 
-    def __init__(self, host: LeaseHost | None = None, key: Key | None = None, size: int = 0) -> None:
+    def __init__(self, host: LeaseHost | None = None, key: Key | None = None, size: int = 0,
+                 trace: GroupTrace | None = None) -> None:
         self._host = host
         self.key = key
         self.size = size if host is not None else 0
+        self.trace = trace if host is not None else None
 
     @property
     def active(self) -> bool:
@@ -185,6 +194,8 @@ class _Block:
         self._index = index
         self._teardowns: list[asyncio.Task] = []
         self._token = None
+        self._trace: RolloutTrace | None = None
+        self._trace_token = None
         self._entered = False
 
     async def __aenter__(self) -> float:
@@ -195,7 +206,17 @@ class _Block:
         waited = 0.0
         if host is not None:
             assert self._lease.key is not None
-            waited = await host.enter_block(self._lease.key, self._index)
+            trace = self._trace = self._lease.trace.member(self._index) if self._lease.trace is not None else None
+            try:
+                waited = await host.enter_block(self._lease.key, self._index)
+            except BaseException as exc:
+                if trace is not None:  # it never ran: its wait and a rollout that ended in it
+                    trace.permit_granted()
+                    trace.end(rollout_trace.status_of(type(exc)))
+                raise
+            if trace is not None:
+                trace.permit_granted()
+                self._trace_token = trace.token()
         self._token = _TEARDOWNS.set(self._teardowns)
         return waited
 
@@ -206,6 +227,16 @@ class _Block:
             except ValueError:  # closed by the garbage collector outside its task's context
                 pass
             self._token = None
+        if self._trace_token is not None:
+            rollout_trace.reset(self._trace_token)
+            self._trace_token = None
+        try:
+            await self._exit(exc_type)
+        finally:
+            if self._trace is not None:
+                self._trace.end(rollout_trace.status_of(exc_type))
+
+    async def _exit(self, exc_type: type | None) -> None:
         host = self._lease._host
         if host is None:
             return
@@ -259,6 +290,9 @@ def first_model_call() -> None:
     callback = _FIRST_CALL.get()
     if callback is not None:
         callback()
+    trace = rollout_trace.current()
+    if trace is not None:
+        trace.first_model_call()
 
 
 def rollout_lease() -> RolloutLease:
@@ -292,4 +326,7 @@ def background_teardown(aw: Awaitable[Any] | Coroutine[Any, Any, Any]) -> asynci
     scope = _TEARDOWNS.get()
     if scope is not None:
         scope.append(task)
+        trace = rollout_trace.current()
+        if trace is not None:
+            trace.teardown(task)
     return task

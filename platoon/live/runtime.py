@@ -16,7 +16,13 @@ owns is the I/O:
   row, a full checkpoint when due (the driver's row, plus ``clock_s``, the run's clock at the capture, and ``logs``),
   the new weights published to the model service, ``publish``;
 - ``eval/pass@1`` (``evaluate()``, off the loop) before the steps the driver says (``eval_due``) and once more for
-  the final policy (a row ``{"step": steps, ...}``).
+  the final policy (a row ``{"step": steps, ...}``);
+- the run's timeline (``trace``, a ``TraceWriter`` on ``trace.json``; docs/run-directory.md), every span on the run's
+  clock: ``train`` (``step``, ``datums``, ``tokens``), ``publish`` (``version``) and ``eval`` (``step``) on the
+  trainer's track; the model service's ``batch`` spans when it can be observed (``observe_batches``: timed in its
+  worker on a thread-safe reading of the same clock, written here on the loop); and the rollout lanes of the groups
+  whose draw position the writer wants (``platoon.live.rollout_trace``, through the group's lease). The writer is
+  flushed before each checkpoint measures the logs and closed at the end.
 
 (About 400 lines, past the ~300 of a pure adapter: it is also the lease host, whose waits for permits and start
 slots must turn a cancellation at any instant into the right driver event.)
@@ -29,11 +35,12 @@ import contextvars
 import inspect
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from platoon.live.checkpoint import TRAINER_FILE, LiveRunDir
 from platoon.live.lease import RolloutLease, set_lease
+from platoon.live.rollout_trace import GroupTrace
 from platoon.live.workflow import GroupRow
 from platoon.policy.dispatcher import StartGroup
 from platoon.policy.driver import Driver
@@ -43,6 +50,7 @@ from platoon.policy.permits import GrantPermit
 from platoon.policy.start_limit import SlotGranted
 from platoon.runs import checkpoint_name, metrics_row
 from platoon.runs.kept import add_kept_file
+from platoon.runs.trace import SERVICE, TRAINER, TraceWriter
 
 log = logging.getLogger("platoon.live")
 Logger = Callable[[str, str], None]
@@ -71,14 +79,16 @@ class LiveRuntime:
     resumed one, whose policy must be built with its clock there (``build_policy(now=)``). ``state_lost`` names what
     of its checkpoint's state a resumed start could not read (its ``start`` event carries it). A start whose
     dispatcher has done every step already (a resume of a run killed between its last checkpoint and its end) only
-    writes the end: the final evaluation. A start that reaches the end records it (``mark_finished``).
+    writes the end: the final evaluation. A start that reaches the end records it (``mark_finished``). ``trace``: the
+    writer of the run's timeline (None: no trace), which this start closes when it ends.
     """
 
     def __init__(self, driver: Driver, workflow: Any, trainer: Any, service: Any, *,
                  run_dir: LiveRunDir | None = None, evaluate: Callable[[], Mapping[str, float]] | None = None,
                  trainer_state: Callable[[], bytes] | None = None, log: Logger | None = None,
                  on_step: Callable[[dict], None] | None = None, checkpoint_name: str | None = None,
-                 clock_start_s: float = 0.0, state_lost: str | None = None) -> None:
+                 clock_start_s: float = 0.0, state_lost: str | None = None,
+                 trace: TraceWriter | None = None) -> None:
         if not (math.isfinite(clock_start_s) and clock_start_s >= 0):
             raise ValueError(f"clock_start_s must be a finite number of seconds, at least 0, got {clock_start_s!r}")
         self.driver = driver
@@ -90,6 +100,7 @@ class LiveRuntime:
         self.resumed_from = checkpoint_name
         self.state_lost = state_lost
         self.clock_start_s = float(clock_start_s)
+        self.trace = trace
         self.events: list[dict] = []
         self.rows: list[dict] = []
         self.trained: list[TrainStep] = []
@@ -119,6 +130,7 @@ class LiveRuntime:
         self.loop = asyncio.get_running_loop()
         self._t0 = self.loop.time()
         self._settled = asyncio.Event()
+        self._observe_service(self._on_batch if self.trace is not None else None)
         try:
             if self.driver.dispatcher.step < self.driver.steps:
                 decisions = self.driver.start(now=self.clock_start_s, checkpoint=self.resumed_from,
@@ -132,7 +144,10 @@ class LiveRuntime:
                 await self._train_loop()
             steps = self.driver.steps
             if self.evaluate is not None and self.driver.eval_due(steps):
-                self._write_row(steps, self.now(), dict(await asyncio.to_thread(self.evaluate)))
+                began = self.now()
+                metrics = dict(await asyncio.to_thread(self.evaluate))
+                self._trainer_span("eval", began, step=steps)
+                self._write_row(steps, self.now(), metrics)
             if self.run_dir is not None:
                 self.run_dir.mark_finished(steps, self.driver.dispatcher.start_number)
         finally:
@@ -153,6 +168,39 @@ class LiveRuntime:
         close = getattr(self.service, "aclose", None)
         if close is not None:
             await close()
+        if self.trace is not None:
+            self._observe_service(None)
+            self.trace.close()
+
+    # ------------------------------------------------------------------------------------------------ trace
+    def _observe_service(self, on_batch: Callable[..., None] | None) -> None:
+        observe = getattr(self.service, "observe_batches", None)
+        if observe is not None:
+            observe(on_batch, self._thread_clock)
+
+    def _thread_clock(self) -> float:
+        """The run's clock read from any thread (the model service's worker): ``now()`` without its guard against
+        going backwards, which only the loop's thread may update."""
+        assert self.loop is not None
+        return self.clock_start_s + (self.loop.time() - self._t0)
+
+    def _on_batch(self, span: Any) -> None:
+        if self.trace is not None:
+            self.trace.span("batch", SERVICE, span.start_s, span.end_s, size=span.size,
+                            prompt_tokens=span.prompt_tokens, new_tokens=span.new_tokens)
+
+    def _trainer_span(self, name: str, began: float, **args: Any) -> None:
+        if self.trace is not None:
+            self.trace.span(name, TRAINER, began, self.now(), **args)
+
+    def _group_trace(self, dec: StartGroup) -> GroupTrace | None:
+        """The trace of group ``dec``'s rollouts when the writer wants its draw position, else None."""
+        if self.trace is None:
+            return None
+        running = self.driver.dispatcher.running.get(dec.key)
+        if running is None or not self.trace.wants(running[0].position):
+            return None
+        return GroupTrace(self.trace, self.now, task_id=dec.task_id, key=dec.key, version=dec.version)
 
     # ----------------------------------------------------------------------------------------------- driver
     def _feed(self, handler: Callable[..., list], *args: Any, **kwargs: Any) -> None:
@@ -233,7 +281,7 @@ class LiveRuntime:
         row = GroupRow(dec.key, dec.task_id, dec.entry, dec.group_size, dec.version, dec.row_index, data,
                        env_task_id=env_id)
         context = contextvars.copy_context()
-        context.run(set_lease, RolloutLease(self, dec.key, dec.group_size))
+        context.run(set_lease, RolloutLease(self, dec.key, dec.group_size, self._group_trace(dec)))
         self.groups[dec.key] = self.loop.create_task(self._run_group(row), context=context)
 
     async def _run_group(self, row: GroupRow) -> None:
@@ -386,12 +434,18 @@ class LiveRuntime:
     async def _train(self, step: TrainStep) -> None:
         row: dict[str, Any] = {}
         if self.evaluate is not None and self.driver.eval_due(step.step):
+            began = self.now()
             row.update(await asyncio.to_thread(self.evaluate))
+            self._trainer_span("eval", began, step=step.step)
         fn = self.trainer.train_step
+        datums = step.datums
+        began = self.now()
         if inspect.iscoroutinefunction(fn):
-            metrics = await fn(step.datums, version=step.version)
+            metrics = await fn(datums, version=step.version)
         else:
-            metrics = await asyncio.to_thread(fn, step.datums, version=step.version)
+            metrics = await asyncio.to_thread(fn, datums, version=step.version)
+        if self.trace is not None:
+            self._trainer_span("train", began, step=step.step, datums=len(datums), tokens=_tokens(datums))
         self.trained.append(step)
         row.update({f"trainer/{k}": v for k, v in (metrics or {}).items()})
         report = self.driver.finish_step(step, now=self.now(), metrics=row)
@@ -399,7 +453,9 @@ class LiveRuntime:
         self._write_row(step.step, self.now(), report.metrics)
         if self.run_dir is not None and report.checkpoint_due:
             await self._checkpoint(report.done, report.permanent)
+        began = self.now()
         await self._publish(report.version)
+        self._trainer_span("publish", began, version=report.version)
         self._feed(self.driver.publish)
 
     def _write_row(self, step: int, now: float, metrics: dict) -> None:
@@ -428,5 +484,12 @@ class LiveRuntime:
         if data is not None:
             files[TRAINER_FILE] = data
         self._drain()
+        if self.trace is not None:
+            self.trace.flush()  # whole lines, before the lengths: a resume cuts the trace back to this point
         row["logs"] = self.run_dir.log_lengths()
         await asyncio.to_thread(self.run_dir.save, done, files, row, permanent)
+
+
+def _tokens(datums: Sequence[Any]) -> int:
+    """The tokens a step trains: the length of each datum's ``tokens`` (a datum without them counts 0)."""
+    return sum(len(d["tokens"]) for d in datums if isinstance(d, Mapping) and "tokens" in d)

@@ -18,7 +18,10 @@ Rules ``BatchingModelService`` keeps:
   request without a seed gets ``derive_seed(service seed, arrival number)``;
 - a request is checked when it is made (``ValueError``), so that one bad request never fails a batch; a model error
   fails the requests of its batch only; a cancelled request is dropped, before or after its batch;
-- ``aclose`` fails the requests still queued with ``RuntimeError`` and waits for the running batch.
+- ``aclose`` fails the requests still queued with ``RuntimeError`` and waits for the running batch;
+- **observing** (``observe_batches``, the run's timeline): each batch that ran is reported on the event loop's
+  thread as a ``BatchSpan``, its start and end read from the observer's clock in the worker, around the forward pass
+  alone; every ``Sample`` carries the size of the batch it ran in (``batch_size``).
 """
 
 from __future__ import annotations
@@ -29,11 +32,11 @@ from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from platoon.live.model import derive_seed
 
-__all__ = ["BatchingModelService", "FakeModelService", "ModelService", "Sample"]
+__all__ = ["BatchSpan", "BatchingModelService", "FakeModelService", "ModelService", "Sample"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,19 @@ class Sample:
     tokens: tuple[int, ...]
     logprobs: tuple[float, ...]
     version: int
+    #: The sequences of the batch it ran in (0: not known, as from a service that does not batch).
+    batch_size: int = field(default=0, compare=False)
+
+
+class BatchSpan(NamedTuple):
+    """One batched forward pass: its start and end on the observer's clock, its sequences, the prompts' tokens and
+    the tokens it generated."""
+
+    start_s: float
+    end_s: float
+    size: int
+    prompt_tokens: int
+    new_tokens: int
 
 
 @runtime_checkable
@@ -101,6 +117,15 @@ class BatchingModelService:
         self.tokens = 0
         self.largest_batch = 0
         self.busy_s = 0.0
+        self._on_batch: Callable[[BatchSpan], None] | None = None
+        self._clock: Callable[[], float] = time.monotonic
+
+    def observe_batches(self, on_batch: Callable[[BatchSpan], None] | None,
+                        clock: Callable[[], float] | None = None) -> None:
+        """Call ``on_batch(span)`` on the event loop's thread after each batch that ran (None: stop). ``clock`` is read
+        in the worker thread, so it must be safe to call from any thread (default ``time.monotonic``)."""
+        self._on_batch = on_batch
+        self._clock = clock or time.monotonic
 
     @property
     def version(self) -> int:
@@ -181,7 +206,7 @@ class BatchingModelService:
             if not batch:
                 continue
             try:
-                generations, version = await loop.run_in_executor(self._executor, self._generate, batch)
+                generations, version, span = await loop.run_in_executor(self._executor, self._generate, batch)
             except asyncio.CancelledError:
                 for request in batch:
                     if not request.future.done():
@@ -192,11 +217,16 @@ class BatchingModelService:
                     if not request.future.done():
                         request.future.set_exception(exc)
                 continue
+            if span is not None and self._on_batch is not None:
+                self._on_batch(span)
             for request, gen in zip(batch, generations, strict=True):
                 if not request.future.done():
-                    request.future.set_result(Sample(gen.tokens, gen.logprobs, version))
+                    request.future.set_result(Sample(gen.tokens, gen.logprobs, version, len(batch)))
 
-    def _generate(self, batch: list[_Request]) -> tuple[list[Any], int]:
+    def _generate(self, batch: list[_Request]) -> tuple[list[Any], int, BatchSpan | None]:
+        observed = self._on_batch is not None
+        clock = self._clock
+        began = clock() if observed else 0.0
         started = time.perf_counter()
         version = self._version
         generations = self.policy.sample(
@@ -206,12 +236,17 @@ class BatchingModelService:
             seeds=[r.seed for r in batch],
             stop_tokens=[r.stop_tokens for r in batch],
         )
+        ended = clock() if observed else 0.0
         self.busy_s += time.perf_counter() - started
         self.batches += 1
         self.requests += len(batch)
         self.largest_batch = max(self.largest_batch, len(batch))
-        self.tokens += sum(len(g.tokens) for g in generations)
-        return generations, version
+        new_tokens = sum(len(g.tokens) for g in generations)
+        self.tokens += new_tokens
+        if not observed:
+            return generations, version, None
+        span = BatchSpan(began, ended, len(batch), sum(len(r.prompt) for r in batch), new_tokens)
+        return generations, version, span
 
     def _load(self, state_dict: dict[str, Any], version: int) -> None:
         self.policy.load_state_dict(state_dict)

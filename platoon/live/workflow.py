@@ -18,6 +18,8 @@ when, are the policy layer's (``platoon.policy.members``, docs/live-runtime.md);
   **Cancellation** of the group cancels its members (those still waiting for a permit first) and returns only once
   every member has unwound. A member's retry stays inside its block: a second block for an index raises
   RuntimeError.
+- **Tracing.** A traced rollout (``platoon.live.rollout_trace``) gets a ``model_call`` span per sample, an
+  ``env_step`` span per step (``play_episode``), and its reward and success on its ``rollout`` span.
 - Advantages are each valid member's reward minus the group's baseline over the valid members
   (``leave_one_out_baseline``: the others' mean; ``platoon.live.datums``); a group with fewer valid members than
   ``min_successful_group_size`` hands back no datums (verdict ``below_min``).
@@ -32,6 +34,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from platoon.live import rollout_trace
 from platoon.live.datums import Trajectory, group_advantages, member_fields, trajectory_datums
 from platoon.live.envs.play import play_episode
 from platoon.live.lease import LocalMembers, MembersHost, first_model_call, no_lease, rollout_lease
@@ -169,11 +172,12 @@ class GroupRolloutWorkflow:
         finally:
             if local is not None:
                 local.close(row.key)
+        errors = [t.exception() for t in tasks if not t.cancelled()]  # retrieved, so asyncio never logs them
         if group.error is not None:
             raise group.error
-        for t in tasks:
-            if not t.cancelled() and t.exception() is not None:
-                raise t.exception()
+        for error in errors:
+            if error is not None:
+                raise error
         return [None if t.cancelled() else t.result() for t in tasks]
 
     async def _run_group_member(self, row: GroupRow, index: int) -> Rollout:
@@ -188,6 +192,7 @@ class GroupRolloutWorkflow:
                 try:
                     with no_lease():
                         result = await self.arun_episode_single(replace(row, member=index))
+                    rollout_trace.note_result(result)
                 except asyncio.CancelledError:
                     raise
                 except BaseException as exc:
@@ -229,7 +234,8 @@ class GroupRolloutWorkflow:
 
 
 class _FirstCall:
-    """A model service seen by one rollout: its first ``sample`` also signals the rollout's first model call."""
+    """A model service seen by one rollout: its first ``sample`` also signals the rollout's first model call, and a
+    traced rollout's calls are ``model_call`` spans (``batch`` from the ``Sample``'s ``batch_size`` when it has one)."""
 
     def __init__(self, service: Any) -> None:
         self._service = service
@@ -239,7 +245,13 @@ class _FirstCall:
         if not self._called:
             self._called = True
             first_model_call()
-        return await self._service.sample(*args, **kwargs)
+        trace = rollout_trace.current()
+        if trace is None:
+            return await self._service.sample(*args, **kwargs)
+        start = trace.clock()
+        sample = await self._service.sample(*args, **kwargs)
+        trace.model_call(start, getattr(sample, "batch_size", 0))
+        return sample
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._service, name)

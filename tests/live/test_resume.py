@@ -188,6 +188,11 @@ def test_sigkill_mid_training_then_resume(tmp_path):
     starts = [e for e in events if e["event"] == "start"]
     assert [e["start"] for e in starts] == [1, 2] and starts[1]["checkpoint"] is not None
     assert Path(run / "checkpoints" / "000012" / "trainer.pt").exists()
+    # the timeline still parses (the kill lost what was buffered, the resume cut back to the checkpoint) and its
+    # train spans cover each step once
+    trace = json.loads((run / "trace.json").read_text() + "]")
+    assert sorted(e["args"]["step"] for e in trace if e.get("name") == "train") == list(range(12))
+    assert {e["name"] for e in trace} >= {"publish", "eval", "batch", "rollout", "model_call", "env_step"}
 
 
 def test_a_resume_whose_sampling_changed_says_so_and_records_it(tmp_path):

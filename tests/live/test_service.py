@@ -274,3 +274,45 @@ def test_a_service_serves_one_event_loop_after_another():
 
     first, second = asyncio.run(one(1)), asyncio.run(one(1))
     assert first == second and service.stats()["batches"] == 2
+
+
+def test_an_observer_sees_each_batch_on_the_loops_thread_timed_in_the_worker():
+    # the gated model holds batch 1 (one request) while four more queue: they are batch 2. The observer's clock
+    # counts its readings, so each span's start and end are the worker's readings around the forward pass alone.
+    model = Gated(tiny())
+    readings: list[str] = []
+    seen: list[tuple] = []
+
+    def clock() -> float:
+        readings.append(threading.current_thread().name)
+        return float(len(readings))
+
+    async def main():
+        service = BatchingModelService(model, max_batch=8)
+        loop_thread = threading.current_thread().name
+        service.observe_batches(lambda span: seen.append((span, threading.current_thread().name == loop_thread)),
+                                clock)
+        first = asyncio.ensure_future(service.sample([1, 2], max_new_tokens=2, temperature=1.0, seed=0))
+        await wait_entered(model)
+        rest = [asyncio.ensure_future(service.sample([1, 2, 3], max_new_tokens=1, temperature=1.0, seed=i))
+                for i in range(1, 5)]
+        await asyncio.sleep(0)
+        model.gate.release()
+        model.gate.release()
+        samples = await asyncio.gather(first, *rest)
+        service.observe_batches(None)
+        await asyncio.gather(service.sample([1], max_new_tokens=1, temperature=1.0, seed=9), _release(model))
+        await service.aclose()
+        return samples
+
+    samples = asyncio.run(main())
+    assert [s.batch_size for s in samples] == [1, 4, 4, 4, 4]
+    assert [(span.size, span.prompt_tokens, span.new_tokens) for span, _ in seen] == [(1, 2, 2), (4, 12, 4)]
+    assert [(span.start_s, span.end_s) for span, _ in seen] == [(1.0, 2.0), (3.0, 4.0)]
+    assert all(on_loop for _, on_loop in seen) and all(name.startswith("platoon-model") for name in readings)
+    assert len(readings) == 4  # nothing read once the observer was gone
+
+
+async def _release(model: Gated) -> None:
+    await wait_entered(model)
+    model.gate.release()

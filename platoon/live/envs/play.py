@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from platoon.live import rollout_trace
 from platoon.live.datums import Trajectory, Turn
 from platoon.live.envs.base import Environment, Task, astep
 from platoon.live.model import derive_seed
@@ -29,18 +30,25 @@ async def play_episode(service: Any, env: Environment, task: Task, *, temperatur
     """One rollout of ``task`` against a ``ModelService``: each turn awaits ``service.sample``, then the step.
 
     The trajectory records each turn's sampling version (a publish between turns shows as a span of versions).
-    A step that raises propagates; cancellation propagates at the awaits.
+    A step that raises propagates; cancellation propagates at the awaits. A traced rollout's steps are ``env_step``
+    spans (``platoon.live.rollout_trace``).
     """
     started = time.monotonic()
     episode = env.episode(task)
     context = list(episode.reset())
     limit = action_tokens(task, max_new_tokens)
     turns: list[Turn] = []
+    trace = rollout_trace.current()
     for t in range(task.max_turns):
         sample = await service.sample(context, max_new_tokens=limit, temperature=temperature,
                                       seed=derive_seed(seed, t))
         turns.append(Turn(tuple(context), tuple(sample.tokens), tuple(sample.logprobs), sample.version))
-        step = await astep(episode, sample.tokens)
+        if trace is None:
+            step = await astep(episode, sample.tokens)
+        else:
+            began = trace.clock()
+            step = await astep(episode, sample.tokens)
+            trace.env_step(began)
         if step.done:
             break
         context += list(sample.tokens) + list(step.observation)
