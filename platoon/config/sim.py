@@ -204,6 +204,10 @@ class SimServiceConfig(_SimModel):
     base_s: float = Field(2.0, ge=0, le=MAX_SECONDS, description="The fixed part of one batch, in seconds.")
     per_sequence_s: float = Field(0.02, ge=0, le=MAX_SECONDS, description="Seconds each sequence of a batch adds.")
     max_batch: int = Field(256, ge=1, le=MAX_SERVICE_BATCH, description="The most sequences one batch takes.")
+    handoff_s: float = Field(
+        0.0, ge=0, le=MAX_SECONDS, description="Seconds the service stays busy after each batch (answers handed "
+        "back, the next batch taken in) before it starts the next; 0: at once.",
+    )
 
 
 class SimPopulationConfig(_SimModel):

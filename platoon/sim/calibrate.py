@@ -1,5 +1,7 @@
 """``platoon calibrate RUN``: the simulator's workload (the ``sim`` block) fitted from a live run's trace and logs.
 
+A simulated run calibrates too, recovering the workload it was simulated with (what the tests check the fits by).
+
 What is fitted, each from ``trace.json``'s spans (docs/run-directory.md, "trace.json") and how well it holds:
 
 - ``rollout.turns``: the model calls of passing and of failing rollouts (``rollout`` spans' ``turns`` and
@@ -10,12 +12,15 @@ What is fitted, each from ``trace.json``'s spans (docs/run-directory.md, "trace.
   rollout's time that no span covers, spread over its turns (the event loop's own time between calls), empirical;
 - ``rollout.first_call_s``: start-ups (``startup`` spans), empirical; none when every one took under a millisecond;
 - ``service``: one batched forward pass of n sequences takes ``base_s + per_sequence_s x n`` (``batch`` spans,
-  least squares; R-squared and the median relative error say how well), ``max_batch`` the run's ``model.max_batch``;
+  least squares; R-squared and the median relative error say how well), ``handoff_s`` the median time between one
+  batch's end and the next one's start (the live service's own time between batches), ``max_batch`` the run's
+  ``model.max_batch``;
 - ``trainer``: ``step_s + per_datum_s x datums`` (``train`` spans, least squares), ``publish_s`` and ``eval_s``
   (medians of ``publish`` and ``eval`` spans);
 - ``population`` and ``learning``: the run's pass share held fixed: each entry's tasks (``tasks/pool.json``'s count)
-  get difficulties whose mean pass rate is the traced rollouts' pass share, and learning is off. The simulator's
-  learning curve is not fitted (say so when comparing ``eval/pass@1``).
+  get difficulties whose mean pass rate is the traced rollouts' pass share and whose spread gives the traced groups'
+  share of mixed outcomes (passes and failures), and learning is off. The simulator's learning curve is not fitted
+  (say so when comparing ``eval/pass@1``).
 
 Empirical distributions keep at most ``MAX_VALUES`` evenly spaced quantiles of what was measured, so a workload file
 stays small however long the run was.
@@ -48,7 +53,7 @@ _GAUSS_HERMITE = np.polynomial.hermite_e.hermegauss(40)
 
 
 class CalibrationError(ValueError):
-    """A run that cannot be calibrated (not live, no trace, too few spans): the message says what is missing."""
+    """A run that cannot be calibrated (no trace, too few spans): the message says what is missing."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,7 @@ class _Rollout:
     seconds: float
     covered: float
     third: int
+    group: tuple
 
 
 def calibrate(run: Path) -> Calibration:
@@ -85,8 +91,9 @@ def calibrate(run: Path) -> Calibration:
     if not rd.lock_path.is_file():
         raise CalibrationError(f"{run}: not a run directory (it holds no lock.json)")
     lock = rd.read_lock()
-    if lock.get("runtime") != "live":
-        raise CalibrationError(f"{run}: a {lock.get('runtime', 'unknown')} run; calibrate fits a live run's workload")
+    if lock.get("runtime") not in ("live", "sim"):
+        raise CalibrationError(f"{run}: a run of no known runtime ({lock.get('runtime')!r}); calibrate fits a live "
+                               "run's workload (or recovers a simulated run's own)")
     events = [e for e in read_trace(rd.trace_path) if e.get("ph") == "X"]
     if not events:
         raise CalibrationError(f"{rd.trace_path}: no spans (a run with trace.enabled: false, or of an older "
@@ -137,7 +144,8 @@ def _rollouts(events: list[dict], names: dict[int, str]) -> list[_Rollout]:
                         ("startup", "model_call", "env_step", "teardown")]
             covered = sum(_seconds(c) for c in children)
             third = min(2, int(3 * (e["ts"] - begin) / max(1, end - begin)))
-            out.append(_Rollout(args["turns"], bool(args.get("passed")), _seconds(e), covered, third))
+            out.append(_Rollout(args["turns"], bool(args.get("passed")), _seconds(e), covered, third,
+                                tuple(args.get("group") or ())))
     if not out:
         raise CalibrationError("the trace holds no rollout that ended ok")
     return out
@@ -220,9 +228,20 @@ def _fit_service(cal: Calibration, batches: list[dict], max_batch: int) -> None:
         raise CalibrationError(f"the trace holds no '{SERVICE}' batch spans")
     sizes = [float((e.get("args") or {}).get("size", 1)) for e in batches]
     a, b, r2, rel = linear_fit(sizes, [_seconds(e) for e in batches])
-    cal.sim["service"] = {"base_s": round(a, 9), "per_sequence_s": round(b, 9), "max_batch": max_batch}
+    ordered = sorted(batches, key=lambda e: e["ts"])
+    gaps = [max(0.0, (y["ts"] - x["ts"] - x["dur"]) / 1e6) for x, y in zip(ordered, ordered[1:], strict=False)]
+    handoff = float(np.median(gaps)) if gaps else 0.0
+    cal.sim["service"] = {"base_s": round(a, 9), "per_sequence_s": round(b, 9), "max_batch": max_batch,
+                          "handoff_s": round(handoff, 9)}
     cal.fits.append(Fit("service", f"{a * 1e3:.3g} ms + {b * 1e3:.3g} ms x sequences (batches of "
-                        f"{min(sizes):.0f}-{max(sizes):.0f})", len(batches), f"R^2 {r2:.3f}, median error {rel:.1%}"))
+                        f"{min(sizes):.0f}-{max(sizes):.0f}), hand-off {handoff * 1e3:.3g} ms", len(batches),
+                        _fit_quality(sizes, r2, rel)))
+
+
+def _fit_quality(x: Sequence[float], r2: float, rel: float) -> str:
+    if np.ptp(np.asarray(x, dtype=float)) == 0:
+        return f"one size only: its mean (median error {rel:.1%})"
+    return f"R^2 {r2:.3f}, median error {rel:.1%}"
 
 
 def _fit_trainer(cal: Calibration, by_name: dict[str, list[dict]]) -> None:
@@ -236,13 +255,31 @@ def _fit_trainer(cal: Calibration, by_name: dict[str, list[dict]]) -> None:
     cal.sim["trainer"] = {"step_s": round(a, 6), "per_datum_s": round(b, 9), "publish_s": round(publish, 6),
                           "eval_s": round(evals, 6)}
     cal.fits.append(Fit("trainer", f"{a:.3g} s + {b * 1e3:.3g} ms x datums; publish {publish:.3g} s, "
-                        f"eval {evals:.3g} s", len(train), f"R^2 {r2:.3f}, median error {rel:.1%}"))
+                        f"eval {evals:.3g} s", len(train), _fit_quality(datums, r2, rel)))
 
 
 def mean_pass_rate(mu: float, sd: float) -> float:
     """``E[sigmoid(mu + sd Z)]``, Z standard normal (Gauss-Hermite quadrature)."""
     nodes, weights = _GAUSS_HERMITE
     return float(np.sum(weights / (1.0 + np.exp(-(mu + sd * nodes)))) / math.sqrt(2 * math.pi))
+
+
+def mixed_share(mu: float, sd: float, group_size: int) -> float:
+    """The chance that a group of ``group_size`` rollouts of a task drawn from the population mixes passes and
+    failures: ``1 - E[p^G] - E[(1 - p)^G]``, ``p = sigmoid(mu + sd Z)``."""
+    nodes, weights = _GAUSS_HERMITE
+    p = 1.0 / (1.0 + np.exp(-(mu + sd * nodes)))
+    return float(1.0 - np.sum(weights * (p ** group_size + (1 - p) ** group_size)) / math.sqrt(2 * math.pi))
+
+
+def spread_for(share: float, mixed: float, group_size: int) -> float:
+    """The population's spread (a logit's sd) at which groups mix outcomes ``mixed`` of the time, its mean difficulty
+    keeping the pass ``share`` (``difficulty_for``): a wider spread puts more tasks at always or never."""
+    lo, hi = 0.0, 10.0
+    for _ in range(60):  # the mixed share falls as the spread grows
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mixed_share(-difficulty_for(share, mid), mid, group_size) > mixed else (lo, mid)
+    return round((lo + hi) / 2, 4)
 
 
 def difficulty_for(share: float, sd: float) -> float:
@@ -262,11 +299,23 @@ def _fit_population(cal: Calibration, rollouts: list[_Rollout], rd: RunDir, cfg:
     for _, entry, _ in pool:
         counts[entry] += 1
     tasks = max(counts.values()) if counts else cfg.sim.population.tasks
-    sd = cfg.sim.population.difficulty_sd
+    groups: dict[tuple, list[bool]] = defaultdict(list)
+    for r in rollouts:
+        groups[r.group].append(r.passed)
+    whole = [g for g in groups.values() if len(g) > 1]
+    size = round(float(np.median([len(g) for g in whole]))) if whole else 0
+    if size > 1:
+        mixed = sum(0 < sum(g) < len(g) for g in whole) / len(whole)
+        sd = spread_for(share, mixed, size)
+        spread = f"spread {sd} (groups of {size} mixed {mixed:.3f} of the time; the fit gives " \
+                 f"{mixed_share(-difficulty_for(share, sd), sd, size):.3f})"
+    else:
+        sd = cfg.sim.population.difficulty_sd
+        spread = f"spread {sd} (the default: no whole group traced)"
     cal.sim["population"] = {"tasks": tasks, "difficulty_mean": difficulty_for(share, sd), "difficulty_sd": sd}
     cal.sim["learning"] = {"enabled": False}
-    cal.fits.append(Fit("population", f"pass share {share:.3f} held fixed; {tasks} tasks an entry", len(rollouts),
-                        "learning not fitted: the pass share is the run's mean throughout"))
+    cal.fits.append(Fit("population", f"pass share {share:.3f} held fixed, {spread}; {tasks} tasks an entry",
+                        len(rollouts), "learning not fitted: the pass share is the run's mean throughout"))
     if len(counts) > 1 and len(set(counts.values())) > 1:
         cal.notes.append(f"entries list {dict(counts)} tasks; the workload gives each the largest count, {tasks}")
 
@@ -306,4 +355,4 @@ def read_workload(path: Path) -> dict[str, Any]:
 
 
 __all__ = ["MAX_VALUES", "Calibration", "CalibrationError", "Fit", "calibrate", "difficulty_for", "linear_fit",
-           "mean_pass_rate", "read_workload", "workload_text"]
+           "mean_pass_rate", "mixed_share", "read_workload", "spread_for", "workload_text"]

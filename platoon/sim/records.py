@@ -27,6 +27,7 @@ class Timer(Enum):
     PUBLISHED = "step_published"
     EVALUATED = "evaluated"                    # the trainer's evaluation (before a step, or the final one)
     BATCH_DONE = "batch_done"                  # the model service answered its batch (turns mode)
+    SERVICE_FREE = "service_free"              # the service's hand-off after a batch is over (turns mode)
     ENV_STEPPED = "env_stepped"                # a member's environment step is done (turns mode)
     TIMED_OUT = "timed_out"                    # a member's time limit (turns mode)
 

@@ -56,6 +56,9 @@ from platoon.sim.startups import StartupServer
 from platoon.sim.trainer import Trainer, TrainerMixin
 from platoon.sim.workload import MemberOutcome
 
+_TRACE_STATUS = {"completed": "ok", "error": "failed"}
+"""A member's disposition -> its ``rollout`` span's status, the live runtime's words (any other: ``cancelled``)."""
+
 
 class SimulationStalled(RuntimeError):
     """The simulated run cannot go on: no event is left and the plan is not done."""
@@ -104,6 +107,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
                           Timer.TEARDOWN_OUTLASTED: self._t_teardown_outlasted, Timer.DEADLINE: self._t_deadline,
                           Timer.TRAINED: self._t_trained, Timer.PUBLISHED: self._t_published,
                           Timer.EVALUATED: self._t_evaluated, Timer.BATCH_DONE: self._t_batch_done,
+                          Timer.SERVICE_FREE: self._t_service_free,
                           Timer.ENV_STEPPED: self._t_env_stepped, Timer.TIMED_OUT: self._t_timed_out}
 
     def attach_trace(self, writer: TraceWriter) -> None:
@@ -352,7 +356,8 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         """The span over traced member ``i``'s whole lane, from entering its block to done; its lane comes back."""
         m, r = g.members[i], g.members[i].result
         self._span(m, "rollout", g.created, task_id=g.task_id, group=list(g.key), member=i, version=m.version,
-                   turns=r.steps, reward=r.reward, passed=r.outcome == "pass", status=r.disposition)
+                   turns=r.steps, reward=r.reward, passed=r.outcome == "pass", status=_TRACE_STATUS.get(r.disposition,
+                                                                                                  "cancelled"))
         self.trace.close_lane(m.lane)
         m.lane = None
 

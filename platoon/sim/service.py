@@ -6,7 +6,9 @@ and requests are queued, :meth:`ModelService.start` takes up to ``max_batch`` of
 ends ``base_s + per_sequence_s x n`` later (the runtime arms one timer there); at that time the runtime takes the
 answers in the batch's order (:meth:`next_answer`), each rollout going on with its environment step or its next
 call, and then :meth:`finish` makes the service idle, so that a call made at that instant (a zero environment step)
-joins the next batch. A request withdrawn (its rollout cancelled or out of time) leaves the queue, or the running
+joins the next batch; with ``handoff_s`` the service stays busy that much longer after each batch (handing the
+answers back and taking the next batch in: a live service's own time between batches), so that the next batch
+takes what is queued then. A request withdrawn (its rollout cancelled or out of time) leaves the queue, or the running
 batch's answers; the batch's time was fixed when it started (its sequences were launched together).
 
 State is plain data, for exact resume (``state_dict``): queue and batch in their order, the batch's start and size.
@@ -35,6 +37,8 @@ class ModelService:
 
     def __init__(self, cfg: SimServiceConfig) -> None:
         self.base_s, self.per_sequence_s, self.max_batch = cfg.base_s, cfg.per_sequence_s, cfg.max_batch
+        self.handoff_s = cfg.handoff_s
+        self.handing_off = False
         self.queue: dict[Key, None] = {}  # insertion order is arrival order: O(1) withdrawal, oldest first
         self.batch: dict[Key, None] = {}
         self.size = 0
@@ -53,7 +57,7 @@ class ModelService:
 
     def start(self, now: float) -> float | None:
         """Start a batch if the service is idle and requests wait; its end (None: none started)."""
-        if self.started is not None or not self.queue:
+        if self.started is not None or self.handing_off or not self.queue:
             return None
         keys = list(islice(self.queue, self.max_batch))
         for key in keys:
@@ -75,12 +79,13 @@ class ModelService:
 
     def state_dict(self) -> dict:
         return {"queue": [list(k) for k in self.queue], "batch": [list(k) for k in self.batch], "size": self.size,
-                "started": self.started}
+                "started": self.started, "handing_off": self.handing_off}
 
     def load_state_dict(self, state: dict) -> None:
         self.queue = {(s, q, i): None for s, q, i in state["queue"]}
         self.batch = {(s, q, i): None for s, q, i in state["batch"]}
         self.size, self.started = int(state["size"]), state["started"]
+        self.handing_off = bool(state.get("handing_off", False))
 
 
 class TurnsMixin:
@@ -107,6 +112,14 @@ class TurnsMixin:
         while (key := svc.next_answer()) is not None:  # a member's answer may withdraw a later one (a cancel)
             self._answered(key)
         svc.finish()
+        if svc.handoff_s > 0:
+            svc.handing_off = True
+            self._at(self.now + svc.handoff_s, Timer.SERVICE_FREE)
+            return
+        self._serve()
+
+    def _t_service_free(self) -> None:
+        self.service.handing_off = False
         self._serve()
 
     def _answered(self, key: tuple[int, int, int]) -> None:

@@ -35,8 +35,8 @@ def test_the_population_difficulty_gives_the_measured_pass_share(share):
 def test_a_run_that_is_not_live_or_has_no_trace_is_refused(tmp_path):
     with pytest.raises(CalibrationError, match="not a run directory"):
         calibrate(tmp_path)
-    (tmp_path / "lock.json").write_text('{"runtime": "sim", "config": {}}\n')
-    with pytest.raises(CalibrationError, match="a sim run"):
+    (tmp_path / "lock.json").write_text('{"runtime": "ray", "config": {}}\n')
+    with pytest.raises(CalibrationError, match="no known runtime"):
         calibrate(tmp_path)
     (tmp_path / "lock.json").write_text('{"runtime": "live", "config": {}}\n')
     with pytest.raises(CalibrationError, match="no spans"):
@@ -54,3 +54,34 @@ def test_a_workload_file_is_checked_as_a_sim_block(tmp_path):
         read_workload(path)
     path.write_text("sim: {trainer: {step_s: 2.0}}\n")
     assert read_workload(path) == {"trainer": {"step_s": 2.0}}
+
+
+def test_calibrating_a_simulated_run_recovers_its_workload(tmp_path):
+    """The simulator's own trace, made with a known workload, fits back to it: counts exactly, times within 2%."""
+    from simkit import config, run
+
+    known = {"rollout": {"turns": {"passing": [2, 3], "failing": 6},
+                         "env_step_s": {"dist": "fixed", "value_s": 0.5}},
+             "service": {"base_s": 1.0, "per_sequence_s": 0.05, "max_batch": 16, "handoff_s": 0.2},
+             "trainer": {"step_s": 5.0, "per_datum_s": 0.1, "publish_s": 1.0, "eval_s": 2.0},
+             "population": {"tasks": 40, "heldout": 20, "difficulty_mean": 0.0, "difficulty_sd": 1.0},
+             "learning": {"enabled": False}}
+    cfg = config(train={"max_training_steps": 30, "max_concurrent_rollouts": 32}, sim=known,
+                 trace={"group_every": 1}, eval={"every": 10, "at_start": True})
+    run(cfg, tmp_path / "run")
+    fitted = calibrate(tmp_path / "run").sim
+    turns = fitted["rollout"]["turns"]
+    assert set(turns["passing"]) == {2, 3} and set(turns["failing"]) == {6}
+    assert np.median(fitted["rollout"]["env_step_s"]["values"]) == pytest.approx(0.5, rel=0.02)
+    assert fitted["rollout"]["first_call_s"] is None
+    service = fitted["service"]
+    assert (service["base_s"], service["per_sequence_s"], service["handoff_s"]) == pytest.approx((1.0, 0.05, 0.2),
+                                                                                                 rel=0.02)
+    assert service["max_batch"] == 256  # the run's model.max_batch: the live service's, not the simulated one's
+    trainer = fitted["trainer"]
+    datums = 4 * 4  # every group of the batch trains its 4 rollouts
+    assert trainer["step_s"] + trainer["per_datum_s"] * datums == pytest.approx(5.0 + 0.1 * datums, rel=0.02)
+    assert (trainer["publish_s"], trainer["eval_s"]) == pytest.approx((1.0, 2.0), rel=0.02)
+    population = fitted["population"]
+    assert population["tasks"] == 40 and fitted["learning"] == {"enabled": False}
+    assert population["difficulty_sd"] == pytest.approx(1.0, abs=0.35)  # from 30 steps' groups of a population

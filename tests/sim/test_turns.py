@@ -30,7 +30,7 @@ def run_seconds(events: list[dict]) -> list[float]:
     absent for a wait of no time: the configs here have no start-up or teardown)."""
     waits = {(e["tid"], e["ts"]): e["dur"] for e in spans(events, "permit_wait")}
     return [(e["dur"] - waits.get((e["tid"], e["ts"]), 0)) / 1e6 for e in spans(events, "rollout")
-            if e["args"]["status"] == "completed"]
+            if e["args"]["status"] == "ok"]
 
 
 def test_a_batch_takes_base_plus_per_sequence_and_answers_oldest_first(tmp_path):
@@ -86,7 +86,7 @@ def test_mean_turns_move_as_the_policy_learns(tmp_path):
                       "population": {"difficulty_mean": 2.0, "difficulty_sd": 0.5},
                       "learning": {"gain": 0.5, "transfer": 0.5}})
     r = run(cfg, tmp_path / "r")
-    done = [e["args"] for e in spans(trace(r.path), "rollout") if e["args"]["status"] == "completed"]
+    done = [e["args"] for e in spans(trace(r.path), "rollout") if e["args"]["status"] == "ok"]
     for a in done:
         assert a["turns"] == (2 if a["passed"] else 10) or a["reward"] is None
     third = len(done) // 3  # in the order they ended
@@ -110,10 +110,10 @@ def test_time_limits_errors_and_cancellations_leave_the_service_clean(tmp_path):
     assert sum(x["train/wasted_rollouts/cancelled"] for x in rows) > 0
     assert sum(x["train/wasted_rollouts/failed"] for x in rows) > 0
     events = trace(r.path)
-    ended = [e for e in spans(events, "rollout") if e["args"]["status"] == "completed"]
+    ended = [e for e in spans(events, "rollout") if e["args"]["status"] == "ok"]
     cut = [e for e in ended if not e["args"]["passed"]]
     assert cut and all(e["args"]["turns"] < 40 for e in cut)  # every failing one ran out of time
-    raised = [e["args"] for e in spans(events, "rollout") if e["args"]["status"] == "error"]
+    raised = [e["args"] for e in spans(events, "rollout") if e["args"]["status"] == "failed"]
     assert raised and all(1 <= a["turns"] <= 40 for a in raised)
     svc = r.rt.service
     for s, q, i in [*svc.queue, *svc.batch]:
@@ -164,7 +164,7 @@ def test_the_trace_has_the_live_runs_spans(tmp_path):
         ("group", "member", "passed", "reward", "status", "task_id", "turns", "version")}
     assert {e["args"]["group"][1] % 3 for e in rollouts} == {0}  # every third group drawn (by position)
     for e in rollouts:  # a completed rollout's model calls on its lane, inside its span, one a turn
-        if e["args"]["status"] == "completed":
+        if e["args"]["status"] == "ok":
             calls = [c for c in spans(events, "model_call") if c["tid"] == e["tid"]
                      and e["ts"] <= c["ts"] and c["ts"] + c["dur"] <= e["ts"] + e["dur"]]
             assert len(calls) == e["args"]["turns"]
