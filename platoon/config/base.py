@@ -11,7 +11,7 @@ key it set (``platoon.config.no_effect``). ``NO_EFFECT_ALL`` marks a whole secti
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar, get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -52,4 +52,30 @@ def no_effect_paths(model: ConfigModel, prefix: str = "") -> list[str]:
     return out
 
 
-__all__ = ["ConfigModel", "no_effect_paths"]
+def drop_recorded_defaults(data: dict[str, Any], cls: type[BaseModel]) -> None:
+    """Remove from ``data`` (to be validated as ``cls``) every key that holds its default, in place, at any depth: a
+    run's recorded config (``lock.json``) names every key, and what depends on whether a config set a key (the
+    no-effect warnings, the simulator's) should see only what the run's config set."""
+    for name, field in cls.model_fields.items():
+        if name not in data:
+            continue
+        if not field.is_required():
+            default = field.get_default(call_default_factory=True)
+            if data[name] == (default.model_dump(mode="json") if isinstance(default, BaseModel) else default):
+                del data[name]
+                continue
+        nested = _section_class(field.annotation)  # a section, or the item of a list of sections
+        value = data[name]
+        for part in value if isinstance(value, list) else [value]:
+            if nested is not None and isinstance(part, dict):
+                drop_recorded_defaults(part, nested)
+
+
+def _section_class(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    found = [a for a in get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+    return found[0] if len(found) == 1 else None
+
+
+__all__ = ["ConfigModel", "drop_recorded_defaults", "no_effect_paths"]

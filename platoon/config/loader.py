@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from platoon.config.base import drop_recorded_defaults
 from platoon.config.bounds import MAX_TASKS
 from platoon.config.errors import ConfigError
 from platoon.config.models import (
@@ -68,13 +69,18 @@ def load_config(
     platoon 0.4.0 refuses it: ``config validate``, and ``train`` without ``--out``). With ``strict_resolve`` a config
     that passes is also resolved
     (stage 2: packages imported, components resolved, their options and checks run), and its problems raise.
-    ``data``: the config as data, in place of reading ``path`` (which names it in messages, and whose directory
-    relative file names are taken from): a run's recorded config. ``sections``: top-level sections that replace the
+    ``data``: a run's recorded config (``lock.json``), in place of reading ``path`` (which names it in messages, and
+    whose directory relative file names are taken from); its no-effect keys at their defaults are dropped
+    (``drop_recorded_defaults``), so that only what the run's config set is warned about. ``sections``: top-level sections that replace the
     config's own before the overrides apply (a fitted workload's ``sim``).
     """
     source = DEFAULT_SOURCE if path is None else str(path)
     problems: list[Problem] = []
-    data = copy.deepcopy(dict(data)) if data is not None else _read(path, problems)
+    if data is not None:
+        data = copy.deepcopy(dict(data))
+        drop_recorded_defaults(data, RunConfig)
+    else:
+        data = _read(path, problems)
     applied: dict[str, str] = {}
     if data is not None and sections:
         data.update(copy.deepcopy(dict(sections)))
@@ -128,7 +134,9 @@ def config_from_lock(lock: object, source: str) -> RunConfig:
     if nesting_depth(data) > MAX_DEPTH:
         raise ConfigError([f"config: nested more than {MAX_DEPTH} levels deep"], source)
     problems: list[Problem] = []
-    cfg = _validate(copy.deepcopy(data), problems)
+    data = copy.deepcopy(data)
+    drop_recorded_defaults(data, RunConfig)
+    cfg = _validate(data, problems)
     if problems:
         raise ConfigError([str(p) for p in problems], source)
     assert cfg is not None

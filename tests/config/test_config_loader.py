@@ -465,3 +465,13 @@ def test_strict_resolve_adds_stage_two(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(path, strict_resolve=True)
     assert info.value.problems == ["train.task_sampler: 'json' has no 'NoSuchClass' (for 'json:NoSuchClass')"]
+
+
+def test_a_recorded_config_warns_only_of_the_no_effect_keys_its_config_set() -> None:
+    from platoon.config.loader import config_from_lock
+
+    recorded = load_config(None, ["train.lora_rank=8"]).model_dump(mode="json")  # lock.json names every key
+    cfg = config_from_lock({"config": recorded}, "lock.json")
+    assert cfg.train.lora_rank == 8 and cfg.train.num_microbatches == 1
+    assert [w.split(":")[0] for w in load_config_warnings(cfg)] == ["train.lora_rank"]
+    assert load_config_warnings(config_from_lock({"config": default_config().model_dump(mode="json")}, "x")) == []
