@@ -85,3 +85,31 @@ def test_calibrating_a_simulated_run_recovers_its_workload(tmp_path):
     population = fitted["population"]
     assert population["tasks"] == 40 and fitted["learning"] == {"enabled": False}
     assert population["difficulty_sd"] == pytest.approx(1.0, abs=0.35)  # from 30 steps' groups of a population
+
+
+@pytest.mark.slow
+@pytest.mark.live
+def test_like_simulates_a_small_live_runs_twin_and_the_report_lays_them_side_by_side(tmp_path):
+    pytest.importorskip("torch")
+    from typer.testing import CliRunner
+
+    from platoon.cli import app
+    from platoon.live import command
+
+    live, twin, report = tmp_path / "live", tmp_path / "twin", tmp_path / "report"
+    command.train(None, ["environments.0.workflow_config.group_size=4", "environments.0.service_kwargs={ranges: [4, 8]}",
+                         "train.batch_size=4", "train.max_training_steps=6", "eval.every=0", "model.d_model=16",
+                         "model.n_layers=1", "trace.group_every=1"], out=live, progress=False, eval_episodes=32)
+    runner = CliRunner()
+    fitted = runner.invoke(app, ["calibrate", str(live), "-o", str(tmp_path / "workload.yaml")])
+    assert fitted.exit_code == 0, fitted.stdout + fitted.stderr
+    assert read_workload(tmp_path / "workload.yaml")["rollout"]["turns"]
+    result = runner.invoke(app, ["simulate", "--like", str(live), "--out", str(twin)])
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "no effect" not in result.stdout + result.stderr  # the recorded config warns of nothing it did not set
+    result = runner.invoke(app, ["report", str(live), str(twin), "--out", str(report)])
+    assert result.exit_code == 0, result.stdout + result.stderr
+    table = (report / "summary.md").read_text()
+    assert table.splitlines()[0] == "| | live | twin | error |"
+    steps = next(line for line in table.splitlines() if line.startswith("| steps |"))
+    assert steps == "| steps | 6 | 6 | +0.0% |"
