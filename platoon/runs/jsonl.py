@@ -73,14 +73,8 @@ class JsonlWriter:
     def _fail(self, exc: OSError) -> None:
         if self.on_error == "raise":
             raise exc
-        self.stopped = f"{type(exc).__name__}: {exc}"
-        log.warning("platoon: cannot write %s (%s); this log stops here for this run start", self.path, exc)
-        if self._file is not None:
-            try:
-                self._file.close()
-            except OSError:
-                pass
-            self._file = None
+        self.stopped = stop_writing(self._file, self.path, exc, "this log")
+        self._file = None
 
     def write(self, row: Mapping[str, object]) -> None:
         """Append ``row`` as one line and flush it. Raises ValueError on a closed writer (not on a stopped one)."""
@@ -121,6 +115,18 @@ class JsonlWriter:
         self.close()
 
 
+def stop_writing(file: IO[bytes] | None, path: Path, exc: OSError, what: str) -> str:
+    """A log that cannot be written (``exc``) stops for this run start: one warning naming the file, the file closed
+    (``file``, when open). Returns why, for the writer's ``stopped``."""
+    log.warning("platoon: cannot write %s (%s); %s stops here for this run start", path, exc, what)
+    if file is not None:
+        try:
+            file.close()
+        except OSError:
+            pass
+    return f"{type(exc).__name__}: {exc}"
+
+
 def iter_jsonl(path: PathLike, *, limit: int | None = None) -> Iterator[dict]:
     """Yield each line of ``path`` that parses as a JSON object, in file order, one at a time.
 
@@ -150,4 +156,4 @@ def read_jsonl(path: PathLike) -> list[dict]:
     return list(iter_jsonl(path))
 
 
-__all__ = ["JsonlWriter", "iter_jsonl", "jsonl_line", "read_jsonl"]
+__all__ = ["JsonlWriter", "iter_jsonl", "jsonl_line", "read_jsonl", "stop_writing"]

@@ -21,15 +21,13 @@ Rules the writer keeps (docs/run-directory.md, "trace.json"):
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from platoon.runs.atomic import PathLike
-
-log = logging.getLogger(__name__)
+from platoon.runs.jsonl import stop_writing
 
 TRAINER = "trainer"
 SERVICE = "model service"
@@ -170,14 +168,8 @@ class TraceWriter:
             self._file = None
 
     def _fail(self, exc: OSError) -> None:
-        self.stopped = f"{type(exc).__name__}: {exc}"
-        log.warning("platoon: cannot write %s (%s); the trace stops here for this run start", self.path, exc)
-        if self._file is not None:
-            try:
-                self._file.close()
-            except OSError:
-                pass
-            self._file = None
+        self.stopped = stop_writing(self._file, self.path, exc, "the trace")
+        self._file = None
 
 
 def mend(path: PathLike) -> None:
