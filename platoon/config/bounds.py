@@ -47,6 +47,9 @@ MIN_WEIGHT, MAX_WEIGHT = 1e-6, 1e6
 MIN_STARTUP_CAPACITY = 1e-3
 """``sim.rollout.startup_capacity``: below it a start-up alone would run a thousand times slower than its work."""
 
+MAX_SLOWDOWN = 1_000.0
+"""``sim.trainer.service_slowdown``: past it the trainer would barely move while the model service runs a batch."""
+
 MAX_GPUS = 1_000_000.0
 """``sim.gpus``."""
 
@@ -55,6 +58,6 @@ MAX_MODEL = {"d_model": 1024, "n_layers": 24, "n_heads": 64, "max_new_tokens": 6
 service's limits."""
 
 __all__ = [
-    "INT64_MAX", "INT64_MIN", "MAX_BATCH", "MAX_GPUS", "MAX_GROUP", "MAX_GROUPS_PER_STEP", "MAX_LOGIT", "MAX_MODEL", "MAX_ROLLOUTS", "MAX_SECONDS", "MAX_SIGMA", "MAX_STALENESS", "MAX_STEPS", "MAX_TASKS",
+    "INT64_MAX", "INT64_MIN", "MAX_BATCH", "MAX_GPUS", "MAX_GROUP", "MAX_GROUPS_PER_STEP", "MAX_LOGIT", "MAX_MODEL", "MAX_ROLLOUTS", "MAX_SECONDS", "MAX_SIGMA", "MAX_SLOWDOWN", "MAX_STALENESS", "MAX_STEPS", "MAX_TASKS",
     "MAX_WEIGHT", "MIN_STARTUP_CAPACITY", "MIN_WEIGHT",
 ]

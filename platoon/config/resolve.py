@@ -307,8 +307,8 @@ def config_warnings(cfg: RunConfig) -> list[str]:
 
 def sim_warnings(cfg: RunConfig) -> list[str]:
     """The simulator's keys that a config sets to no effect: under ``rollout.turns`` the keys it replaces
-    (``TURNS_REPLACE``; ``length_sigma`` too when no ``env_step_s`` is there to stretch), and ``sim.service`` where
-    no entry's rollouts have turns. A run-level key is named when it has no effect in every entry that reads it (a
+    (``TURNS_REPLACE``; ``length_sigma`` too when no ``env_step_s`` is there to stretch), and ``sim.service`` and
+    ``sim.trainer.service_slowdown`` where no entry's rollouts have turns. A run-level key is named when it has no effect in every entry that reads it (a
     preset's ``duration`` under turns is such a key: warned about, not refused, so presets stay composable)."""
     inert: dict[str, bool] = {}
     any_turns = False
@@ -333,6 +333,9 @@ def sim_warnings(cfg: RunConfig) -> list[str]:
                    "calls and environment steps; a task's length stretches env_step_s)")
     if "service" in cfg.sim.model_fields_set and not any_turns:
         out.append("sim.service: no effect without sim.rollout.turns (only turns queue model calls at the service)")
+    if "service_slowdown" in cfg.sim.trainer.model_fields_set and not any_turns:
+        out.append("sim.trainer.service_slowdown: no effect without sim.rollout.turns (no model service runs "
+                   "batches beside the trainer)")
     return out
 
 

@@ -11,8 +11,10 @@ length multiplier, or, with ``rollout.turns``, its turns, each a model call queu
 (``service``: a batch of n takes ``base_s + per_sequence_s x n``) and an environment step (``rollout.env_step_s``,
 times the length multiplier); it then tears down in the background (``rollout.teardown_s``). It passes with its task's pass rate, ``sigmoid(ability +
 skill - difficulty)`` under the learning model, or the rate a task file gives. Training a step takes ``step_s +
-per_datum_s x datums``, publishing ``publish_s`` and an evaluation, where the schedule has one, ``eval_s``. Every informative group a step trains adds ``gain`` to its
-task's skill and ``gain x transfer`` to the policy's ability, which held-out tasks share (``eval/pass@1``).
+per_datum_s x datums`` of work (in turns mode done at 1/(1 + ``service_slowdown``) of its speed while the model
+service runs a batch), publishing ``publish_s`` and an evaluation, where the schedule has one, ``eval_s``. Every
+informative group a step trains adds ``gain`` to its task's skill and ``gain x transfer`` to the policy's ability,
+which held-out tasks share (``eval/pass@1``).
 
 Rules the models keep: frozen, strict, unknown keys refused, every field described; durations are a union
 discriminated on ``dist``; files are named relative to the config that names them (the loader makes them absolute).
@@ -37,6 +39,7 @@ from platoon.config.bounds import (
     MAX_LOGIT,
     MAX_SECONDS,
     MAX_SIGMA,
+    MAX_SLOWDOWN,
     MAX_TASKS,
     MIN_STARTUP_CAPACITY,
 )
@@ -184,13 +187,19 @@ class SimRolloutConfig(_SimModel):
 
 
 class SimTrainerConfig(_SimModel):
-    """How long a simulated training step takes: step_s + per_datum_s x datums, then publish_s."""
+    """How long a simulated training step takes: step_s + per_datum_s x datums (its work), slowed while the model
+    service runs a batch beside it (service_slowdown), then publish_s."""
 
     step_s: float = Field(10.0, ge=0, le=MAX_SECONDS, description="The fixed part of a step, in seconds.")
     per_datum_s: float = Field(0.05, ge=0, le=MAX_SECONDS, description="Seconds per trained datum (valid rollout).")
     publish_s: float = Field(2.0, ge=0, le=MAX_SECONDS, description="Seconds to publish new weights to the model service.")
     eval_s: float = Field(0.0, ge=0, le=MAX_SECONDS, description="Seconds an evaluation takes: the trainer evaluates "
                           "before each step the schedule evaluates (eval.every, eval.at_start) and after the last.")
+    service_slowdown: float = Field(
+        0.0, ge=0, le=MAX_SLOWDOWN, description="Turns mode: while the model service runs a batch, training "
+        "progresses at 1/(1 + service_slowdown) of its speed (the two share the machine; the hand-off between "
+        "batches, publishing and evaluating are not slowed); 0: the service does not slow it.",
+    )
 
 
 MAX_SERVICE_BATCH = 1_048_576

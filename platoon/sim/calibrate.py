@@ -15,8 +15,11 @@ What is fitted, each from ``trace.json``'s spans (docs/run-directory.md, "trace.
   least squares; R-squared and the median relative error say how well), ``handoff_s`` the median time between one
   batch's end and the next one's start (the live service's own time between batches), ``max_batch`` the run's
   ``model.max_batch``;
-- ``trainer``: ``step_s + per_datum_s x datums`` (``train`` spans, least squares), ``publish_s`` and ``eval_s``
-  (medians of ``publish`` and ``eval`` spans);
+- ``trainer``: a step's work ``step_s + per_datum_s x datums`` and ``service_slowdown`` k, the model service's
+  slowing of it (``train`` spans and the time ``o`` of each that ``batch`` spans overlap: processor sharing makes a
+  step last ``W + o x k / (1 + k)``, least squares with every term at least 0, R-squared and the median relative
+  error say how well; no overlap, as under ``max_staleness: 0``, fits k = 0), ``publish_s`` and ``eval_s``
+  (medians of ``publish`` and ``eval`` spans, which are not slowed: they hold their contention as measured);
 - ``population`` and ``learning``: the run's pass share held fixed: each entry's tasks (``tasks/pool.json``'s count)
   get difficulties whose mean pass rate is the traced rollouts' pass share and whose spread gives the traced groups'
   share of mixed outcomes (passes and failures), and learning is off. The simulator's learning curve is not fitted
@@ -28,6 +31,7 @@ stays small however long the run was.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -39,6 +43,7 @@ import numpy as np
 import yaml
 from pydantic import ValidationError
 
+from platoon.config.bounds import MAX_SLOWDOWN
 from platoon.config.errors import ConfigError
 from platoon.config.loader import config_from_lock
 from platoon.config.models import describe_errors
@@ -203,24 +208,40 @@ def _fit_startups(cal: Calibration, spans: list[dict]) -> None:
                         f"p90 {np.quantile(seconds, 0.9):.4g} s"))
 
 
-def linear_fit(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float, float]:
-    """Least squares ``y = a + b x`` with ``a, b >= 0`` (a negative one is fixed at 0 and the other refitted):
-    ``(a, b, r_squared, median relative error)``."""
-    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if len(xs) >= 2 and np.ptp(xs) > 0:
-        b, a = np.polyfit(xs, ys, 1)
-    else:
-        a, b = float(np.mean(ys)), 0.0
-    if b < 0:
-        a, b = float(np.mean(ys)), 0.0
-    if a < 0:
-        a, b = 0.0, float(np.dot(xs, ys) / np.dot(xs, xs)) if np.dot(xs, xs) > 0 else 0.0
-    predicted = a + b * xs
+def nonneg_fit(y: Sequence[float], *xs: Sequence[float]) -> tuple[list[float], float, float]:
+    """Least squares ``y = c0 + c1 x1 + c2 x2 + ...`` with every ``c >= 0``: ``([c0, c1, ...], r_squared, median
+    relative error)``. Exact non-negative least squares for the few terms a fit here has: the best, by squared error,
+    of the unconstrained fits of each subset of the terms whose coefficients all come out non-negative (the
+    constrained optimum is one of them). A variable that never varies cannot be told from the fixed part: its
+    coefficient is 0."""
+    ys = np.asarray(y, dtype=float)
+    cols = [np.ones_like(ys)] + [np.asarray(x, dtype=float) for x in xs]
+    usable = [0] + [i for i in range(1, len(cols)) if len(ys) >= 2 and np.ptp(cols[i]) > 0]
+    best, best_sse = np.zeros(len(cols)), float(np.sum(ys ** 2))  # no term at all: predict 0
+    tie = 1e-12 * best_sse  # a better fit must beat rounding
+    for size in range(1, len(usable) + 1):  # fewer terms first: a tie keeps the simpler fit
+        for subset in itertools.combinations(usable, size):
+            a = np.column_stack([cols[i] for i in subset])
+            if np.linalg.matrix_rank(a) < size:
+                continue
+            coef = np.linalg.lstsq(a, ys, rcond=None)[0]
+            sse = float(np.sum((ys - a @ coef) ** 2))
+            if np.all(coef >= 0) and sse < best_sse - tie:
+                best, best_sse = np.zeros(len(cols)), sse
+                best[list(subset)] = coef
+    predicted = sum(c * col for c, col in zip(best, cols, strict=True))
     total = float(np.sum((ys - ys.mean()) ** 2))
     r2 = 1.0 - float(np.sum((ys - predicted) ** 2)) / total if total > 0 else 1.0
     ok = ys > 0
     rel = float(np.median(np.abs(predicted[ok] - ys[ok]) / ys[ok])) if ok.any() else math.nan
-    return float(a), float(b), r2, rel
+    return [float(c) for c in best], r2, rel
+
+
+def linear_fit(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float, float]:
+    """Least squares ``y = a + b x`` with ``a, b >= 0`` (``nonneg_fit``): ``(a, b, r_squared, median relative
+    error)``."""
+    (a, b), r2, rel = nonneg_fit(y, x)
+    return a, b, r2, rel
 
 
 def _fit_service(cal: Calibration, batches: list[dict], max_batch: int) -> None:
@@ -244,18 +265,59 @@ def _fit_quality(x: Sequence[float], r2: float, rel: float) -> str:
     return f"R^2 {r2:.3f}, median error {rel:.1%}"
 
 
+def covered_s(spans: list[dict], by: list[dict]) -> np.ndarray:
+    """Seconds of each of ``spans`` that the union of the spans ``by`` covers."""
+    if not spans or not by:
+        return np.zeros(len(spans))
+    union: list[list[int]] = []
+    for e in sorted(by, key=lambda e: e["ts"]):
+        if union and e["ts"] <= union[-1][1]:
+            union[-1][1] = max(union[-1][1], e["ts"] + e["dur"])
+        else:
+            union.append([e["ts"], e["ts"] + e["dur"]])
+    starts, ends = (np.array(c, dtype=float) for c in zip(*union, strict=True))
+    before = np.concatenate([[0.0], np.cumsum(ends - starts)])  # covered time before each interval
+
+    def upto(t: np.ndarray) -> np.ndarray:  # covered time before t
+        j = np.searchsorted(starts, t, side="right") - 1  # the last interval starting at or before t
+        k = np.maximum(j, 0)
+        return np.where(j >= 0, before[k] + np.clip(t - starts[k], 0.0, ends[k] - starts[k]), 0.0)
+
+    ts = np.array([e["ts"] for e in spans], dtype=float)
+    return (upto(ts + np.array([e["dur"] for e in spans], dtype=float)) - upto(ts)) / 1e6
+
+
 def _fit_trainer(cal: Calibration, by_name: dict[str, list[dict]]) -> None:
+    """A step's time, ``W + o x k / (1 + k)`` for a step of work ``W = step_s + per_datum_s x datums`` that the
+    model service's batches overlap for ``o`` seconds (it does ``o / (1 + k)`` of its work meanwhile): least squares
+    in ``(step_s, per_datum_s, c = k / (1 + k))``, each at least 0, then ``k = c / (1 - c)``."""
     train = by_name["train"]
     if not train:
         raise CalibrationError(f"the trace holds no '{TRAINER}' train spans")
     datums = [float((e.get("args") or {}).get("datums", 0)) for e in train]
-    a, b, r2, rel = linear_fit(datums, [_seconds(e) for e in train])
+    seconds = [_seconds(e) for e in train]
+    overlap = covered_s(train, by_name["batch"])
+    (a, b, c), r2, rel = nonneg_fit(seconds, datums, overlap)
+    slowdown = min(MAX_SLOWDOWN, c / (1.0 - c)) if c < 1 else MAX_SLOWDOWN
+    share = float(overlap.sum()) / sum(seconds) if sum(seconds) > 0 else 0.0
     publish = float(np.median([_seconds(e) for e in by_name["publish"]])) if by_name["publish"] else 0.0
     evals = float(np.median([_seconds(e) for e in by_name["eval"]])) if by_name["eval"] else 0.0
     cal.sim["trainer"] = {"step_s": round(a, 6), "per_datum_s": round(b, 9), "publish_s": round(publish, 6),
-                          "eval_s": round(evals, 6)}
-    cal.fits.append(Fit("trainer", f"{a:.3g} s + {b * 1e3:.3g} ms x datums; publish {publish:.3g} s, "
-                        f"eval {evals:.3g} s", len(train), _fit_quality(datums, r2, rel)))
+                          "eval_s": round(evals, 6), "service_slowdown": round(slowdown, 6)}
+    sharing = (f"service_slowdown {slowdown:.3g} (batches ran beside {share:.0%} of training)" if share > 0 else
+               "service_slowdown 0 (no batch ran beside training: not measured)")
+    cal.fits.append(Fit("trainer", f"{a:.3g} s + {b * 1e3:.3g} ms x datums, {sharing}; publish {publish:.3g} s, "
+                        f"eval {evals:.3g} s", len(train), _trainer_quality(datums, overlap, r2, rel)))
+
+
+def _trainer_quality(datums: Sequence[float], overlap: np.ndarray, r2: float, rel: float) -> str:
+    if np.ptp(np.asarray(datums, dtype=float)) > 0 or np.ptp(overlap) > 0:
+        quality = f"R^2 {r2:.3f}, median error {rel:.1%}"
+    else:
+        quality = f"steps alike: their mean (median error {rel:.1%})"
+    if np.ptp(np.asarray(datums, dtype=float)) == 0:
+        quality += f"; every step trained {datums[0]:.0f} datums: step_s holds their time, per_datum_s is 0"
+    return quality
 
 
 def mean_pass_rate(mu: float, sd: float) -> float:
@@ -354,5 +416,6 @@ def read_workload(path: Path) -> dict[str, Any]:
     return sim
 
 
-__all__ = ["MAX_VALUES", "Calibration", "CalibrationError", "Fit", "calibrate", "difficulty_for", "linear_fit",
-           "mean_pass_rate", "mixed_share", "read_workload", "spread_for", "workload_text"]
+__all__ = ["MAX_VALUES", "Calibration", "CalibrationError", "Fit", "calibrate", "covered_s", "difficulty_for",
+           "linear_fit", "mean_pass_rate", "mixed_share", "nonneg_fit", "read_workload", "spread_for",
+           "workload_text"]

@@ -15,7 +15,8 @@ step to its run directory (``platoon.sim.run``). What it owns is the simulated *
   service's queue);
 - all members done -> the group's output (``group_verdict``) to ``on_group_finished``;
 - the trainer: an evaluation the schedule has before a step (and after the last) takes ``eval_s``, a step
-  ``step_s + per_datum_s x datums``, its publish ``publish_s``;
+  ``step_s + per_datum_s x datums`` of work (slowed while the model service runs a batch, ``service_slowdown``),
+  its publish ``publish_s``;
 - ``trace.json`` (``trace``: the writer ``platoon.sim.run`` attaches): the trainer's and the service's spans, and
   those of the rollouts of the groups the writer ``wants()``, each on its lane (kept in the member's record).
 
@@ -53,7 +54,7 @@ from platoon.sim.records import Phase, SimGroup, SimMember, Timer
 from platoon.sim.service import ModelService, TurnsMixin
 from platoon.sim.setup import SimTasks
 from platoon.sim.startups import StartupServer
-from platoon.sim.trainer import Trainer, TrainerMixin
+from platoon.sim.trainer import Trainer, TrainerMixin, Training
 from platoon.sim.workload import MemberOutcome
 
 _TRACE_STATUS = {"completed": "ok", "error": "failed"}
@@ -95,6 +96,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         self.trainer = Trainer.WAITING
         self.trainer_since = now  # when the trainer's current span (eval, train, publish) began
         self.step: TrainStep | None = None
+        self.training: Training | None = None  # the step in training: its work left and rate (sim.trainer)
         self.armed: dict[str, tuple[int, float] | None] = {"deadline": None, "startups": None}
         self.done = False
         self.begun = False
@@ -439,7 +441,8 @@ class SimRuntime(TurnsMixin, TrainerMixin):
     # ------------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict:
         """The runtime's own state (``sim-<step>.json``): timers, groups in flight, trainer, learner, servers, and
-        the trace writer's lanes (``TraceWriter.state_dict``)."""
+        the trace writer's lanes (``TraceWriter.state_dict``). The run takes it between steps (after a step's
+        metrics), where no step trains (``training`` None); it is kept whole all the same."""
         return {
             "format": 2,
             "now": self.now,
@@ -450,6 +453,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
             "groups": [g.to_json() for g in self.groups.values()],
             "trainer": self.trainer.value,
             "trainer_since": self.trainer_since,
+            "training": None if self.training is None else self.training.to_json(),
             "begun": self.begun,
             "learner": self.learner.state_dict(),
             "startups": None if self.startups is None else self.startups.state_dict(),
@@ -464,6 +468,8 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         self.now, self.version, self.seq, self.begun = s["now"], s["version"], s["seq"], s["begun"]
         self.trainer = Trainer(s["trainer"])
         self.trainer_since = s.get("trainer_since", self.now)  # absent in a checkpoint before the trace
+        # absent in a checkpoint from before service_slowdown, whose runs have none: nothing re-arms their step
+        self.training = None if s.get("training") is None else Training.from_json(s["training"])
         self.armed = {k: (None if v is None else (v[0], v[1])) for k, v in s["armed"].items()}
         self.groups = {}
         for gj in s["groups"]:

@@ -17,7 +17,9 @@ A rollout's turns (``TurnsMixin``): after its start-up it makes a call; when the
 environment step (``MemberOutcome.env_steps``, a timer; none when it takes no time), and then its turn is done: it
 raises (at ``error_turn``), ends (after ``turns``), or makes its next call. Its time limit (``timeout_s``) is a timer
 of its own that stops the turn where it stands and ends the rollout, failing. Each call and step is a span of a traced
-member (``model_call``, ``env_step``, by turn), each batch a span on the ``model service`` track.
+member (``model_call``, ``env_step``, by turn), each batch a span on the ``model service`` track. Whenever a batch
+starts or ends, the trainer hears of it (``_service_changed``: a step in training under ``sim.trainer.
+service_slowdown`` changes speed).
 """
 
 from __future__ import annotations
@@ -90,8 +92,8 @@ class ModelService:
 
 class TurnsMixin:
     """The runtime's turns mode (see the module docstring). Mixed into ``SimRuntime``, whose attributes it uses:
-    ``now``, ``groups``, ``service``, ``trace``, its timers (``_at``, ``_cancel``), the member spans (``_span``) and
-    the endings (``_ended``, ``_raised``)."""
+    ``now``, ``groups``, ``service``, ``trace``, its timers (``_at``, ``_cancel``), the member spans (``_span``),
+    the endings (``_ended``, ``_raised``) and the trainer's ``_service_changed``."""
 
     def _call(self, g: SimGroup, i: int) -> None:
         """Member ``i`` makes its next model call: it joins the service's queue."""
@@ -104,6 +106,7 @@ class TurnsMixin:
         ends = self.service.start(self.now)
         if ends is not None:
             self._at(ends, Timer.BATCH_DONE)
+            self._service_changed()
 
     def _t_batch_done(self) -> None:
         svc = self.service
@@ -115,8 +118,9 @@ class TurnsMixin:
         if svc.handoff_s > 0:
             svc.handing_off = True
             self._at(self.now + svc.handoff_s, Timer.SERVICE_FREE)
-            return
-        self._serve()
+        else:
+            self._serve()
+        self._service_changed()  # idle now (or busy again at once: no change)
 
     def _t_service_free(self) -> None:
         self.service.handing_off = False

@@ -9,9 +9,11 @@ from platoon.config.errors import ConfigError
 from platoon.sim.calibrate import (
     CalibrationError,
     calibrate,
+    covered_s,
     difficulty_for,
     linear_fit,
     mean_pass_rate,
+    nonneg_fit,
     read_workload,
 )
 
@@ -57,13 +59,14 @@ def test_a_workload_file_is_checked_as_a_sim_block(tmp_path):
 
 
 def test_calibrating_a_simulated_run_recovers_its_workload(tmp_path):
-    """The simulator's own trace, made with a known workload, fits back to it: counts exactly, times within 2%."""
+    """The simulator's own trace, made with a known workload, fits back to it: counts exactly, times within 2%, the
+    trainer's slowing by the model service within 2% (the trace's microseconds are its only error)."""
     from simkit import config, run
 
     known = {"rollout": {"turns": {"passing": [2, 3], "failing": 6},
                          "env_step_s": {"dist": "fixed", "value_s": 0.5}},
              "service": {"base_s": 1.0, "per_sequence_s": 0.05, "max_batch": 16, "handoff_s": 0.2},
-             "trainer": {"step_s": 5.0, "per_datum_s": 0.1, "publish_s": 1.0, "eval_s": 2.0},
+             "trainer": {"step_s": 5.0, "per_datum_s": 0.1, "publish_s": 1.0, "eval_s": 2.0, "service_slowdown": 0.8},
              "population": {"tasks": 40, "heldout": 20, "difficulty_mean": 0.0, "difficulty_sd": 1.0},
              "learning": {"enabled": False}}
     cfg = config(train={"max_training_steps": 30, "max_concurrent_rollouts": 32}, sim=known,
@@ -82,6 +85,7 @@ def test_calibrating_a_simulated_run_recovers_its_workload(tmp_path):
     datums = 4 * 4  # every group of the batch trains its 4 rollouts
     assert trainer["step_s"] + trainer["per_datum_s"] * datums == pytest.approx(5.0 + 0.1 * datums, rel=0.02)
     assert (trainer["publish_s"], trainer["eval_s"]) == pytest.approx((1.0, 2.0), rel=0.02)
+    assert trainer["service_slowdown"] == pytest.approx(0.8, rel=0.02)
     population = fitted["population"]
     assert population["tasks"] == 40 and fitted["learning"] == {"enabled": False}
     assert population["difficulty_sd"] == pytest.approx(1.0, abs=0.35)  # from 30 steps' groups of a population
@@ -113,3 +117,22 @@ def test_like_simulates_a_small_live_runs_twin_and_the_report_lays_them_side_by_
     assert table.splitlines()[0] == "| | live | twin | error |"
     steps = next(line for line in table.splitlines() if line.startswith("| steps |"))
     assert steps == "| steps | 6 | 6 | +0.0% |"
+
+
+def test_a_fit_of_two_variables_keeps_every_term_non_negative():
+    rng = np.random.default_rng(0)
+    x1, x2 = rng.uniform(0, 10, 50), rng.uniform(0, 5, 50)
+    (a, b, c), r2, rel = nonneg_fit(1.0 + 0.2 * x1 + 0.5 * x2, x1, x2)
+    assert (a, b, c) == pytest.approx((1.0, 0.2, 0.5)) and r2 == pytest.approx(1.0) and rel < 1e-9
+    (a, b, c), _, _ = nonneg_fit(1.0 + 0.2 * x1 - 0.1 * x2, x1, x2)  # a term that would come out negative is 0
+    assert c == 0.0 and a > 0 and b == pytest.approx(0.2, rel=0.05)
+    (a, b, c), _, _ = nonneg_fit(2.0 + 0.5 * x2, np.full(50, 16.0), x2)  # a variable that never varies: 0
+    assert (a, b, c) == pytest.approx((2.0, 0.0, 0.5))
+
+
+def test_the_time_spans_cover_is_the_union_of_the_covering_spans():
+    spans = [{"ts": 0, "dur": 10_000_000}, {"ts": 20_000_000, "dur": 5_000_000}, {"ts": 40_000_000, "dur": 1}]
+    by = [{"ts": 2_000_000, "dur": 3_000_000}, {"ts": 4_000_000, "dur": 2_000_000},  # overlapping: 2 s to 6 s
+          {"ts": 9_000_000, "dur": 12_000_000}]  # across the first span's end and the second's start
+    assert covered_s(spans, by).tolist() == pytest.approx([4.0 + 1.0, 1.0, 0.0])
+    assert covered_s(spans, []).tolist() == [0.0, 0.0, 0.0]

@@ -144,6 +144,11 @@ def test_keys_turns_replaces_and_a_service_without_turns_are_warned_about(tmp_pa
     assert "sim.rollout.length_sigma" not in load_config_warnings(stepped)[0]
     assert load_config_warnings(load_sim_config(None, overrides=["sim.service.base_s=1"])) == [
         "sim.service: no effect without sim.rollout.turns (only turns queue model calls at the service)"]
+    assert load_config_warnings(load_sim_config(None, overrides=["sim.trainer.service_slowdown=0.5"])) == [
+        "sim.trainer.service_slowdown: no effect without sim.rollout.turns (no model service runs batches beside "
+        "the trainer)"]
+    slowed = load_sim_config(None, overrides=[turns, "sim.trainer.service_slowdown=0.5"])
+    assert not any("service_slowdown" in w for w in load_config_warnings(slowed))
     assert load_config_warnings(load_sim_config(None)) == []
     # one entry with turns: the run's duration still acts for the other, the entry's own duration does not
     (tmp_path / "run.yaml").write_text(

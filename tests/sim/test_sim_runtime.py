@@ -49,7 +49,13 @@ TURN_TIES = {  # turns mode with every time a whole second: calls made at the in
             "service": {"base_s": 1.0, "per_sequence_s": 0.0, "max_batch": 6},
             "trainer": {"step_s": 10.0, "per_datum_s": 0.0, "publish_s": 0.0, "eval_s": 1.0}},
 }
-CASES = {"everything": EVERYTHING, "ties": TIES, "group": GROUP, "plain": {}, "turns": TURNS, "turn-ties": TURN_TIES}
+CONTENDED = {  # turns mode with the trainer slowed while the service runs a batch: its step re-armed at each change
+    **TURNS,
+    "sim": {**TURNS["sim"], "service": {"base_s": 0.4, "per_sequence_s": 0.1, "max_batch": 4, "handoff_s": 0.3},
+            "trainer": {"eval_s": 2.0, "service_slowdown": 1.7}},
+}
+CASES = {"everything": EVERYTHING, "ties": TIES, "group": GROUP, "plain": {}, "turns": TURNS, "turn-ties": TURN_TIES,
+         "contended": CONTENDED}
 
 
 def rows(path):

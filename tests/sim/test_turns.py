@@ -137,6 +137,35 @@ def test_evaluations_block_the_trainer_for_eval_s(tmp_path):
     assert (evals[-1]["ts"] + evals[-1]["dur"]) / 1e6 == pytest.approx(timed.rt.now)
 
 
+def overlap_s(span: dict, batches: list[dict]) -> float:
+    """Seconds of ``span`` that the ``batches`` (one at a time, never overlapping) cover."""
+    lo, hi = span["ts"], span["ts"] + span["dur"]
+    return sum(max(0, min(hi, b["ts"] + b["dur"]) - max(lo, b["ts"])) for b in batches) / 1e6
+
+
+@pytest.mark.parametrize("slowdown", [0.0, 1.5])
+def test_the_service_slows_training_while_it_runs_a_batch(tmp_path, slowdown):
+    """Processor sharing: a step of work W that overlaps the service's batches for o seconds does o / (1 + k) of its
+    work in them and the rest at full speed, so it lasts W + o k / (1 + k). The hand-off between batches (0.4 s) does
+    not slow it, so a step's speed changes many times; k = 0 is the old fixed time."""
+    cfg = config(train={"max_training_steps": 6, "max_concurrent_rollouts": 12},
+                 sim={"rollout": {"turns": {"passing": [2, 5], "failing": 7},
+                                  "env_step_s": {"dist": "exponential", "mean_s": 1.0}},
+                      "service": {"base_s": 0.5, "per_sequence_s": 0.05, "max_batch": 8, "handoff_s": 0.4},
+                      "trainer": {"service_slowdown": slowdown}, **FLAT})
+    events = trace(run(cfg, tmp_path / "r").path)
+    batches = spans(events, "batch")
+    share = slowdown / (1 + slowdown)
+    overlaps = []
+    for e in spans(events, "train"):
+        work = 5.0 + 0.1 * e["args"]["datums"]
+        o = overlap_s(e, batches)
+        overlaps.append(o / (e["dur"] / 1e6))
+        assert e["dur"] / 1e6 == pytest.approx(work + share * o, abs=1e-5)  # the trace's microseconds
+    # every step but the last (nothing is drawn past the plan) overlaps batches in part: its speed changed on the way
+    assert all(0 < s < 1 for s in overlaps[:-1]) and overlaps[-1] == 0
+
+
 def test_the_trace_has_the_live_runs_spans(tmp_path):
     cfg = config(train={"max_training_steps": 4, "max_starting_rollouts": 4}, trace={"group_every": 3},
                  sim={"rollout": {"turns": {"passing": [2, 4], "failing": 6},
