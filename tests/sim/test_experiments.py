@@ -24,3 +24,20 @@ def test_an_experiment_runs(tmp_path, script, runs, plot):
     table = (out / "results.md").read_text()
     assert table.count("\n| ") >= 2 and "pass" in table
     assert (out / "results.csv").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.live
+def test_the_fidelity_experiment_runs(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "fidelity"
+    done = subprocess.run([sys.executable, str(ROOT / "experiments" / "fidelity.py"), "--steps", "3", "--out", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(
+        f"{kind}-{name}" for kind in ("live", "sim") for name in
+        ("default", "staleness-0", "staleness-2", "group-release", "permits-64", "informative"))
+    assert (out / "fidelity.png").read_bytes()[:4] == b"\x89PNG"
+    table = (out / "results.md").read_text()
+    assert table.count("\n| ") == 7 and "default (calibrated on)" in table
+    assert "sim:" in (out / "workload.yaml").read_text()
