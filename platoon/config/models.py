@@ -23,6 +23,7 @@ import difflib
 import math
 import re
 import types
+import unicodedata
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Union, get_args, get_origin
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
@@ -364,7 +365,7 @@ class EnvironmentConfig(_Config):
     def _printable_name(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        if any(ord(c) < 32 or ord(c) == 127 for c in v):
+        if any(unicodedata.category(c) == "Cc" for c in v):  # C0, DEL and C1: none survives YAML round trips
             raise ValueError(f"must not contain control characters, got {v!r}")
         if "::" in v:
             raise ValueError(f"must not contain '::' (it separates the entry from the task in a task id), got {v!r}")

@@ -172,6 +172,15 @@ class TraceWriter:
         self._file = None
 
 
+_STATUS = {"completed": "ok", "error": "failed"}
+
+
+def rollout_status(disposition: str) -> str:
+    """A member's disposition (``platoon.policy.stats.MemberResult``) as its ``rollout`` span's status: ``ok``,
+    ``failed`` (it raised) or ``cancelled`` (any other: cut, cancelled, lost)."""
+    return _STATUS.get(disposition, "cancelled")
+
+
 def mend(path: PathLike) -> None:
     """Cut a torn last line (a process killed mid-write) off the trace at ``path``, if it has one."""
     try:
@@ -229,4 +238,5 @@ def track_names(events: list[dict]) -> dict[int, str]:
     return {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
 
 
-__all__ = ["LANE", "SERVICE", "TRAINER", "TraceWriter", "iter_trace", "mend", "read_trace", "track_names"]
+__all__ = ["LANE", "SERVICE", "TRAINER", "TraceWriter", "iter_trace", "mend", "read_trace", "rollout_status",
+           "track_names"]

@@ -36,12 +36,8 @@ from platoon.runs.resume import RunFinished
 from platoon.runs.rundir import RunDir
 from platoon.runs.writer import WRITER_FILE, WriterLock
 from platoon.sim.calibrate import calibrate, read_workload
-from platoon.sim.run import SimRun
+from platoon.sim.run import SimRun, UsageError, discarded_unless_stepped, run_point_config
 from platoon.sim.setup import load_sim_config
-
-
-class UsageError(ValueError):
-    """A command line that does not make sense (exit 64)."""
 
 
 @dataclass(frozen=True)
@@ -167,18 +163,6 @@ def simulate(req: Request, console: Console | None = None) -> Outcome:
     return Outcome(out)
 
 
-@contextlib.contextmanager
-def discarded_unless_stepped(run: SimRun) -> Iterator[None]:
-    """Remove the new run's directory when what runs inside fails before the run's first step is done (a run
-    killed, or interrupted, keeps it: its launch checkpoint resumes)."""
-    try:
-        yield
-    except Exception:
-        if run.driver.dispatcher.step == 0:
-            run.rd.discard()
-        raise
-
-
 def _name(req: Request) -> str:
     if req.like is not None:
         return f"sim-like-{req.like.resolve().name}"
@@ -265,20 +249,6 @@ def _point_name(point: Sequence[str]) -> str:
 def _run_point(source: Source, overrides: list[str], out: str) -> list[str]:
     """One point of a sweep, in a worker process (no progress bar); returns its warnings for the parent to print."""
     return run_point_config(source.load(overrides), Path(out))
-
-
-def run_point_config(cfg: RunConfig, out: Path) -> list[str]:
-    """A sweep point's run of ``cfg`` into the new directory ``out``, with no progress bar; returns its warnings
-    (the sweep prints them, named by point). A point that fails before its first step leaves no directory."""
-    lines: list[str] = []
-    run = SimRun.create(cfg, out, log=lambda level, message: lines.append(message) if level == "warning"
-                        else None)
-    with discarded_unless_stepped(run):
-        try:
-            run.run()
-        finally:
-            run.close()
-    return lines
 
 
 def sweep(req: Request, source: Source, console: Console) -> Outcome:

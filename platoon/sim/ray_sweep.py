@@ -31,7 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from platoon.config.models import RunConfig
-from platoon.sim.command import UsageError, run_point_config
+from platoon.sim.run import UsageError, run_point_config
 
 MISSING = "--ray runs the sweep on Ray, which is not installed: pip install 'platoon[ray]'"
 

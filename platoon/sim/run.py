@@ -28,9 +28,10 @@ it in ``lock.json`` (``finished``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from platoon.config.loader import config_from_lock
@@ -54,6 +55,10 @@ from platoon.sim.setup import build_tasks
 
 log = logging.getLogger("platoon.sim")
 Logger = Callable[[str, str], None]
+
+
+class UsageError(ValueError):
+    """A command line that does not make sense (exit 64)."""
 
 
 class ResumeError(ResumeRefused):
@@ -207,4 +212,30 @@ class SimRun:
         self.rd.mark_finished(steps, self.driver.dispatcher.start_number)
 
 
-__all__ = ["ResumeError", "SimRun"]
+@contextlib.contextmanager
+def discarded_unless_stepped(run: SimRun) -> Iterator[None]:
+    """Remove the new run's directory when what runs inside fails before the run's first step is done (a run
+    killed, or interrupted, keeps it: its launch checkpoint resumes)."""
+    try:
+        yield
+    except Exception:
+        if run.driver.dispatcher.step == 0:
+            run.rd.discard()
+        raise
+
+
+def run_point_config(cfg: RunConfig, out: Path) -> list[str]:
+    """A sweep point's run of ``cfg`` into the new directory ``out``, with no progress bar; returns its warnings
+    (the sweep prints them, named by point). A point that fails before its first step leaves no directory."""
+    lines: list[str] = []
+    run = SimRun.create(cfg, out, log=lambda level, message: lines.append(message) if level == "warning"
+                        else None)
+    with discarded_unless_stepped(run):
+        try:
+            run.run()
+        finally:
+            run.close()
+    return lines
+
+
+__all__ = ["ResumeError", "SimRun", "UsageError", "discarded_unless_stepped", "run_point_config"]

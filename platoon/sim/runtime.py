@@ -49,16 +49,13 @@ from platoon.policy.permits import GrantPermit
 from platoon.policy.start_limit import SlotGranted
 from platoon.policy.stats import MemberResult
 from platoon.policy.verdict import DATUM_VERDICTS, group_verdict
-from platoon.runs.trace import TraceWriter
+from platoon.runs.trace import TraceWriter, rollout_status
 from platoon.sim.records import Phase, SimGroup, SimMember, Timer
 from platoon.sim.service import ModelService, TurnsMixin
 from platoon.sim.setup import SimTasks
 from platoon.sim.startups import StartupServer
 from platoon.sim.trainer import Trainer, TrainerMixin, Training
 from platoon.sim.workload import MemberOutcome
-
-_TRACE_STATUS = {"completed": "ok", "error": "failed"}
-"""A member's disposition -> its ``rollout`` span's status, the live runtime's words (any other: ``cancelled``)."""
 
 
 class SimulationStalled(RuntimeError):
@@ -358,8 +355,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         """The span over traced member ``i``'s whole lane, from entering its block to done; its lane comes back."""
         m, r = g.members[i], g.members[i].result
         self._span(m, "rollout", g.created, task_id=g.task_id, group=list(g.key), member=i, version=m.version,
-                   turns=r.steps, reward=r.reward, passed=r.outcome == "pass", status=_TRACE_STATUS.get(r.disposition,
-                                                                                                  "cancelled"))
+                   turns=r.steps, reward=r.reward, passed=r.outcome == "pass", status=rollout_status(r.disposition))
         self.trace.close_lane(m.lane)
         m.lane = None
 
