@@ -253,3 +253,17 @@ def test_a_task_the_model_never_saw_reads_the_statistics():
         for i, t in enumerate(run.ids):
             run.store.settle(run.record(t, int((rng.random(G) < (0.5 if i < 2 else 0.0)).sum()), 0))
     assert {run.ask().task_id for _ in range(30)} <= {"t0", "t1"}
+
+
+def test_metrics_report_the_drift_and_the_graded_share():
+    run = Run(10, graded=True)
+    for v in range(4):
+        for t in run.ids:
+            run.settle(t, 0, v)
+        run.ask(v)
+    m = run.sampler.metrics(run.view(4))
+    assert m["all_fail_uniform"] < 0.1 and np.isfinite(m["drift"])
+    assert 0 < m["prior_share"] < PRIOR_STRENGTH / (PRIOR_STRENGTH + 8)  # the model's prior weight, 0.5
+    versions = Run(10, {"evidence": "versions"})
+    versions.ask()
+    assert "drift" not in versions.sampler.metrics(versions.view(0))

@@ -120,6 +120,12 @@ class DriftModel:
         strength = PRIOR_STRENGTH + np.maximum(strength - PRIOR_STRENGTH, 0.0) * keep
         return m * strength, (1.0 - m) * strength
 
+    def summary(self) -> dict[str, float]:
+        """``drift`` and ``all_fail_uniform`` (u0), each averaged over the tasks (for the sampler's metrics)."""
+        share = self.group_tasks / max(int(self.group_tasks.sum()), 1)
+        _, u0 = self.uniform_shares(np.arange(len(self.names)))
+        return {"drift": float(share @ self.entries[:, 0]), "all_fail_uniform": float(share @ u0)}
+
     # -- writes
     def observe(self, i: int, passes: int, valid: int, verdict: str, version: int | None) -> None:
         """Task ``i``'s group settled with ``passes`` of ``valid`` members passing (verdict ``verdict``)."""

@@ -33,6 +33,7 @@ import numpy as np
 
 from platoon.config.components import PassRateOptions
 from platoon.policy.samplers.base import Draw, Sampler, SamplerContext, SamplerSetup, TaskStatsView
+from platoon.policy.samplers.drift import PRIOR_STRENGTH as DRIFT_PRIOR
 from platoon.policy.samplers.drift import DriftModel, informative_chance
 from platoon.policy.stats import PRIOR_STRENGTH, GroupRecord, informative_at
 
@@ -217,7 +218,7 @@ class PassRateSampler(Sampler):
                     p = rng.beta(a, b)
                     score = 1.0 - p**g - (1.0 - p) ** g
                 else:
-                    a, b, u1, u0 = self._read(stats, cand)
+                    a, b, u1, u0, _ = self._read(stats, cand)
                     p = rng.beta(a, b)
                     score = 1.0 - u1 * p**g - u0 * (1.0 - p) ** g
                     score = self._spread(cand, score, informative_chance(a, b, g, u1, u0))
@@ -230,12 +231,12 @@ class PassRateSampler(Sampler):
             one, size = np.array([chosen]), int(self._sizes_now(stats)[chosen])
             if self._model is None:
                 a, b = (float(x[0]) for x in stats.posterior_arrays(self.ids, subset=one))
-                score_out = float(informative_at(a, b, size))
+                score_out, weight = float(informative_at(a, b, size)), PRIOR_STRENGTH
             else:
-                a_, b_, u1, u0 = self._read(stats, one)
-                a, b = float(a_[0]), float(b_[0])
+                a_, b_, u1, u0, w = self._read(stats, one)
+                a, b, weight = float(a_[0]), float(b_[0]), float(w[0])
                 score_out = float(informative_chance(a_, b_, size, u1, u0)[0])
-            self._m["prior"] += PRIOR_STRENGTH / (a + b)
+            self._m["prior"] += weight / (a + b)
             self._m["prior_n"] += 1
             try:
                 version = stats.counts(self.ids[chosen]).evidence_version
@@ -263,7 +264,7 @@ class PassRateSampler(Sampler):
         return np.where(fewest, score, -1.0)
 
     def _read(self, stats: TaskStatsView, idx: np.ndarray) -> tuple[np.ndarray, ...]:
-        """``(alpha, beta, u1, u0)`` of tasks ``idx`` under the drift model. A task the model has not seen reads
+        """``(alpha, beta, u1, u0, prior weight)`` of tasks ``idx`` under the drift model. A task the model has not seen reads
         the statistics' posterior (0.4.0's) where they hold evidence of it (after a resume from a state without the
         model, or where nobody feeds `observe`), else the model's prior."""
         model = self._model
@@ -275,7 +276,7 @@ class PassRateSampler(Sampler):
         if blank.any():
             a[blank], b[blank] = model.prior(idx[blank])
         u1, u0 = model.uniform_shares(model.codes[idx])
-        return a, b, u1, u0
+        return a, b, u1, u0, np.where(seen | blank, DRIFT_PRIOR, PRIOR_STRENGTH)
 
     def observe(self, group: GroupRecord) -> None:
         """Feed a settled group to the drift model (``evidence: drift``), with its entry's success threshold."""
@@ -408,9 +409,12 @@ class PassRateSampler(Sampler):
 
     # -- metrics
     def metrics(self, stats: TaskStatsView | None) -> dict[str, float]:
-        """Since the last call: ``eligible_share``, ``cap_lifted``, ``prior_share`` (mean ``2/(a+b)`` of the drawn
-        tasks), ``evidence_age`` and ``top10_share`` (the top ``max(1, N // 10)`` draw counts over the total, on
-        the current window, or the previous one while the current holds fewer than N/2 draws)."""
+        """Since the last call: ``eligible_share``, ``cap_lifted``, ``prior_share`` (mean ``w/(a+b)`` of the drawn
+        tasks, ``w`` their prior's weight), ``evidence_age`` and ``top10_share`` (the top ``max(1, N // 10)`` draw
+        counts over the total, on the current window, or the previous one while the current holds fewer than N/2
+        draws); under ``evidence: drift`` also, now, ``drift`` (the drift model's, in logits, averaged over the
+        pool's tasks) and ``all_fail_uniform`` (the chance it gives a group of all failures to train nothing, the
+        same average; 1 with a binary reward)."""
         m, out = self._m, {}
         if m["decisions"]:
             out["eligible_share"] = m["eligible"] / m["decisions"]
@@ -426,6 +430,8 @@ class PassRateSampler(Sampler):
         if total > 0:
             k = max(1, self._n // 10)
             out["top10_share"] = float(np.partition(draws, self._n - k)[self._n - k :].sum()) / total
+        if self._model is not None:
+            out.update(self._model.summary())
         self._reset_metrics()
         return out
 
