@@ -177,7 +177,12 @@ def run(sampler: str, pop: Population, options: dict | None = None, seed: int = 
     pool = TaskPool.from_entries([EntrySpec("synthetic", ids, GROUP, 1.0, 0)])
     rec = StatsRecorder.for_pool(pool)
     samplers = SamplerSet(
-        pool, run_sampler=sampler, run_options=dict(options or {}), entry_samplers={}, batch_size=OPEN, seed=seed
+        pool,
+        run_sampler=sampler,
+        run_options=dict(options or {}),
+        entry_samplers={},
+        batch_size=OPEN,
+        seed=seed,
     )
     rec.add_listener(samplers.observe)  # as the runtime wires them (platoon.policy.assemble)
     rng = np.random.default_rng(seed + 1)
@@ -255,8 +260,17 @@ def main() -> None:
         f"informative-group share, {N_TASKS} tasks, group size {GROUP}, {GROUPS} groups, {OPEN} outstanding, "
         f"seeds {seeds[0]}..{seeds[-1]}"
     )
-    head = ["population", "uniform", "pass_rate 0.4.0", "2nd half", "pass_rate", "2nd half", "ratio", "oracle",
-            "ceiling"]
+    head = [
+        "population",
+        "uniform",
+        "pass_rate 0.4.0",
+        "2nd half",
+        "pass_rate",
+        "2nd half",
+        "ratio",
+        "oracle",
+        "ceiling",
+    ]
     print(" | ".join(head))
     only = set(args.only.split(",")) if args.only else None
     for name, make in populations(np.random.default_rng(SEED)).items():
@@ -271,8 +285,17 @@ def main() -> None:
         ratio = [d / v for d, v in zip(cells["default"][0], cells["0.4.0"][0], strict=True)]
         pop = make()
         top = f"{ceiling(pop.rates):.3f}" if pop.fixed else "-"
-        row = [name, _cell(uniform), _cell(cells["0.4.0"][0]), _cell(cells["0.4.0"][1]),
-               _cell(cells["default"][0]), _cell(cells["default"][1]), _cell(ratio), _cell(oracle), top]
+        row = [
+            name,
+            _cell(uniform),
+            _cell(cells["0.4.0"][0]),
+            _cell(cells["0.4.0"][1]),
+            _cell(cells["default"][0]),
+            _cell(cells["default"][1]),
+            _cell(ratio),
+            _cell(oracle),
+            top,
+        ]
         print(" | ".join(row), flush=True)
 
 

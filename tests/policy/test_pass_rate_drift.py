@@ -43,7 +43,11 @@ class Run:
         """The sampler's next answer (each twin, asked the same question, must answer alike)."""
         s = self.setup
         ctx = SamplerContext(
-            s.task_ids, None, self.decision, decision_key(0, s.name, self.decision), lambda t: True,
+            s.task_ids,
+            None,
+            self.decision,
+            decision_key(0, s.name, self.decision),
+            lambda t: True,
             stats=self.view(version),
         )
         self.decision += 1
@@ -59,7 +63,9 @@ class Run:
         )
         trains = 0 < passes < G or (self.graded and passes == 0)
         self.seq += 1
-        return GroupRecord(1, self.seq, task, entry="e", members=members, verdict="trained" if trains else "uniform")
+        return GroupRecord(
+            1, self.seq, task, entry="e", members=members, verdict="trained" if trains else "uniform"
+        )
 
     def settle(self, task: str, passes: int, version: int, *twins: PassRateSampler) -> None:
         """Settle a group into the store, then feed it to the sampler (and its twins)."""
@@ -110,7 +116,9 @@ def test_evidence_fades_by_rounds_of_the_pool_not_by_versions():
     strength = lambda clock: float(np.sum(model.posterior(np.array([0]), clock)))  # noqa: E731
     evidence = strength(0) - PRIOR_STRENGTH
     assert evidence == pytest.approx(G)
-    assert strength(10 * int(FORGET_ROUNDS)) - PRIOR_STRENGTH == pytest.approx(evidence / 2)  # 16 rounds of 10
+    assert strength(10 * int(FORGET_ROUNDS)) - PRIOR_STRENGTH == pytest.approx(
+        evidence / 2
+    )  # 16 rounds of 10
     model.observe(1, 4, 8, "trained", version=10_000)  # versions alone fade nothing
     assert strength(0) - PRIOR_STRENGTH == pytest.approx(G)
 
@@ -138,7 +146,9 @@ def test_a_graded_reward_makes_all_fail_tasks_worth_drawing(graded):
     answer = run.ask()
     a, b = (float(x[0]) for x in model.posterior(np.array([run.ids.index(answer.task_id)]), clock))
     if not graded:
-        assert answer.score == pytest.approx(informative_at(a, b, G))  # 0.4.0's formula on the model's posterior
+        assert answer.score == pytest.approx(
+            informative_at(a, b, G)
+        )  # 0.4.0's formula on the model's posterior
 
 
 def test_spread_covers_equally_good_tasks_before_drawing_one_again():
@@ -192,8 +202,10 @@ def test_versions_is_0_4_0s_evidence_and_ignores_observe():
 def test_restored_at_any_point_it_draws_and_learns_alike(data):
     """Save the state (through JSON) at any decision, settle the same groups into both: identical answers."""
     n = data.draw(st.integers(3, 12))
-    options = {"explore": data.draw(st.sampled_from([0.0, 0.2])), "max_draws_per_epoch": data.draw(
-        st.sampled_from([None, 1, 3]))}
+    options = {
+        "explore": data.draw(st.sampled_from([0.0, 0.2])),
+        "max_draws_per_epoch": data.draw(st.sampled_from([None, 1, 3])),
+    }
     run = Run(n, options, graded=data.draw(st.booleans()))
     rng = np.random.default_rng(data.draw(st.integers(0, 99)))
     rates = rng.uniform(0, 1, n)
@@ -237,8 +249,14 @@ def test_state_refusals_and_0_4_0_states():
     fresh.load_state_dict(v040)  # 0.4.0's state: the draws' bookkeeping, the model afresh
     assert fresh.state_dict() == v040  # a fresh model is not saved: the state is 0.4.0's
     moved = PassRateSampler(
-        SamplerSetup(name="pass_rate", level="run", entry=None, task_ids=("t0", "new"),
-                     entries={"e": EntryInfo(G, name="e", task_ids=("t0", "new"))}, batch_size=8),
+        SamplerSetup(
+            name="pass_rate",
+            level="run",
+            entry=None,
+            task_ids=("t0", "new"),
+            entries={"e": EntryInfo(G, name="e", task_ids=("t0", "new"))},
+            batch_size=8,
+        ),
         run.options,
     )
     moved.load_state_dict(state)

@@ -47,8 +47,17 @@ DRIFT_NOISE = 1e-3
 """Variance of the drift's random walk per policy version (logit units squared)."""
 MIN_EVIDENCE = 4.0
 """Only a task with at least this much evidence (rollouts, beyond the prior) updates the drift."""
-_ENTRY_FIELDS = ("drift", "variance", "version", "passes", "fails", "u0_uniform", "u0_trained",
-                 "u1_uniform", "u1_trained")
+_ENTRY_FIELDS = (
+    "drift",
+    "variance",
+    "version",
+    "passes",
+    "fails",
+    "u0_uniform",
+    "u0_trained",
+    "u1_uniform",
+    "u1_trained",
+)
 _CLIP = 1e-9
 
 
@@ -70,7 +79,9 @@ class DriftModel:
     """The evidence of ``n`` tasks, task ``i`` in group ``codes[i]`` of ``groups`` (its entry's), and each group's
     drift, base rate and graded-reward shares. See the module doc."""
 
-    def __init__(self, n: int, codes: np.ndarray, group_names: Sequence[str], group_tasks: np.ndarray) -> None:
+    def __init__(
+        self, n: int, codes: np.ndarray, group_names: Sequence[str], group_tasks: np.ndarray
+    ) -> None:
         self.n = int(n)
         self.codes = np.asarray(codes, dtype=np.int64)
         self.names = tuple(group_names)
@@ -175,7 +186,11 @@ class DriftModel:
     # -- state
     def fresh(self) -> bool:
         """Nothing observed and no decision made: the state of a model just built."""
-        return self.clock == 0 and not (self.a > 0.0).any() and not (self.entries[:, [0, 1, 3, 4, 5, 6, 7, 8]]).any()
+        return (
+            self.clock == 0
+            and not (self.a > 0.0).any()
+            and not (self.entries[:, [0, 1, 3, 4, 5, 6, 7, 8]]).any()
+        )
 
     def state(self, ids: Sequence[str]) -> dict[str, Any]:
         seen = np.flatnonzero(self.a > 0.0)
@@ -212,11 +227,20 @@ class DriftModel:
         for task, values in tasks.items():
             row = _floats(values, 4, f"model tasks[{task!r}]")
             if row[0] <= 0 or row[1] < 0 or row[3] != int(row[3]) or row[3] < 0:
-                raise ValueError(f"pass_rate state: model tasks[{task!r}] is [a > 0, b >= 0, anchor, stamp >= 0]")
+                raise ValueError(
+                    f"pass_rate state: model tasks[{task!r}] is [a > 0, b >= 0, anchor, stamp >= 0]"
+                )
             i = index.get(task) if isinstance(task, str) else None
             if i is not None:
                 a[i], b[i], anchor[i], stamp[i] = row[0], row[1], row[2], int(row[3])
-        self.a, self.b, self.anchor, self.stamp, self.entries, self.clock = a, b, anchor, stamp, entries, clock
+        self.a, self.b, self.anchor, self.stamp, self.entries, self.clock = (
+            a,
+            b,
+            anchor,
+            stamp,
+            entries,
+            clock,
+        )
 
 
 def _floats(values: Any, size: int, what: str) -> list[float]:

@@ -14,6 +14,14 @@ listing order, decision ``d`` (its window is ``d // N``; ``previous`` survives o
 5. otherwise *explore*: the least recently drawn task (never drawn counts as -1), ties at random;
 6. the score is ``informative_at(alpha, beta, G)`` of the chosen task (None without statistics).
 
+That is ``evidence: versions``, 0.4.0's: ``(alpha, beta)`` is the statistics' posterior, evidence halving every 32
+versions. Under ``evidence: drift`` (the default) step 4 differs in three ways (``platoon.policy.samplers.drift``):
+``(alpha, beta)`` is the drift model's posterior, fed by `observe` (a task it has not seen reads the statistics'
+where they hold evidence of it); the score is ``1 - u1 p^G - u0 (1 - p)^G``, ``u1``/``u0`` the entry's recent share
+of all-pass/all-fail groups that came out uniform (1 and 1 with a binary reward: 0.4.0's score); and *spread*: the
+Thompson winner's draw goes to the task drawn fewest times in this window among those whose expected chance
+(`informative_chance`) is within ``SPREAD`` of the winner's, the best sampled score among them (`_spread`).
+
 Departure from platoon 0.4.0 (documented, deliberate): 0.4.0 draws its coin, sample and Beta variates from
 ``random.Random(key)`` one task at a time. Here they come from ``numpy.random.default_rng(key)`` in whole arrays,
 so that a decision over a million tasks costs a few milliseconds: the coin (``random()``), then the candidates
