@@ -124,7 +124,7 @@ class Oracle(PassRateSampler):
         p = np.clip(pop.rates[idx], 1e-12, 1.0 - 1e-12)
         u0 = Graded.ALIKE if isinstance(pop, Graded) else 1.0
         sharp = 1e9  # a posterior this sharp samples the rate itself
-        return p * sharp, (1.0 - p) * sharp, np.ones(len(idx)), np.full(len(idx), u0)
+        return p * sharp, (1.0 - p) * sharp, np.ones(len(idx)), np.full(len(idx), u0), np.zeros(len(idx))
 
 
 def populations(rng: np.random.Generator) -> dict[str, Callable[[], Population]]:
@@ -199,6 +199,8 @@ def run(sampler: str, pop: Population, options: dict | None = None, seed: int = 
             )
         else:
             bound = samplers.static_decision(seq)
+        if bound.reason == "fallback":  # the sampler raised or answered wrong: its numbers would be uniform's
+            raise RuntimeError(f"{sampler} fell back at decision {seq}: {samplers.take_warnings()}")
         key = (1, seq)
         rec.draw(
             *key,
