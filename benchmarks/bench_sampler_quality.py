@@ -8,9 +8,9 @@ pass). Two more test what fixed rates cannot:
   (``platoon.sim.learning``): ``p = sigmoid(ability + skill[task] - difficulty[task])``, difficulties ~ N(1.5, 2.5);
   every informative group adds 0.05 to its task's skill and 0.01 x 0.05 to the ability, applied when the policy
   version moves on. So the rates rise while the run goes, most where the sampler trains;
-- graded: Beta(0.3, 0.3) pass rates under a graded reward (as ``platoon-number-search``'s partial credit): a group
-  whose rollouts all fail still trains unless their rewards happen to be alike (one time in ten); a group whose
-  rollouts all pass never trains.
+- graded: bimodal pass rates (drawn afresh) under a graded reward (as ``platoon-number-search``'s partial credit): a
+  group whose rollouts all fail still trains unless their rewards happen to be alike (one time in ten); a group
+  whose rollouts all pass never trains.
 
 Each run draws 12,000 groups with 64 outstanding: a group settles (its members pass by Bernoulli(p)) in a random
 order among those open, and a new one is drawn in its place; the policy version moves on every 64 settles. A group
@@ -18,9 +18,10 @@ is informative when it trains: with a binary reward, when it mixes passes and fa
 
 Printed per population: the informative share of uniform, of pass_rate with platoon 0.4.0's evidence
 (``evidence: versions``) and with the default (``evidence: drift``), each over all groups and over the second half
-(once pass_rate has evidence), the default's ratio to 0.4.0's, and for fixed rates uniform's expectation
-``mean(1 - p^8 - (1-p)^8)`` and the ceiling: what an oracle that knows every p gets under pass_rate's cap of 3
-draws per task per pool-sized window (the top third of the tasks, each drawn three times).
+(once pass_rate has evidence), the default's ratio to 0.4.0's, the oracle's (pass_rate's contract and spread, with
+every task's true chance to train: the most any pass_rate gets, exploration included), and for fixed rates the
+ceiling: what an oracle that knows every p gets under pass_rate's cap of 3 draws per task per pool-sized window
+with no exploration (the top third of the tasks, each drawn three times).
 
 ``--seeds K`` repeats every run with K seeds (0..K-1) and prints the mean and the spread (min..max).
 """
