@@ -1,23 +1,43 @@
 """Does pass_rate give more informative groups than uniform, and how close does it get to the ceiling?
 
-Three synthetic populations of 1,000 tasks with known pass rates (group size 8): bimodal (most tasks nearly always
-fail or nearly always pass, a tenth in between), Beta(0.3, 0.3), and mostly hard (four fifths nearly never pass).
+Five synthetic populations of 1,000 tasks (group size 8). Three have fixed pass rates: bimodal (most tasks nearly
+always fail or nearly always pass, a tenth in between), Beta(0.3, 0.3), and mostly hard (four fifths nearly never
+pass). Two more test what fixed rates cannot:
+
+- learning: pass rates move as a learning policy's do, as in the simulator's learning model
+  (``platoon.sim.learning``): ``p = sigmoid(ability + skill[task] - difficulty[task])``, difficulties ~ N(1.5, 2.5);
+  every informative group adds 0.05 to its task's skill and 0.01 x 0.05 to the ability, applied when the policy
+  version moves on. So the rates rise while the run goes, most where the sampler trains;
+- graded: bimodal pass rates (drawn afresh) under a graded reward (as ``platoon-number-search``'s partial credit): a
+  group whose rollouts all fail still trains unless their rewards happen to be alike (one time in ten); a group
+  whose rollouts all pass never trains.
+
 Each run draws 12,000 groups with 64 outstanding: a group settles (its members pass by Bernoulli(p)) in a random
 order among those open, and a new one is drawn in its place; the policy version moves on every 64 settles. A group
-is informative when it mixes passes and failures (``0 < passes < 8``).
+is informative when it trains: with a binary reward, when it mixes passes and failures (``0 < passes < 8``).
 
-Printed per population: the informative share of uniform and of pass_rate (over all groups, and over the second
-half, once pass_rate has evidence), beside uniform's expectation ``mean(1 - p^8 - (1-p)^8)`` and the ceiling: what
-an oracle that knows every p gets under pass_rate's cap of 3 draws per task per pool-sized window (the top third of
-the tasks, each drawn three times).
+Printed per population: the informative share of uniform, of pass_rate with platoon 0.4.0's evidence
+(``evidence: versions``) and with the default (``evidence: drift``), each over all groups and over the second half
+(once pass_rate has evidence), the default's ratio to 0.4.0's, the oracle's (pass_rate's contract and spread, with
+every task's true chance to train: the most any pass_rate gets, exploration included), and for fixed rates the
+ceiling: what an oracle that knows every p gets under pass_rate's cap of 3 draws per task per pool-sized window
+with no exploration (the top third of the tasks, each drawn three times).
+
+``--seeds K`` repeats every run with K seeds (0..K-1) and prints the mean and the spread (min..max).
 """
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
+
 import numpy as np
 
+from platoon.config.components import PassRateOptions
+from platoon.experimental import task_sampler
 from platoon.policy.pool import EntrySpec, TaskPool
 from platoon.policy.recorder import StatsRecorder
+from platoon.policy.samplers.pass_rate import PassRateSampler
 from platoon.policy.samplers.runtime import Bound, SamplerSet
 from platoon.policy.stats import GroupRecord, MemberResult
 
@@ -26,9 +46,90 @@ GROUP = 8
 GROUPS = 12_000
 OPEN = 64
 SEED = 0
+SETTINGS = {"0.4.0": {"evidence": "versions"}, "default": {}}
+"""pass_rate's options per column: platoon 0.4.0's evidence, and the default."""
 
 
-def populations(rng: np.random.Generator) -> dict[str, np.ndarray]:
+class Population:
+    """Tasks with pass rates; ``trains`` says whether a group with ``passes`` of ``GROUP`` trains."""
+
+    fixed = True
+
+    def __init__(self, rates: np.ndarray) -> None:
+        self.rates = np.asarray(rates, dtype=float)
+
+    def rate(self, i: int) -> float:
+        return float(self.rates[i])
+
+    def trains(self, i: int, passes: int, rng: np.random.Generator) -> bool:
+        return 0 < passes < GROUP
+
+    def trained(self, i: int) -> None:
+        """Task ``i``'s group trained (the learning population learns from it)."""
+
+    def publish(self) -> None:
+        """The policy version moved on."""
+
+
+class Learning(Population):
+    """``p = sigmoid(ability + skill - difficulty)``; each informative group raises its task's skill by ``GAIN``
+    and the ability by ``GAIN x TRANSFER``, effective at the next version (the simulator's model)."""
+
+    fixed = False
+    GAIN, TRANSFER = 0.05, 0.01
+
+    def __init__(self, difficulty: np.ndarray) -> None:
+        self.difficulty = np.asarray(difficulty, dtype=float)
+        self.skill = np.zeros(len(difficulty))
+        self.ability = 0.0
+        self.pending: list[int] = []
+        super().__init__(self._rates())
+
+    def _rates(self) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-(self.ability + self.skill - self.difficulty)))
+
+    def trained(self, i: int) -> None:
+        self.pending.append(i)
+
+    def publish(self) -> None:
+        for i in self.pending:
+            self.skill[i] += self.GAIN
+            self.ability += self.GAIN * self.TRANSFER
+        self.pending = []
+        self.rates = self._rates()
+
+
+class Graded(Population):
+    """A graded reward: all failures still train unless their rewards are alike (chance ``ALIKE``)."""
+
+    fixed = False
+    ALIKE = 0.1
+
+    def trains(self, i: int, passes: int, rng: np.random.Generator) -> bool:
+        if passes == 0:
+            return bool(rng.random() >= self.ALIKE)
+        return passes < GROUP
+
+
+ORACLE_POP: list[Population] = []
+"""The population the oracle reads (the one being run)."""
+
+
+@task_sampler("oracle", options=PassRateOptions)
+class Oracle(PassRateSampler):
+    """pass_rate's contract (its filters, cap, exploration and spread) with every task's true chance to train: the
+    most any pass_rate can get from a population under that contract."""
+
+    def _read(self, stats, idx):
+        pop = ORACLE_POP[-1]
+        p = np.clip(pop.rates[idx], 1e-12, 1.0 - 1e-12)
+        u0 = Graded.ALIKE if isinstance(pop, Graded) else 1.0
+        sharp = 1e9  # a posterior this sharp samples the rate itself
+        return p * sharp, (1.0 - p) * sharp, np.ones(len(idx)), np.full(len(idx), u0), np.zeros(len(idx))
+
+
+def populations(rng: np.random.Generator) -> dict[str, Callable[[], Population]]:
+    """Each population's constructor (a fresh one per run: the learning one changes as it is trained)."""
     n = N_TASKS
     bimodal = np.concatenate(
         [
@@ -38,10 +139,26 @@ def populations(rng: np.random.Generator) -> dict[str, np.ndarray]:
         ]
     )
     hard = np.concatenate([rng.beta(0.2, 25, int(n * 0.8)), rng.beta(2, 3, n - int(n * 0.8))])
+    # The draws in 0.4.0's benchmark's order, so that the first three populations are its own.
+    bimodal = rng.permutation(bimodal)
+    beta = rng.beta(0.3, 0.3, n)
+    hard = rng.permutation(hard)
+    difficulty = rng.normal(1.5, 2.5, n)
+    graded = rng.permutation(
+        np.concatenate(
+            [
+                rng.beta(0.5, 12, int(n * 0.45)),
+                rng.beta(12, 0.5, int(n * 0.45)),
+                rng.uniform(0.2, 0.8, n - 2 * int(n * 0.45)),
+            ]
+        )
+    )
     return {
-        "bimodal": rng.permutation(bimodal),
-        "beta(0.3,0.3)": rng.beta(0.3, 0.3, n),
-        "mostly hard": rng.permutation(hard),
+        "bimodal": lambda: Population(bimodal),
+        "beta(0.3,0.3)": lambda: Population(beta),
+        "mostly hard": lambda: Population(hard),
+        "learning": lambda: Learning(difficulty),
+        "graded": lambda: Graded(graded),
     }
 
 
@@ -54,14 +171,22 @@ def ceiling(p: np.ndarray, cap: int = 3) -> float:
     return float(q[: int(np.ceil(len(q) / cap))].mean())
 
 
-def run(sampler: str, rates: np.ndarray) -> tuple[float, float]:
-    ids = [f"t{i}" for i in range(len(rates))]
+def run(sampler: str, pop: Population, options: dict | None = None, seed: int = SEED) -> tuple[float, float]:
+    """``(share over all groups, share over the second half)`` of one run."""
+    ORACLE_POP[:] = [pop]
+    ids = [f"t{i}" for i in range(len(pop.rates))]
     pool = TaskPool.from_entries([EntrySpec("synthetic", ids, GROUP, 1.0, 0)])
     rec = StatsRecorder.for_pool(pool)
     samplers = SamplerSet(
-        pool, run_sampler=sampler, run_options={}, entry_samplers={}, batch_size=OPEN, seed=SEED
+        pool,
+        run_sampler=sampler,
+        run_options=dict(options or {}),
+        entry_samplers={},
+        batch_size=OPEN,
+        seed=seed,
     )
-    rng = np.random.default_rng(SEED + 1)
+    rec.add_listener(samplers.observe)  # as the runtime wires them (platoon.policy.assemble)
+    rng = np.random.default_rng(seed + 1)
     open_: list[tuple[tuple[int, int], Bound, int]] = []
     informative: list[bool] = []
     seq = 0
@@ -75,6 +200,8 @@ def run(sampler: str, rates: np.ndarray) -> tuple[float, float]:
             )
         else:
             bound = samplers.static_decision(seq)
+        if bound.reason == "fallback":  # the sampler raised or answered wrong: its numbers would be uniform's
+            raise RuntimeError(f"{sampler} fell back at decision {seq}: {samplers.take_warnings()}")
         key = (1, seq)
         rec.draw(
             *key,
@@ -92,45 +219,87 @@ def run(sampler: str, rates: np.ndarray) -> tuple[float, float]:
         draw()
     while len(informative) < GROUPS:
         key, bound, drawn_at = open_.pop(int(rng.integers(len(open_))))
-        passes = rng.random(GROUP) < rates[bound.row.index]
+        i = bound.row.index
+        passes = rng.random(GROUP) < pop.rate(i)
         members = tuple(
             MemberResult(scored=float(x), valid=True, versions={"main": (drawn_at, drawn_at)}) for x in passes
         )
-        mixed = 0 < passes.sum() < GROUP
+        trains = pop.trains(i, int(passes.sum()), rng)
+        if trains:
+            pop.trained(i)
         rec.settle(
             GroupRecord(
                 *key,
                 bound.row.task_id,
                 entry="synthetic",
                 members=members,
-                verdict="trained" if mixed else "uniform",
+                verdict="trained" if trains else "uniform",
                 drawn_at={"main": drawn_at},
             )
         )
         rec.fate(*key, "consumed")
-        informative.append(bool(mixed))
+        informative.append(trains)
         if len(informative) % OPEN == 0:
             version += 1
+            pop.publish()
             rec.flush()
         draw()
     share = np.array(informative)
     return float(share.mean()), float(share[len(share) // 2 :].mean())
 
 
+def _cell(values: list[float]) -> str:
+    mean = float(np.mean(values))
+    return f"{mean:.3f}" if len(values) == 1 else f"{mean:.3f} ({min(values):.3f}..{max(values):.3f})"
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=1, help="runs per cell, seeds 0..K-1 (default 1)")
+    parser.add_argument("--only", default=None, help="a comma-separated list of populations")
+    args = parser.parse_args()
+    seeds = list(range(SEED, SEED + args.seeds))
     print(
-        f"informative-group share, {N_TASKS} tasks, group size {GROUP}, {GROUPS} groups, {OPEN} outstanding"
+        f"informative-group share, {N_TASKS} tasks, group size {GROUP}, {GROUPS} groups, {OPEN} outstanding, "
+        f"seeds {seeds[0]}..{seeds[-1]}"
     )
-    print(
-        f"{'population':>14}  {'uniform':>8}  {'expected':>8}  {'pass_rate':>9}  {'2nd half':>8}  {'ceiling':>7}"
-    )
-    for name, rates in populations(np.random.default_rng(SEED)).items():
-        uniform, _ = run("uniform", rates)
-        adaptive, late = run("pass_rate", rates)
-        expected = float(informative_chance(rates).mean())
-        print(
-            f"{name:>14}  {uniform:>8.3f}  {expected:>8.3f}  {adaptive:>9.3f}  {late:>8.3f}  {ceiling(rates):>7.3f}"
-        )
+    head = [
+        "population",
+        "uniform",
+        "pass_rate 0.4.0",
+        "2nd half",
+        "pass_rate",
+        "2nd half",
+        "ratio",
+        "oracle",
+        "ceiling",
+    ]
+    print(" | ".join(head))
+    only = set(args.only.split(",")) if args.only else None
+    for name, make in populations(np.random.default_rng(SEED)).items():
+        if only is not None and name not in only:
+            continue
+        uniform = [run("uniform", make(), seed=s)[0] for s in seeds]
+        oracle = [run("oracle", make(), seed=s)[0] for s in seeds]
+        cells: dict[str, tuple[list[float], list[float]]] = {}
+        for label, options in SETTINGS.items():
+            results = [run("pass_rate", make(), options, seed=s) for s in seeds]
+            cells[label] = ([r[0] for r in results], [r[1] for r in results])
+        ratio = [d / v for d, v in zip(cells["default"][0], cells["0.4.0"][0], strict=True)]
+        pop = make()
+        top = f"{ceiling(pop.rates):.3f}" if pop.fixed else "-"
+        row = [
+            name,
+            _cell(uniform),
+            _cell(cells["0.4.0"][0]),
+            _cell(cells["0.4.0"][1]),
+            _cell(cells["default"][0]),
+            _cell(cells["default"][1]),
+            _cell(ratio),
+            _cell(oracle),
+            top,
+        ]
+        print(" | ".join(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,12 @@ class PassRateOptions(BaseModel):
     )
     candidates: int = Field(4096, description="Thompson-score at most this many randomly chosen tasks a decision.")
     seed: int = Field(0, description="Added to the decision-key seed, to vary draws without changing the run seed.")
+    evidence: Literal["drift", "versions"] = Field(
+        "drift",
+        description="drift: a task's evidence moves with the policy's progress (a drift shared by the entry's tasks, "
+        "estimated from every settled group) and fades only as the task goes unseen for rounds of the pool; "
+        "versions: platoon 0.4.0's, evidence halves every 32 policy versions.",
+    )
 
     @field_validator("explore", mode="before")
     @classmethod

@@ -269,6 +269,9 @@ class Driver:
         the dispatch state, the statistics' snapshot (while the recorder keeps one) and the driver's own state;
         the row names them with their formats and this start. A runtime adds its own files and ``logs``."""
         d = self.dispatcher
+        # Apply the held settles first: the samplers observe them (an adaptive sampler's state may hold what it
+        # learned from them, pass_rate's drift model does), so their states and the snapshot tell of the same groups.
+        d.recorder.flush()
         start = d.start_number
         dispatch_file = f"tasks/dispatch-{name}.json"
         files: dict[str, object] = {dispatch_file: d.state_dict(), f"driver-{name}.json": self.state_dict()}

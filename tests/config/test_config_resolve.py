@@ -363,6 +363,7 @@ def test_pass_rate_records_its_options_with_defaults() -> None:
             "max_outstanding_per_task": None,
             "candidates": 4096,
             "seed": 0,
+            "evidence": "drift",
         }
     }
 

@@ -14,6 +14,14 @@ listing order, decision ``d`` (its window is ``d // N``; ``previous`` survives o
 5. otherwise *explore*: the least recently drawn task (never drawn counts as -1), ties at random;
 6. the score is ``informative_at(alpha, beta, G)`` of the chosen task (None without statistics).
 
+That is ``evidence: versions``, 0.4.0's: ``(alpha, beta)`` is the statistics' posterior, evidence halving every 32
+versions. Under ``evidence: drift`` (the default) step 4 differs in three ways (``platoon.policy.samplers.drift``):
+``(alpha, beta)`` is the drift model's posterior, fed by `observe` (a task it has not seen reads the statistics'
+where they hold evidence of it); the score is ``1 - u1 p^G - u0 (1 - p)^G``, ``u1``/``u0`` the entry's recent share
+of all-pass/all-fail groups that came out uniform (1 and 1 with a binary reward: 0.4.0's score); and *spread*: the
+Thompson winner's draw goes to the task drawn fewest times in this window among those whose expected chance
+(`informative_chance`) is within ``SPREAD`` of the winner's, the best sampled score among them (`_spread`).
+
 Departure from platoon 0.4.0 (documented, deliberate): 0.4.0 draws its coin, sample and Beta variates from
 ``random.Random(key)`` one task at a time. Here they come from ``numpy.random.default_rng(key)`` in whole arrays,
 so that a decision over a million tasks costs a few milliseconds: the coin (``random()``), then the candidates
@@ -33,9 +41,14 @@ import numpy as np
 
 from platoon.config.components import PassRateOptions
 from platoon.policy.samplers.base import Draw, Sampler, SamplerContext, SamplerSetup, TaskStatsView
-from platoon.policy.stats import PRIOR_STRENGTH, informative_at
+from platoon.policy.samplers.drift import PRIOR_STRENGTH as DRIFT_PRIOR
+from platoon.policy.samplers.drift import DriftModel, informative_chance
+from platoon.policy.stats import PRIOR_STRENGTH, GroupRecord, informative_at
 
 _NEVER = np.iinfo(np.int64).max
+SPREAD = 0.05
+"""``evidence: drift``'s exploit hands the Thompson winner to a task drawn fewer times in this window whose expected
+chance to train is within this of the winner's (see `PassRateSampler._spread`)."""
 _STATE_KEYS = ("last_drawn", "window", "window_draws", "previous_window_draws")
 
 
@@ -106,7 +119,27 @@ class PassRateSampler(Sampler):
         self._n_never = n
         self._capped: list[int] = []  # tasks that reached the cap in this window
         self._warned = False
+        self._entry_names, codes, group_tasks = self._groups(setup)
+        self._model = (
+            DriftModel(n, codes, self._entry_names, group_tasks) if options.evidence == "drift" else None
+        )
         self._reset_metrics()
+
+    @staticmethod
+    def _groups(setup: SamplerSetup) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
+        """The entries of the pool's tasks (a task listed by several: its first's; outside every entry: ``""``),
+        each task's place among them, and how many tasks each has."""
+        ids = setup.unique_ids
+        if setup.level == "entry" and setup.entry in setup.entries:
+            return (setup.entry,), np.zeros(len(ids), dtype=np.int64), np.array([len(ids)])
+        owner: dict[str, str] = {}
+        for name, info in setup.entries.items():
+            for t in info.task_ids:
+                owner.setdefault(t, name)
+        names = tuple(dict.fromkeys(owner.get(t, "") for t in ids))
+        at = {name: c for c, name in enumerate(names)}
+        codes = np.fromiter((at[owner.get(t, "")] for t in ids), dtype=np.int64, count=len(ids))
+        return names, codes, np.bincount(codes, minlength=len(names))
 
     @staticmethod
     def _group_sizes(setup: SamplerSetup) -> np.ndarray:
@@ -187,19 +220,31 @@ class PassRateSampler(Sampler):
             cand = self._candidates(scored, opts.candidates, rng)
             if cand.size:
                 reason = "exploit"
-                a, b = stats.posterior_arrays(self.ids, subset=cand)
-                p = rng.beta(a, b)
                 g = self._one_size if self._one_size is not None else self._sizes_now(stats)[cand]
-                score = 1.0 - p**g - (1.0 - p) ** g
+                if self._model is None:
+                    a, b = stats.posterior_arrays(self.ids, subset=cand)
+                    p = rng.beta(a, b)
+                    score = 1.0 - p**g - (1.0 - p) ** g
+                else:
+                    a, b, u1, u0, _ = self._read(stats, cand)
+                    p = rng.beta(a, b)
+                    score = 1.0 - u1 * p**g - u0 * (1.0 - p) ** g
+                    score = self._spread(cand, score, informative_chance(a, b, g, u1, u0))
                 ties = cand[score == score.max()]
                 chosen = int(ties[0] if ties.size == 1 else ties[rng.integers(ties.size)])
         if chosen < 0:
             chosen = self._least_recent(keep.mask, rng)
         score_out = None
         if stats is not None:
-            a, b = (float(x[0]) for x in stats.posterior_arrays(self.ids, subset=np.array([chosen])))
-            score_out = float(informative_at(a, b, int(self._sizes_now(stats)[chosen])))
-            self._m["prior"] += PRIOR_STRENGTH / (a + b)
+            one, size = np.array([chosen]), int(self._sizes_now(stats)[chosen])
+            if self._model is None:
+                a, b = (float(x[0]) for x in stats.posterior_arrays(self.ids, subset=one))
+                score_out, weight = float(informative_at(a, b, size)), PRIOR_STRENGTH
+            else:
+                a_, b_, u1, u0, w = self._read(stats, one)
+                a, b, weight = float(a_[0]), float(b_[0]), float(w[0])
+                score_out = float(informative_chance(a_, b_, size, u1, u0)[0])
+            self._m["prior"] += weight / (a + b)
             self._m["prior_n"] += 1
             try:
                 version = stats.counts(self.ids[chosen]).evidence_version
@@ -212,7 +257,51 @@ class PassRateSampler(Sampler):
         self._m["eligible"] += keep.count / self._n
         self._m["lifted"] += int(lifted)
         self._drawn(chosen, decision)
+        if self._model is not None:
+            self._model.clock = decision + 1
         return Draw(self.ids[chosen], reason, score_out)
+
+    def _spread(self, cand: np.ndarray, score: np.ndarray, expected: np.ndarray) -> np.ndarray:
+        """The Thompson scores, with the winner handed to a task that is as good in expectation (within
+        ``SPREAD`` of the winner's expected chance) and drawn fewer times in this window: those come first, by
+        their own sampled score."""
+        w = int(np.argmax(score))
+        close = expected >= expected[w] - SPREAD
+        draws = np.where(close, self._window_draws[cand], np.iinfo(np.int64).max)
+        fewest = close & (draws == draws.min())
+        return np.where(fewest, score, -1.0)
+
+    def _read(self, stats: TaskStatsView, idx: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(alpha, beta, u1, u0, prior weight)`` of tasks ``idx`` under the drift model. A task the model has not seen reads
+        the statistics' posterior (0.4.0's) where they hold evidence of it (after a resume from a state without the
+        model, or where nobody feeds `observe`), else the model's prior."""
+        model = self._model
+        a, b = (np.array(x, dtype=float) for x in stats.posterior_arrays(self.ids, subset=idx))
+        seen = model.seen(idx)
+        if seen.any():
+            a[seen], b[seen] = model.posterior(idx[seen], model.clock)
+        blank = ~seen & np.isnan(stats.count_arrays(self.ids).evidence_version[idx])
+        if blank.any():
+            a[blank], b[blank] = model.prior(idx[blank])
+        u1, u0 = model.uniform_shares(model.codes[idx])
+        return a, b, u1, u0, np.where(seen | blank, DRIFT_PRIOR, PRIOR_STRENGTH)
+
+    def observe(self, group: GroupRecord) -> None:
+        """Feed a settled group to the drift model (``evidence: drift``), with its entry's success threshold."""
+        if self._model is None:
+            return
+        i = self._position(group.task_id)
+        if i is None:
+            return
+        entries = self.setup.entries
+        entry = group.entry if group.entry in entries else self._entry_names[int(self._model.codes[i])]
+        threshold = entries[entry].success_threshold if entry in entries else 1.0
+        self._model.observe(i, group.passes(threshold), group.valid, group.verdict, group.oldest_version())
+
+    def _position(self, task_id: str) -> int | None:
+        if self._index is None:
+            self._index = {t: i for i, t in enumerate(self.ids)}
+        return self._index.get(task_id)
 
     def _drawn(self, i: int, decision: int) -> None:
         if self._last[i] < 0:
@@ -263,23 +352,29 @@ class PassRateSampler(Sampler):
         def as_map(arr: np.ndarray, present: np.ndarray) -> dict[str, int]:
             return {ids[i]: int(arr[i]) for i in np.flatnonzero(present).tolist()}
 
-        return {
+        state: dict[str, Any] = {
             "last_drawn": as_map(self._last, self._last >= 0),
             "window": int(self._window),
             "window_draws": as_map(self._window_draws, self._window_draws > 0),
             "previous_window_draws": as_map(self._previous, self._previous > 0),
         }
+        if self._model is not None and not self._model.fresh():  # a fresh model is 0.4.0's state, no more
+            state["model"] = self._model.state(ids)
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Load a `state_dict`; ``{}`` starts afresh. Tasks that left the pool are dropped, new ones never drawn.
         A non-mapping, a missing key, a window that is not an int >= 0, or maps that are not {str: int >= 0} raise
-        ValueError (and change nothing)."""
+        ValueError (and change nothing). Under ``evidence: drift`` a state without ``model`` (0.4.0's) starts the
+        drift model afresh; a malformed ``model`` is a ValueError too."""
         if not isinstance(state, Mapping):
             raise ValueError(f"pass_rate state is a mapping, got {type(state).__name__}")
         n = self._n
         if not state:
             self._last, self._window = np.full(n, -1, dtype=np.int64), 0
             self._window_draws, self._previous = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+            if self._model is not None:
+                self._model.reset()
             self._derive()
             return
         missing = [k for k in _STATE_KEYS if k not in state]
@@ -303,8 +398,14 @@ class PassRateSampler(Sampler):
                 if i is not None:
                     arr[i] = v
             arrays.append(arr)
+        model = self._model
+        if model is not None:
+            model = DriftModel(n, model.codes, model.names, model.group_tasks)
+            if "model" in state:
+                model.load(state["model"], self._index)
         self._last, self._window_draws, self._previous = arrays
         self._window = window
+        self._model = model
         self._derive()
 
     def _derive(self) -> None:
@@ -316,9 +417,12 @@ class PassRateSampler(Sampler):
 
     # -- metrics
     def metrics(self, stats: TaskStatsView | None) -> dict[str, float]:
-        """Since the last call: ``eligible_share``, ``cap_lifted``, ``prior_share`` (mean ``2/(a+b)`` of the drawn
-        tasks), ``evidence_age`` and ``top10_share`` (the top ``max(1, N // 10)`` draw counts over the total, on
-        the current window, or the previous one while the current holds fewer than N/2 draws)."""
+        """Since the last call: ``eligible_share``, ``cap_lifted``, ``prior_share`` (mean ``w/(a+b)`` of the drawn
+        tasks, ``w`` their prior's weight), ``evidence_age`` and ``top10_share`` (the top ``max(1, N // 10)`` draw
+        counts over the total, on the current window, or the previous one while the current holds fewer than N/2
+        draws); under ``evidence: drift`` also, now, ``drift`` (the drift model's, in logits, averaged over the
+        pool's tasks) and ``all_fail_uniform`` (the chance it gives a group of all failures to train nothing, the
+        same average; 1 with a binary reward)."""
         m, out = self._m, {}
         if m["decisions"]:
             out["eligible_share"] = m["eligible"] / m["decisions"]
@@ -334,6 +438,8 @@ class PassRateSampler(Sampler):
         if total > 0:
             k = max(1, self._n // 10)
             out["top10_share"] = float(np.partition(draws, self._n - k)[self._n - k :].sum()) / total
+        if self._model is not None:
+            out.update(self._model.summary())
         self._reset_metrics()
         return out
 
