@@ -97,6 +97,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         self.armed: dict[str, tuple[int, float] | None] = {"deadline": None, "startups": None}
         self.done = False
         self.begun = False
+        self.rollouts = 0  # permits granted in this process (a benchmark's count; not part of the state)
         self._stop = self.env.event()
         self.write_step: Callable[[StepReport, float], None] | None = None
         self.finish: Callable[[float], None] | None = None
@@ -201,6 +202,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
             raise RuntimeError(f"GrantPermit for rollout {dec.index} of group {dec.key}, which does not wait")
         m = g.members[dec.index]
         m.granted, m.version = self.now, self.version
+        self.rollouts += 1
         if m.lane is not None and self.now > g.created:  # no span for a wait of no time
             self._span(m, "permit_wait", g.created)
         if g.draws is None:
