@@ -56,7 +56,14 @@ from platoon.policy.records import (
     MemberResult,
     decay,
 )
-from platoon.policy.totals import TOTAL_FIELDS, GroupTotals, TaskCountArrays, TaskCounts, TaskStats
+from platoon.policy.totals import (
+    TOTAL_FIELDS,
+    GroupTotals,
+    SettleCounts,
+    TaskCountArrays,
+    TaskCounts,
+    TaskStats,
+)
 
 NO_EVIDENCE_LIMIT = 3
 """A task whose last 3 groups had no valid member is "without evidence" (pass_rate reaches it by exploring only)."""
@@ -425,17 +432,18 @@ class TaskStatsStore:
             entry = self._task_entry[i]
         threshold = self.threshold(entry)
         v = record.oldest_version()
-        self.run.add(record, threshold, v)
+        counts = SettleCounts.of(record, threshold)  # once: the record goes to up to four totals
+        self.run.add_counts(counts, v)
         if i is None:
             return
         rec = self._record(i)
-        rec.totals.add(record, threshold, v)
+        rec.totals.add_counts(counts, v)
         if entry in self.entry_totals:
-            self.entry_totals[entry].add(record, threshold, v)
+            self.entry_totals[entry].add_counts(counts, v)
         label = self._task_label[i]
         if label is not None:
-            self.label_totals.setdefault(label, GroupTotals()).add(record, threshold, v)
-        valid, passes = record.valid, record.passes(threshold)
+            self.label_totals.setdefault(label, GroupTotals()).add_counts(counts, v)
+        valid, passes = counts.valid, counts.passes
         if record.members or record.verdict != "unknown":
             self._ustreak[i] = self._ustreak[i] + 1 if record.verdict == "uniform" else 0
             self._nestreak[i] = 0 if valid > 0 else self._nestreak[i] + 1
