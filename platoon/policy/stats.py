@@ -453,13 +453,17 @@ class TaskStatsStore:
                 self._no_evidence.discard(i)
         members = record.members
         if v is not None:
-            for m in members:
-                for name in ("steps", "output_tokens", "seconds"):
-                    value = getattr(m, name)
-                    if value is not None:
-                        rec.means[name].add_value(value, v)
+            means = rec.means
+            steps, tokens, secs, reward = means["steps"], means["output_tokens"], means["seconds"], means["reward"]
+            for m in members:  # ``add_value``'s own arithmetic, the calls unrolled (a settle does this per member)
+                if m.steps is not None:
+                    steps.add(float(m.steps), 1.0, v)
+                if m.output_tokens is not None:
+                    tokens.add(float(m.output_tokens), 1.0, v)
+                if m.seconds is not None:
+                    secs.add(float(m.seconds), 1.0, v)
                 if m.valid and m.reward is not None:
-                    rec.means["reward"].add_value(m.reward, v)
+                    reward.add(float(m.reward), 1.0, v)
         seconds = [m.seconds for m in members if m.seconds is not None]
         rec.history.append(
             GroupSummary(
