@@ -5,7 +5,8 @@ checkpoint ``checkpoints/<step>/`` holds
 
 - ``tasks/dispatch-<step>.json``: the dispatcher's format-2 state (``dispatch_state.state_dict``), whose ``exact``
   section carries the settled, unconsumed groups with their datums, so that a resume trains them first;
-- ``tasks/state-<step>.json``: the per-task statistics' snapshot (absent once the recorder stopped);
+- ``tasks/state-<step>.npz``: the per-task statistics' snapshot, columnar (absent once the recorder stopped;
+  ``tasks/state-<step>.json`` in a checkpoint of an older release, which reads back as well);
 - ``tasks/kept-<step>.json.gz``: the same settled groups as platoon 0.4.0 writes them (``platoon.runs.kept``), when
   there are any, so that 0.4.0 reads the dispatch state too;
 - ``trainer.pt``: the trainer's state (model, optimizer, generator, step count) as bytes;
@@ -55,11 +56,12 @@ from platoon.runs import (
     read_checkpoint_file,
     read_checkpoint_rows,
     save_checkpoint,
+    stats_file_name,
 )
 
 TRAINER_FILE = "trainer.pt"
 #: The checkpoint files a live resume can do without: each only costs its own part (see the module docstring).
-STATS_FILE, DISPATCH_FILE = "tasks/state-*.json", "tasks/dispatch-*.json"
+STATS_FILE, DISPATCH_FILE = "tasks/state-*", "tasks/dispatch-*.json"
 
 __all__ = ["LiveRunDir", "ResumePoint", "TRAINER_FILE", "clock_of", "next_start_number"]
 
@@ -154,7 +156,7 @@ class LiveRunDir:
         ckpt: LoadedCheckpoint = load_latest_checkpoint(self.rd, optional=(STATS_FILE, DISPATCH_FILE))
         name = ckpt.name
         dispatch = ckpt.files.get(f"tasks/dispatch-{name}.json")
-        stats_name = f"tasks/state-{name}.json"
+        stats_name = stats_file_name(ckpt.row, name)
         snapshot = ckpt.files.get(stats_name)
         snapshot_from = name if isinstance(snapshot, dict) else None
         if stats_name in ckpt.broken:
@@ -179,7 +181,7 @@ class LiveRunDir:
             if not isinstance(name, str):
                 continue
             try:
-                snapshot = read_checkpoint_file(self.rd, r, f"tasks/state-{name}.json")
+                snapshot = read_checkpoint_file(self.rd, r, stats_file_name(r, name))
             except CheckpointError:
                 continue
             if isinstance(snapshot, dict):

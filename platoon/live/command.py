@@ -37,6 +37,7 @@ from platoon.live.runtime import LiveRuntime
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_gives_verdicts
 from platoon.policy import dispatch_state
 from platoon.runs import CheckpointError, CorruptFileError, RunDir
+from platoon.runs.checkpoints import stats_file_name
 from platoon.runs.resume import (
     ResumeRefused,
     RunFinished,
@@ -362,7 +363,7 @@ def _load_statistics(live: LiveRun, run_dir: LiveRunDir, point: Any, log: Any) -
     Statistics that are not the checkpoint's own get its outstanding draws (from its dispatch state, else from the
     event log up to the checkpoint), so that the resume's reissues and fates are recorded."""
     d = live.dispatcher
-    state_file = f"tasks/state-{point.name}.json"
+    state_file = stats_file_name(point.row, point.name)
     problem = point.state_lost.get(state_file)
     loaded = point.snapshot_from
     if problem is None and point.snapshot is None:

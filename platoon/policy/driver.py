@@ -278,11 +278,11 @@ class Driver:
         row: dict[str, Any] = {"batch": done, "policy_version": d.next_version, "runtime": self.runtime,
                                "start": start,
                                "dispatch": {"file": dispatch_file, "format": STATE_FORMAT, "start": start}}
-        snapshot = d.recorder.snapshot()
+        snapshot = d.recorder.snapshot(columns=True)  # columnar: a runs layer writes it as .npz
         if snapshot is not None:
-            state_file = f"tasks/state-{name}.json"
+            state_file = f"tasks/state-{name}.npz"
             files[state_file] = snapshot
-            row["tasks"] = {"file": state_file, "format": 1, "start": start}
+            row["tasks"] = {"file": state_file, "format": snapshot["format"], "start": start}
         if d.admission is not None:
             row["next_position"] = d.next_position
         return files, row

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from platoon.policy.samplers.base import TaskStatsView
-from platoon.policy.stats import FATES, SNAPSHOT_FORMAT, GroupRecord, TaskStatsStore
+from platoon.policy.stats import COLUMNS_FORMAT, FATES, SNAPSHOT_FORMAT, GroupRecord, TaskStatsStore
 
 if TYPE_CHECKING:
     from platoon.policy.pool import TaskPool
@@ -241,27 +241,34 @@ class StatsRecorder:
         return TaskStatsView(self.store, version, live=True)
 
     # -- persistence
-    def snapshot(self) -> dict[str, Any] | None:
-        """The snapshot of 1.10 as JSON-safe data (flushes first); None once the recorder stopped."""
+    def snapshot(self, *, columns: bool = False) -> dict[str, Any] | None:
+        """The snapshot of 1.10 (flushes first); None once the recorder stopped. As JSON-safe data (format 1), or,
+        with ``columns``, in format 2: the same with the tasks as numpy arrays under ``columns``
+        (``TaskStatsStore.to_columns``), for a runs layer to write in a columnar file. Either loads back."""
         self.flush()
         if self.stopped:
             return None
         data: dict[str, Any] | None = None
         with self._guard("snapshot"):
+            store = self._store.to_columns() if columns else self._store.to_json()
             data = {
-                "format": SNAPSHOT_FORMAT,
+                "format": COLUMNS_FORMAT if columns else SNAPSHOT_FORMAT,
                 "start": self.start,
                 "next_seq": self.next_seq,
-                **self._store.to_json(),
+                **store,
             }
         return data
 
     def load_snapshot(self, data: dict[str, Any]) -> None:
-        """Load a snapshot: ValueError for a format that is not 1 or a malformed one. Tasks that left the pool are
-        dropped, new tasks start empty, the outstanding draws are replaced wholesale; held records are dropped."""
-        if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT:
+        """Load a snapshot of format 1 or 2: ValueError for another format or a malformed one. Tasks that left the
+        pool are dropped, new tasks start empty, the outstanding draws are replaced wholesale; held records are
+        dropped."""
+        formats = (SNAPSHOT_FORMAT, COLUMNS_FORMAT)
+        if not isinstance(data, dict) or data.get("format") not in formats:
             fmt = data.get("format") if isinstance(data, dict) else type(data).__name__
-            raise ValueError(f"statistics snapshot format {fmt!r} is not {SNAPSHOT_FORMAT}")
+            raise ValueError(f"statistics snapshot format {fmt!r} is not one of {formats}")
+        if data["format"] == COLUMNS_FORMAT and not isinstance(data.get("columns"), dict):
+            raise ValueError("statistics snapshot of format 2 without its columns")
         self._store.load_json(data)
         self._held.clear()
 

@@ -238,6 +238,10 @@ class DecayedCounts:
         self.version = version
 
     def add(self, passes: float, fails: float, version: int) -> None:
+        if version == self.version:  # the common case, same version: a weight of exactly 1.0, no power taken
+            self.passes += passes
+            self.fails += fails
+            return
         if self.version is None or version >= self.version:
             w = 1.0 if self.version is None else decay(version - self.version)
             self.passes = self.passes * w + passes

@@ -56,19 +56,29 @@ from platoon.policy.records import (
     MemberResult,
     decay,
 )
-from platoon.policy.totals import TOTAL_FIELDS, GroupTotals, TaskCountArrays, TaskCounts, TaskStats
+from platoon.policy.totals import (
+    TOTAL_FIELDS,
+    GroupTotals,
+    SettleCounts,
+    TaskCountArrays,
+    TaskCounts,
+    TaskStats,
+)
 
 NO_EVIDENCE_LIMIT = 3
 """A task whose last 3 groups had no valid member is "without evidence" (pass_rate reaches it by exploring only)."""
 HISTORY = 8
 """How many newest group summaries each task keeps."""
 SNAPSHOT_FORMAT = 1
+"""The snapshot as JSON data, one object per task (``to_json``)."""
+COLUMNS_FORMAT = 2
+"""The snapshot with its tasks as columns, numpy arrays of one row per touched task (``to_columns``)."""
 MEANS = ("steps", "output_tokens", "seconds", "reward")
 """The decayed per-task means, by name."""
 
 __all__ = [  # the records', totals' and formulas' names too: the statistics are read through this one module
     "BANDS", "FATES", "HALF_LIFE_VERSIONS", "HISTORY", "KINDS", "MAIN", "MEANS", "NO_EVIDENCE_LIMIT",
-    "PRIOR_STRENGTH", "SNAPSHOT_FORMAT", "VERDICTS", "DecayedCounts", "DecayedMean", "EntrySettings", "GroupRecord",
+    "PRIOR_STRENGTH", "SNAPSHOT_FORMAT", "COLUMNS_FORMAT", "VERDICTS", "DecayedCounts", "DecayedMean", "EntrySettings", "GroupRecord",
     "GroupSummary", "GroupTotals", "MemberResult", "TaskCountArrays", "TaskCounts", "TaskStats", "TaskStatsStore",
     "band",
     "decay", "informative_at", "pass_at",
@@ -422,17 +432,18 @@ class TaskStatsStore:
             entry = self._task_entry[i]
         threshold = self.threshold(entry)
         v = record.oldest_version()
-        self.run.add(record, threshold, v)
+        counts = SettleCounts.of(record, threshold)  # once: the record goes to up to four totals
+        self.run.add_counts(counts, v)
         if i is None:
             return
         rec = self._record(i)
-        rec.totals.add(record, threshold, v)
+        rec.totals.add_counts(counts, v)
         if entry in self.entry_totals:
-            self.entry_totals[entry].add(record, threshold, v)
+            self.entry_totals[entry].add_counts(counts, v)
         label = self._task_label[i]
         if label is not None:
-            self.label_totals.setdefault(label, GroupTotals()).add(record, threshold, v)
-        valid, passes = record.valid, record.passes(threshold)
+            self.label_totals.setdefault(label, GroupTotals()).add_counts(counts, v)
+        valid, passes = counts.valid, counts.passes
         if record.members or record.verdict != "unknown":
             self._ustreak[i] = self._ustreak[i] + 1 if record.verdict == "uniform" else 0
             self._nestreak[i] = 0 if valid > 0 else self._nestreak[i] + 1
@@ -442,13 +453,17 @@ class TaskStatsStore:
                 self._no_evidence.discard(i)
         members = record.members
         if v is not None:
-            for m in members:
-                for name in ("steps", "output_tokens", "seconds"):
-                    value = getattr(m, name)
-                    if value is not None:
-                        rec.means[name].add_value(value, v)
+            means = rec.means
+            steps, tokens, secs, reward = means["steps"], means["output_tokens"], means["seconds"], means["reward"]
+            for m in members:  # ``add_value``'s own arithmetic, the calls unrolled (a settle does this per member)
+                if m.steps is not None:
+                    steps.add(float(m.steps), 1.0, v)
+                if m.output_tokens is not None:
+                    tokens.add(float(m.output_tokens), 1.0, v)
+                if m.seconds is not None:
+                    secs.add(float(m.seconds), 1.0, v)
                 if m.valid and m.reward is not None:
-                    rec.means["reward"].add_value(m.reward, v)
+                    reward.add(float(m.reward), 1.0, v)
         seconds = [m.seconds for m in members if m.seconds is not None]
         rec.history.append(
             GroupSummary(
@@ -552,6 +567,37 @@ class TaskStatsStore:
     # -- persistence
     def to_json(self) -> dict[str, Any]:
         """The store's part of a snapshot (1.10): settings, totals, touched tasks, outstanding draws."""
+        header = self._header()
+        outstanding = header.pop("outstanding")  # the keys in their order of old: tasks before outstanding
+        return {**header, "tasks": self._tasks_json(), "outstanding": outstanding}
+
+    def to_columns(self) -> dict[str, Any]:
+        """``to_json`` with ``tasks`` replaced by ``columns``: one numpy array per field (``TASK_COLUMNS``), a row
+        per touched task in pool order; a history is flattened into the ``h_*`` columns, ``h_count`` rows a task.
+        A missing version or mean is NaN. The arrays are the store's own data, copied: a runs layer writes them."""
+        return {**self._header(), "columns": _task_columns(self)}
+
+    def _header(self) -> dict[str, Any]:
+        return {
+            "column": self.column,
+            "group_size": self.group_size_run,
+            "half_life_versions": HALF_LIFE_VERSIONS,
+            "prior_strength": PRIOR_STRENGTH,
+            "no_evidence_limit": NO_EVIDENCE_LIMIT,
+            "entries": {
+                name: {
+                    "group_size": s.group_size,
+                    "success_threshold": s.success_threshold,
+                    "totals": self.entry_totals[name].to_json(),
+                }
+                for name, s in self.entries.items()
+            },
+            "labels": {label: t.to_json() for label, t in self.label_totals.items()},
+            "run": self.run.to_json(),
+            "outstanding": [list(d) for d in self.outstanding_draws()],
+        }
+
+    def _tasks_json(self) -> dict[str, Any]:
         tasks = {}
         for i in sorted(self._records):
             rec = self._records[i]
@@ -569,25 +615,7 @@ class TaskStatsStore:
                 "drawn": c.drawn,
                 "outstanding": c.outstanding,
             }
-        return {
-            "column": self.column,
-            "group_size": self.group_size_run,
-            "half_life_versions": HALF_LIFE_VERSIONS,
-            "prior_strength": PRIOR_STRENGTH,
-            "no_evidence_limit": NO_EVIDENCE_LIMIT,
-            "entries": {
-                name: {
-                    "group_size": s.group_size,
-                    "success_threshold": s.success_threshold,
-                    "totals": self.entry_totals[name].to_json(),
-                }
-                for name, s in self.entries.items()
-            },
-            "labels": {label: t.to_json() for label, t in self.label_totals.items()},
-            "run": self.run.to_json(),
-            "tasks": tasks,
-            "outstanding": [list(d) for d in self.outstanding_draws()],
-        }
+        return tasks
 
     def load_json(self, data: Mapping[str, Any]) -> None:
         """Replace the contents with a snapshot's: tasks that left the pool are dropped, new ones start empty, entry
@@ -609,6 +637,8 @@ class TaskStatsStore:
         for label, t in data.get("labels", {}).items():
             if label in self.label_totals:
                 self.label_totals[label] = GroupTotals.from_json(t)
+        if "columns" in data:
+            self._load_columns(data["columns"])
         for task_id, t in data.get("tasks", {}).items():
             i = self._index.get(task_id)
             if i is None:
@@ -631,10 +661,125 @@ class TaskStatsStore:
             self._nestreak[i] = int(t["no_evidence_streak"])
             self._drawn[i] = int(t["drawn"])
             self._outstanding_n[i] = int(t["outstanding"])
+        self._load_outstanding(data)
+
+    def _load_outstanding(self, data: Mapping[str, Any]) -> None:
         for s, q, task_id, position in data.get("outstanding", []):
             self._outstanding[(int(s), int(q))] = (str(task_id), None if position is None else int(position))
         self._busy = set(np.flatnonzero(self._outstanding_n > 0).tolist())
         self._no_evidence = set(np.flatnonzero(self._nestreak >= NO_EVIDENCE_LIMIT).tolist())
         self._counts.clear()
 
+    def _load_columns(self, columns: Mapping[str, Any]) -> None:
+        """Load ``to_columns``'s arrays (a ValueError, via ``load_json``, for missing or ragged columns)."""
+        c = {name: np.asarray(columns[name]) for name in TASK_COLUMNS}
+        n = len(c["task"])
+        if any(len(a) != n for name, a in c.items() if not name.startswith("h_") or name == "h_count"):
+            raise ValueError("the task columns are not all of one length")
+        ends = np.cumsum(c["h_count"])
+        if n and (int(ends[-1]) != len(c["h_start"]) or int(c["h_count"].min()) < 0):
+            raise ValueError("the history columns do not add up to h_count")
+        if any(len(c[name]) != len(c["h_start"]) for name in HISTORY_COLUMNS):
+            raise ValueError("the history columns are not all of one length")
+        verdicts = c["h_verdict"].tolist()
+        if set(verdicts) - set(VERDICTS):
+            raise ValueError(f"unknown verdicts {sorted(set(verdicts) - set(VERDICTS))}")
+        lists = {name: c[name].tolist() for name in TASK_COLUMNS if name != "h_verdict"}
+        lists["h_verdict"] = verdicts
+        for row, task_id in enumerate(lists["task"]):
+            i = self._index.get(task_id)
+            if i is not None:
+                self._load_row(i, row, lists, int(ends[row]) - lists["h_count"][row])
 
+    def _load_row(self, i: int, row: int, c: Mapping[str, list], h0: int) -> None:
+        rec = self._record(i)
+        t = rec.totals = GroupTotals(
+            **{name: int(c[name][row]) for name in TOTAL_FIELDS if name != "reward_sum"},
+            reward_sum=float(c["reward_sum"][row]),
+            decayed=DecayedCounts(c["ev_a"][row], c["ev_b"][row], _version(c["ev_v"][row])))
+        for k in MEANS:
+            rec.means[k] = DecayedMean(c[f"{k}_a"][row], c[f"{k}_b"][row], _version(c[f"{k}_v"][row]))
+        for j in range(h0, h0 + c["h_count"][row]):
+            rec.history.append(GroupSummary(
+                int(c["h_start"][j]), int(c["h_seq"][j]), _version(c["h_version"][j]), int(c["h_valid"][j]),
+                int(c["h_passes"][j]), _value(c["h_reward_mean"][j]), c["h_verdict"][j],
+                _value(c["h_steps"][j]), _value(c["h_seconds"][j])))
+        rec.fates.update({f: int(c[f"fate_{f}"][row]) for f in FATES})
+        self._groups[i] = t.groups
+        d = t.decayed
+        self._ev_p[i], self._ev_f[i] = d.passes, d.fails
+        self._ev_v[i] = np.nan if d.version is None else d.version
+        self._ustreak[i] = c["uniform_streak"][row]
+        self._nestreak[i] = c["no_evidence_streak"][row]
+        self._drawn[i] = c["drawn"][row]
+        self._outstanding_n[i] = c["outstanding"][row]
+
+
+
+
+# ------------------------------------------------------------------------------------------------- columns
+HISTORY_COLUMNS = ("h_start", "h_seq", "h_version", "h_valid", "h_passes", "h_reward_mean", "h_verdict", "h_steps",
+                   "h_seconds")
+TASK_COLUMNS = ("task", *TOTAL_FIELDS, "ev_a", "ev_b", "ev_v", "uniform_streak", "no_evidence_streak", "drawn",
+                "outstanding", *(f"{k}_{x}" for k in MEANS for x in "abv"), *(f"fate_{f}" for f in FATES),
+                "h_count", *HISTORY_COLUMNS)
+"""The columns of ``TaskStatsStore.to_columns``: integers int64, means and versions float64 (NaN: none), the task
+ids and verdicts strings."""
+_FLOATS = {"reward_sum", "ev_a", "ev_b", "ev_v", *(f"{k}_{x}" for k in MEANS for x in "abv"), "h_version",
+           "h_reward_mean", "h_steps", "h_seconds"}
+
+
+def _version(x: float) -> int | None:
+    return None if math.isnan(x) else int(x)
+
+
+def _value(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
+def _nan(x: float | None) -> float:
+    return math.nan if x is None else x
+
+
+def _task_columns(store: TaskStatsStore) -> dict[str, np.ndarray]:
+    """The touched tasks of ``store`` as columns (``TASK_COLUMNS``)."""
+    rows = sorted(store._records)
+    cols: dict[str, list] = {name: [] for name in TASK_COLUMNS}
+    for i in rows:
+        rec = store._records[i]
+        t = rec.totals
+        cols["task"].append(store.ids[i])
+        for name in TOTAL_FIELDS:
+            cols[name].append(getattr(t, name))
+        d = t.decayed
+        cols["ev_a"].append(d.passes)
+        cols["ev_b"].append(d.fails)
+        cols["ev_v"].append(_nan(d.version))
+        for k in MEANS:
+            m = rec.means[k]
+            cols[f"{k}_a"].append(m.passes)
+            cols[f"{k}_b"].append(m.fails)
+            cols[f"{k}_v"].append(_nan(m.version))
+        for f in FATES:
+            cols[f"fate_{f}"].append(rec.fates[f])
+        cols["h_count"].append(len(rec.history))
+        for h in rec.history:
+            cols["h_start"].append(h.start)
+            cols["h_seq"].append(h.seq)
+            cols["h_version"].append(_nan(h.version))
+            cols["h_valid"].append(h.valid)
+            cols["h_passes"].append(h.passes)
+            cols["h_reward_mean"].append(_nan(h.reward_mean))
+            cols["h_verdict"].append(h.verdict)
+            cols["h_steps"].append(_nan(h.steps))
+            cols["h_seconds"].append(_nan(h.seconds))
+    out = {name: np.array(values, dtype=np.float64 if name in _FLOATS else np.int64)
+           for name, values in cols.items() if name not in ("task", "h_verdict")}
+    idx = np.array(rows, dtype=np.int64)
+    out["uniform_streak"] = store._ustreak[idx]
+    out["no_evidence_streak"] = store._nestreak[idx]
+    out["drawn"] = store._drawn[idx]
+    out["outstanding"] = store._outstanding_n[idx]
+    out["task"] = np.array(cols["task"], dtype=str) if rows else np.zeros(0, dtype="<U1")
+    out["h_verdict"] = np.array(cols["h_verdict"], dtype=str) if cols["h_verdict"] else np.zeros(0, dtype="<U1")
+    return {name: out[name] for name in TASK_COLUMNS}

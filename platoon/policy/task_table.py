@@ -27,8 +27,12 @@ SORTS = ("informative", "pass_rate", "groups")
 def store_from_snapshot(snapshot: Mapping[str, Any], pool: Sequence[Sequence[Any]] | None = None) -> TaskStatsStore:
     """A store holding ``snapshot``; ``pool`` lists ``(task_id, entry, label)`` in pool order (the snapshot's own
     tasks when not given: then tasks that never settled a group are missing)."""
-    tasks = [tuple(t) for t in pool] if pool is not None else [
-        (tid, rec.get("entry"), rec.get("label")) for tid, rec in snapshot["tasks"].items()]
+    if pool is not None:
+        tasks = [tuple(t) for t in pool]
+    elif "columns" in snapshot:  # the columnar form keeps no entry or label of its own: the pool has them
+        tasks = [(tid, None, None) for tid in snapshot["columns"]["task"].tolist()]
+    else:
+        tasks = [(tid, rec.get("entry"), rec.get("label")) for tid, rec in snapshot["tasks"].items()]
     entries = {name: (e["group_size"], e["success_threshold"]) for name, e in snapshot.get("entries", {}).items()}
     store = TaskStatsStore(tasks, entries, column=snapshot.get("column", "_platoon_environment"),
                       group_size=snapshot.get("group_size"))

@@ -21,6 +21,34 @@ import numpy as np
 from platoon.policy.records import KINDS, DecayedCounts, DecayedMean, GroupRecord, GroupSummary
 
 
+class SettleCounts(NamedTuple):
+    """What one settled group adds to any totals, at one success threshold (`GroupTotals.add`)."""
+
+    valid: int
+    passes: int
+    reported: int
+    rewards: tuple[float, ...]
+    kind: str | None
+
+    @classmethod
+    def of(cls, record: GroupRecord, threshold: float) -> SettleCounts:
+        members = record.members
+        valid = sum(1 for m in members if m.valid)
+        passes = sum(1 for m in members if m.passes(threshold))
+        if record.verdict == "trained":
+            kind: str | None = "informative"
+        elif record.verdict != "uniform":
+            kind = None
+        elif valid > 0 and passes == valid:
+            kind = "all_pass"
+        elif valid > 0 and passes == 0:
+            kind = "all_fail"
+        else:
+            kind = "uniform_mixed"
+        rewards = tuple(m.reward for m in members if m.valid and m.reward is not None)
+        return cls(valid, passes, 1 if members else 0, rewards, kind)
+
+
 @dataclass
 class GroupTotals:
     """Counts over settled groups (of the run, an entry, a label or a task).
@@ -47,18 +75,19 @@ class GroupTotals:
         return self.decayed.read(now)
 
     def add(self, record: GroupRecord, threshold: float, version: int | None) -> None:
-        valid = record.valid
-        passes = record.passes(threshold)
+        self.add_counts(SettleCounts.of(record, threshold), version)
+
+    def add_counts(self, c: SettleCounts, version: int | None) -> None:
+        """``add`` with the record's counts taken once (a settle adds one record to several totals)."""
+        valid, passes = c.valid, c.passes
         self.groups += 1
-        self.reported_groups += 1 if record.members else 0
+        self.reported_groups += c.reported
         self.attempts += valid
         self.passes += passes
-        for m in record.members:
-            if m.valid and m.reward is not None:
-                self.reward_sum += m.reward
-        kind = record.kind(threshold)
-        if kind is not None:
-            name = f"{kind}_groups"
+        for reward in c.rewards:  # one at a time, in member order: the float sum of ``add`` exactly
+            self.reward_sum += reward
+        if c.kind is not None:
+            name = f"{c.kind}_groups"
             setattr(self, name, getattr(self, name) + 1)
         if valid > 0 and version is not None:
             self.decayed.add(passes, valid - passes, version)

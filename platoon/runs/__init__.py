@@ -26,6 +26,7 @@ from platoon.runs.checkpoints import (
     read_checkpoint_file,
     read_checkpoint_rows,
     save_checkpoint,
+    stats_file_name,
 )
 from platoon.runs.jsonl import JsonlWriter, iter_jsonl, read_jsonl
 from platoon.runs.rundir import RunDir, checkpoint_name, metrics_row
@@ -50,6 +51,7 @@ __all__ = [
     "read_json_state",
     "read_jsonl",
     "save_checkpoint",
+    "stats_file_name",
     "sha256_file",
     "write_atomic",
     "write_json_atomic",

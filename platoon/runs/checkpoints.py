@@ -1,8 +1,10 @@
 """Full checkpoints: ``checkpoints/<step:06d>/`` and their index, ``checkpoints.jsonl``.
 
 A full checkpoint is a directory of named files: JSON objects (``tasks/dispatch-<step>.json``, the dispatcher state
-in format 2; ``tasks/state-<step>.json``, the statistics snapshot) and raw bytes (``trainer.pt``, written by the live
-backend). A name ending in ``.json`` holds JSON; any other name holds bytes.
+in format 2; ``tasks/state-<step>.json``, the statistics snapshot of old) and raw bytes (``trainer.pt``, written by
+the live backend). A name ending in ``.json`` holds JSON, one ending in ``.npz`` an object with numpy ``columns``
+(``platoon.runs.columnar``: ``tasks/state-<step>.npz``, the statistics snapshot in format 2); any other name holds
+bytes.
 
 Guarantees:
 
@@ -38,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from platoon.runs.atomic import CorruptFileError, fsync_dir, json_bytes, parse_json_state, sha256_bytes
+from platoon.runs.columnar import npz_bytes, parse_npz
 from platoon.runs.jsonl import JsonlWriter, jsonl_line, read_jsonl
 from platoon.runs.rundir import PathLike, RunDir, as_run_dir, checkpoint_name
 
@@ -63,7 +66,8 @@ class CheckpointError(ValueError):
 class LoadedCheckpoint:
     """A checkpoint that read back whole.
 
-    ``row`` is its ``checkpoints.jsonl`` row; ``files`` maps each name to its parsed JSON (``.json``) or bytes;
+    ``row`` is its ``checkpoints.jsonl`` row; ``files`` maps each name to its parsed JSON (``.json``), its
+    columnar object (``.npz``) or its bytes;
     ``passed_over`` holds one note per newer row that did not read (newest first; empty from load_checkpoint);
     ``path`` is its directory.
     """
@@ -101,9 +105,11 @@ def _encode(name: str, value: object) -> bytes:
             # a .json file is read back as JSON: refuse bytes that would make the checkpoint unreadable
             parse_json_state(name, data)
         return data
+    if name.endswith(".npz"):
+        return npz_bytes(name, value)
     if not name.endswith(".json"):
         raise ValueError(
-            f"checkpoint file {name!r}: only a .json file takes an object; pass bytes for other files"
+            f"checkpoint file {name!r}: only a .json or .npz file takes an object; pass bytes for other files"
         )
     return json_bytes(value)
 
@@ -164,7 +170,7 @@ def save_checkpoint(
     """Write the full checkpoint of ``step`` and append its row to ``checkpoints.jsonl``; return the row.
 
     ``files`` maps a relative name (``tasks/dispatch-000010.json``, ``trainer.pt``) to a JSON-safe object (names
-    ending in ``.json``) or bytes (any name; under ``.json`` they must parse as JSON). ``row`` adds keys to the row
+    ending in ``.json``), an object with numpy ``columns`` (names ending in ``.npz``) or bytes (any name; under ``.json`` they must parse as JSON). ``row`` adds keys to the row
     (``policy_version``, ``next_position``, ...) and may not reuse :data:`ROW_BASE_KEYS`; a record in it that names
     one of ``files`` (``{"file": name, ...}``) gets that file's ``sha256``. Every file, and the row,
     is checked before anything is written: a bad name or value raises ValueError/TypeError and leaves the run
@@ -241,6 +247,14 @@ def _to_prune(rd: RunDir, step: int, keep: int, permanent: bool) -> list[str]:
     return [checkpoint_name(s) for s in sorted(recovery[keep:]) if s != step and rd.checkpoint_dir(s).is_dir()]
 
 
+def stats_file_name(row: Mapping[str, object], name: str) -> str:
+    """The statistics snapshot's file of checkpoint ``name`` (its ``row``): ``tasks/state-<name>.npz`` where the row
+    lists one (this release writes it), else ``tasks/state-<name>.json`` (the JSON form of older releases)."""
+    files = row.get("files")
+    npz = f"tasks/state-{name}.npz"
+    return npz if isinstance(files, Mapping) and npz in files else f"tasks/state-{name}.json"
+
+
 def read_checkpoint_rows(run_dir: RunDir | PathLike) -> list[dict]:
     """The rows of ``checkpoints.jsonl`` that parse, oldest first (a re-saved step has several)."""
     return read_jsonl(as_run_dir(run_dir).checkpoints_path)
@@ -310,6 +324,11 @@ def _read_file(rd: RunDir, rel: str, name: str, sha: str, formats: Mapping[str, 
     found = sha256_bytes(data)
     if found != sha.lower():
         raise CheckpointError(f"{shown}: checksum mismatch (expected {sha}, found {found})", path=target)
+    if name.endswith(".npz"):
+        try:
+            return parse_npz(shown, data)
+        except CorruptFileError as exc:
+            raise CheckpointError(str(exc), path=target) from None
     return data
 
 
@@ -404,6 +423,7 @@ __all__ = [
     "CheckpointError",
     "LoadedCheckpoint",
     "load_checkpoint",
+    "stats_file_name",
     "kept_rows",
     "load_latest_checkpoint",
     "read_checkpoint_file",

@@ -2,7 +2,7 @@
 
 The directory is the live backend's (``platoon.runs``): ``lock.json``, ``metrics.jsonl`` (a row per step),
 ``tasks/events.jsonl``, ``checkpoints.jsonl`` and ``checkpoints/<step>/`` with ``tasks/dispatch-<step>.json`` (the
-dispatcher's format-2 state with its exact section), ``tasks/state-<step>.json`` (the statistics' snapshot) and
+dispatcher's format-2 state with its exact section), ``tasks/state-<step>.npz`` (the statistics' snapshot, columnar; ``.json`` from an older release) and
 ``sim-<step>.json`` (the runtime's timers, groups in flight, model service, trainer, learner, trace lanes) and
 ``driver-<step>.json`` (start slots, members, the step window), and ``trace.json`` (``platoon.runs.trace``: spans on
 simulated time; ``trace`` in the config). A step's row is the driver's (docs/metrics.md), with the ``sim/...``
@@ -40,6 +40,7 @@ from platoon.config.resolve import check_plan, resolve_components, with_steps
 from platoon.policy.assemble import build_policy
 from platoon.policy.driver import StepReport
 from platoon.runs import RunDir, checkpoint_name, load_latest_checkpoint, metrics_row, save_checkpoint
+from platoon.runs.checkpoints import stats_file_name
 from platoon.runs.kept import add_kept_file
 from platoon.runs.resume import (
     ResumeRefused,
@@ -143,7 +144,7 @@ class SimRun:
         policy = build_policy(cfg, tasks.pool, start=dispatch["start"], clock=time.perf_counter)
         policy.dispatcher.load_state_dict(dispatch)
         policy.driver.load_state_dict(driver_state)
-        snapshot = ckpt.files.get(f"tasks/state-{name}.json")
+        snapshot = ckpt.files.get(stats_file_name(ckpt.row, name))
         if isinstance(snapshot, dict):
             policy.recorder.load_snapshot(snapshot)
             policy.recorder.next_seq = int(snapshot.get("next_seq", policy.recorder.next_seq))

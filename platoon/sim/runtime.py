@@ -97,6 +97,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         self.armed: dict[str, tuple[int, float] | None] = {"deadline": None, "startups": None}
         self.done = False
         self.begun = False
+        self.rollouts = 0  # permits granted in this process (a benchmark's count; not part of the state)
         self._stop = self.env.event()
         self.write_step: Callable[[StepReport, float], None] | None = None
         self.finish: Callable[[float], None] | None = None
@@ -123,7 +124,12 @@ class SimRuntime(TurnsMixin, TrainerMixin):
 
     def _schedule(self, seq: int, t: float, kind: Timer, payload: tuple) -> None:
         self.timers[seq] = (t, kind, payload)
-        self.env.timeout(max(0.0, t - self.env.now)).callbacks.append(lambda _ev, s=seq: self._fire(s))
+        delay = t - self.env.now
+        # the timeout carries its seq as its value: one bound callback for all, no closure a timer
+        self.env.timeout(delay if delay > 0.0 else 0.0, seq).callbacks.append(self._on_timeout)
+
+    def _on_timeout(self, ev: simpy.Timeout) -> None:
+        self._fire(ev.value)
 
     def _cancel(self, seq: int | None) -> None:
         if seq is not None:
@@ -155,6 +161,8 @@ class SimRuntime(TurnsMixin, TrainerMixin):
     # -------------------------------------------------------------------------------------------- decisions
     def _carry(self, decisions: list) -> None:
         """Carry out the driver's decisions, in order (those they lead to after them)."""
+        if not decisions:  # most calls: nothing to carry out
+            return
         queue = deque(decisions)
         while queue:
             dec = queue.popleft()
@@ -201,6 +209,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
             raise RuntimeError(f"GrantPermit for rollout {dec.index} of group {dec.key}, which does not wait")
         m = g.members[dec.index]
         m.granted, m.version = self.now, self.version
+        self.rollouts += 1
         if m.lane is not None and self.now > g.created:  # no span for a wait of no time
             self._span(m, "permit_wait", g.created)
         if g.draws is None:

@@ -18,6 +18,7 @@ from platoon.live import command
 from platoon.live.checkpoint import LiveRunDir
 from platoon.live.runtime import LiveRuntime
 from platoon.runs import RunBusyError, read_checkpoint_rows, read_jsonl
+from platoon.runs.columnar import parse_npz
 
 runner = CliRunner()
 FAST = {"progress": False, "service_factory": fake_service, "eval_episodes": 64}
@@ -118,11 +119,11 @@ def test_a_deleted_event_log_is_refused(killed, tmp_path):
 
 def test_corrupt_statistics_fall_back_alone(killed, tmp_path):
     run = copy_of(killed, tmp_path)
-    (run / "checkpoints" / "000004" / "tasks" / "state-000004.json").write_text('{"format": 1}')
+    (run / "checkpoints" / "000004" / "tasks" / "state-000004.npz").write_bytes(b"PK\x03\x04 not a zip")
     command.train(resume=run, **FAST)
     (start,) = [e for e in starts(run) if e["start"] == 2]
     assert start["checkpoint"] == "000004" and start["batch"] == 4  # not 000002: no step is redone
-    assert "tasks/state-000004.json" in start["state_lost"]
+    assert "tasks/state-000004.npz" in start["state_lost"]
     (lost,) = json.loads((run / "lock.json").read_text())["tasks_state_lost"]
     assert lost["checkpoint"] == "000004" and lost["loaded"] == "000002"
     assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == list(range(8))
@@ -131,7 +132,8 @@ def test_corrupt_statistics_fall_back_alone(killed, tmp_path):
 
 def test_a_corrupt_dispatch_state_loses_only_the_outstanding_draws(killed, tmp_path):
     run = copy_of(killed, tmp_path)
-    outstanding = json.loads((run / "checkpoints" / "000004" / "tasks" / "state-000004.json").read_text())["outstanding"]
+    state = run / "checkpoints" / "000004" / "tasks" / "state-000004.npz"
+    outstanding = parse_npz(state, state.read_bytes())["outstanding"]
     assert outstanding
     (run / "checkpoints" / "000004" / "tasks" / "dispatch-000004.json").write_text("{")
     command.train(resume=run, **FAST)
@@ -156,10 +158,10 @@ def test_a_checkpoint_without_statistics_records_its_reissues(killed, tmp_path):
     rows = read_jsonl(path)
     for row in rows:
         if row["name"] == "000004":
-            row["files"].pop("tasks/state-000004.json")
+            row["files"].pop("tasks/state-000004.npz")
             row.pop("tasks")
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (run / "checkpoints" / "000004" / "tasks" / "state-000004.json").unlink()
+    (run / "checkpoints" / "000004" / "tasks" / "state-000004.npz").unlink()
     command.train(resume=run, **FAST)
     events = read_jsonl(run / "tasks" / "events.jsonl")
     (start,) = [e for e in events if e["event"] == "start" and e["start"] == 2]

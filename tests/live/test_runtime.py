@@ -195,7 +195,7 @@ def test_checkpoints_every_n_steps_and_at_the_end(tmp_path):
     last = load_latest_checkpoint(tmp_path / "run")
     assert last.files["trainer.pt"] == b"weights"
     assert last.row["policy_version"] == 5 and last.row["start"] == 1
-    assert set(last.files) == {"tasks/dispatch-000005.json", "tasks/state-000005.json", "driver-000005.json",
+    assert set(last.files) == {"tasks/dispatch-000005.json", "tasks/state-000005.npz", "driver-000005.json",
                                "trainer.pt"}
     assert last.row["dispatch"]["sha256"] == last.row["files"]["tasks/dispatch-000005.json"]
     metrics_lines = (tmp_path / "run" / "metrics.jsonl").read_bytes()

@@ -306,7 +306,7 @@ def test_the_checkpoint_and_a_resume_keep_the_version_of_a_step_that_trained_not
     assert state["policy_version"] == 0
     again = build(batch_size=2, group_size=2, permits=100, max_staleness=1, steps=4, admission="informative",
                   max_groups_per_step=1.5, start=2)
-    again.recorder.load_snapshot(files["tasks/state-000001.json"])
+    again.recorder.load_snapshot(files["tasks/state-000001.npz"])
     resume(again, state, step=1)
     assert (again.step, again.version) == (1, 0)
 

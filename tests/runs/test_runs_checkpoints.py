@@ -100,7 +100,7 @@ def test_a_leftover_partial_directory_is_cleared(run):
 @pytest.mark.parametrize(
     ("files", "row", "error"),
     [
-        ({"trainer.pt": {"not": "bytes"}}, {}, "only a .json file takes an object"),
+        ({"trainer.pt": {"not": "bytes"}}, {}, "only a .json or .npz file takes an object"),
         ({"tasks/x.json": {"loss": math.nan}}, {}, "Out of range float"),
         ({"tasks/x.json": b'{"torn":'}, {}, "truncated or unreadable JSON"),
         ({"../escape.json": {}}, {}, "not a plain relative path"),
