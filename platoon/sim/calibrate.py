@@ -53,6 +53,8 @@ from platoon.runs.rundir import RunDir
 from platoon.runs.trace import SERVICE, TRAINER, read_trace, track_names
 
 MAX_VALUES = 512
+WEAK_R2 = 0.5
+"""Below this R-squared the trainer's fit says its slowdown is weakly identified (a note beside the fits)."""
 MIN_STARTUP_S = 1e-3
 _GAUSS_HERMITE = np.polynomial.hermite_e.hermegauss(40)
 
@@ -308,6 +310,10 @@ def _fit_trainer(cal: Calibration, by_name: dict[str, list[dict]]) -> None:
                "service_slowdown 0 (no batch ran beside training: not measured)")
     cal.fits.append(Fit("trainer", f"{a:.3g} s + {b * 1e3:.3g} ms x datums, {sharing}; publish {publish:.3g} s, "
                         f"eval {evals:.3g} s", len(train), _trainer_quality(datums, overlap, r2, rel)))
+    if 0 < slowdown and r2 < WEAK_R2:
+        cal.notes.append(f"the trainer's own time and service_slowdown trade off (R^2 {r2:.2f}): the fit holds at "
+                         "this run's concurrency; calibrate on a run whose steps train both alone and beside batches "
+                         "to predict others (docs/fidelity.md)")
 
 
 def _trainer_quality(datums: Sequence[float], overlap: np.ndarray, r2: float, rel: float) -> str:
