@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn
 
@@ -65,6 +66,12 @@ def fail(message: str, code: int) -> NoReturn:
     """Print ``platoon: message`` to stderr and exit with ``code``."""
     typer.echo(f"platoon: {message}", err=True)
     raise typer.Exit(code)
+
+
+def _notes(passed_over: Sequence[str]) -> None:
+    """The checkpoints a reader passed over, one ``platoon:`` line each on stderr."""
+    for note in passed_over:
+        typer.echo(f"platoon: {note}", err=True)
 
 
 def not_built(command: str, issue: str) -> NoReturn:
@@ -376,15 +383,13 @@ def _latest_snapshot(run: Path) -> tuple[dict, dict, list | None]:
             found = latest_v040_snapshot(run)
         except CheckpointError as exc:
             fail(str(exc), EXIT_RUNTIME)
-        for note in found.passed_over:
-            typer.echo(f"platoon: {note}", err=True)
+        _notes(found.passed_over)
         return found.row, found.snapshot, None
     try:
         loaded = load_latest_checkpoint(run)
     except CheckpointError as exc:
         fail(str(exc), EXIT_RUNTIME)
-    for note in loaded.passed_over:
-        typer.echo(f"platoon: {note}", err=True)
+    _notes(loaded.passed_over)
     snapshot = next((v for k, v in loaded.files.items() if k.startswith("tasks/state-")), None)
     if not isinstance(snapshot, dict):
         fail(f"{run}: checkpoint {loaded.row.get('name')} holds no statistics snapshot", EXIT_RUNTIME)

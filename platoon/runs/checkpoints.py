@@ -303,6 +303,17 @@ def _read_row(
     return directory, loaded
 
 
+def read_checkpoint_bytes(path: Path, shown: str) -> bytes:
+    """The bytes of a checkpoint's file at ``path``; CheckpointError naming it (as ``shown``) when it is missing or
+    cannot be read."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"{shown}: missing", path=path) from None
+    except OSError as exc:
+        raise CheckpointError(f"{shown}: unreadable ({exc.strerror or exc})", path=path) from None
+
+
 def _read_file(rd: RunDir, rel: str, name: str, sha: str, formats: Mapping[str, Collection[int]]) -> object:
     """One file of a checkpoint, verified: parsed JSON or bytes. Raises CheckpointError naming it."""
     shown = f"{rel}/{name}"
@@ -310,12 +321,7 @@ def _read_file(rd: RunDir, rel: str, name: str, sha: str, formats: Mapping[str, 
         target = rd.path / rel / _file_name(name)
     except ValueError as exc:
         raise CheckpointError(f"checkpoint {rel}: {exc}", path=rd.checkpoints_path) from None
-    try:
-        data = target.read_bytes()
-    except FileNotFoundError:
-        raise CheckpointError(f"{shown}: missing", path=target) from None
-    except OSError as exc:
-        raise CheckpointError(f"{shown}: unreadable ({exc.strerror or exc})", path=target) from None
+    data = read_checkpoint_bytes(target, shown)
     if name.endswith(".json"):
         try:
             return parse_json_state(shown, data, sha256=sha, formats=_formats_for(name, formats))
@@ -426,6 +432,7 @@ __all__ = [
     "stats_file_name",
     "kept_rows",
     "load_latest_checkpoint",
+    "read_checkpoint_bytes",
     "read_checkpoint_file",
     "read_checkpoint_rows",
     "save_checkpoint",

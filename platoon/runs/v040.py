@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from platoon.runs.checkpoints import CheckpointError, kept_rows
+from platoon.runs.checkpoints import CheckpointError, kept_rows, read_checkpoint_bytes
 from platoon.runs.jsonl import read_jsonl
 from platoon.runs.kept import live_datum
 from platoon.runs.rundir import PathLike, RunDir, as_run_dir
@@ -67,12 +67,7 @@ def read_v040_file(run_dir: RunDir | PathLike, record: Mapping[str, Any]) -> byt
     if rel.is_absolute() or ".." in rel.parts:
         raise CheckpointError(f"{name}: not a path inside the run directory", path=rd.checkpoints_path)
     path = rd.path / rel
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise CheckpointError(f"{name}: missing", path=path) from None
-    except OSError as exc:
-        raise CheckpointError(f"{name}: unreadable ({exc.strerror or exc})", path=path) from None
+    data = read_checkpoint_bytes(path, name)
     if hashlib.sha256(data).hexdigest() != str(record.get("sha256", "")).lower():
         raise CheckpointError(f"{name}: checksum mismatch (not the SHA-256 its checkpoint recorded)", path=path)
     return data
