@@ -7,10 +7,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test setup bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml extensions/platoon-textcraft/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[live,hf,ray,dev]'
+	$(BIN)/python -m pip install -q -e '.[live,hf,ray,dev]' -e extensions/platoon-textcraft
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/platoon train --out runs/demo
 
 test: $(STAMP)
-	$(BIN)/ruff check platoon tests benchmarks experiments
+	$(BIN)/ruff check platoon tests benchmarks experiments extensions
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
