@@ -1,4 +1,4 @@
-"""The ``platoon`` command line: simulate, calibrate, train, eval, config, tasks, report.
+"""The ``platoon`` command line: simulate, calibrate, train, eval, config, tasks, env, report.
 
 Exit codes: 0 ok, 1 runtime failure, 64 usage error, 78 configuration error (every problem in one report, no
 traceback). Each command's body lives in the layer that owns it; this module parses arguments and maps errors to
@@ -27,8 +27,10 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Validate and print configs.", no_args_is_help=True)
 tasks_app = typer.Typer(help="Per-task statistics of a run.", no_args_is_help=True)
+env_app = typer.Typer(help="The environments platoon can open by name.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.add_typer(tasks_app, name="tasks")
+app.add_typer(env_app, name="env")
 
 SetOption = Annotated[
     list[str] | None,
@@ -463,6 +465,14 @@ def tasks_export(
         write_atomic(out, buffer.getvalue())
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror or exc}", EXIT_RUNTIME)
+
+
+@env_app.command("list")
+def env_list() -> None:
+    """Every environment by name (the built-in and installed extensions'), with its distribution and version."""
+    from platoon.live.envs.catalog import list_environments, listing_table
+
+    typer.echo(listing_table(list_environments()))
 
 
 def main() -> None:

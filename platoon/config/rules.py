@@ -31,6 +31,7 @@ from platoon.config.components import (
     core_environment,
     core_option_problems,
 )
+from platoon.config.errors import ExtensionError
 from platoon.config.losses import loss_fn_config_problems
 from platoon.config.models import Problem, RunConfig
 from platoon.config.resolve import entry_admission, entry_workflow, group_size
@@ -70,6 +71,13 @@ def _each(cfg: RunConfig, leaf: str) -> list[str]:
 def _unresolvable(kind: str, name: str, core: tuple[str, ...], path: str, packages: bool) -> Problem | None:
     if name and (name in core or ":" in name or packages or registry.is_registered(kind, name)):
         return None
+    if name:  # an installed extension may register it: import them only now, when a name is not known otherwise
+        try:
+            registry.load_extensions()
+        except ExtensionError as exc:
+            return Problem(path, f"{name!r}: {exc}")
+        if registry.is_registered(kind, name):
+            return None
     choices = ", ".join(repr(n) for n in core)
     msg = f"{name!r} is not one of {choices}, a name an environment's package registers, or module:Class"
     close = difflib.get_close_matches(

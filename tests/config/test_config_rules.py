@@ -51,7 +51,7 @@ def test_unresolvable_names_are_refused_at_load(tmp_path: Path) -> None:
     text = """
         train: {task_sampler: pass-rate, group_admission: informatve}
         environments:
-          - {name: a, task_sampler: thompson, group_admission: strict, env: textcraft}
+          - {name: a, task_sampler: thompson, group_admission: strict, env: nethack}
     """
     assert problems(tmp_path, text) == [
         f"train.task_sampler: 'pass-rate' {NOT_ONE_OF_SAMPLERS}; did you mean 'pass_rate'?",
@@ -61,7 +61,7 @@ def test_unresolvable_names_are_refused_at_load(tmp_path: Path) -> None:
         "package registers, or module:Class",
         "environments.0.group_admission: 'strict' is not one of 'all', 'informative', a name an environment's "
         "package registers, or module:Class",
-        "environments.0.env: 'textcraft' is not one of 'platoon-number-search', a name an environment's package "
+        "environments.0.env: 'nethack' is not one of 'platoon-number-search', a name an environment's package "
         "registers, or module:Class",
     ]
 
