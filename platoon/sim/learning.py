@@ -14,8 +14,9 @@ or an admission rule visible in ``eval/pass@1``. The logistic shape gives dimini
 is nearly always solved rarely yields a mixed group.
 
 Where the tasks come from, per entry: a task file (``sim.tasks``: ids with fixed pass rates and optional length
-multipliers; learning is off), else the entry's ``tasks`` ids, else ``population.tasks`` synthesized ids
-``<entry>/<n>``. Difficulties and length multipliers are drawn from the *entry's* seed and each task's id, so that
+multipliers; learning is off), else the entry's ``tasks`` ids, else its environment's training tasks when the entry
+names an extension's environment (``platoon.sim.setup``: ids and columns, so that ``label_by`` reads them), else
+``population.tasks`` synthesized ids ``<entry>/<n>``. Difficulties and length multipliers are drawn from the *entry's* seed and each task's id, so that
 runs with different run seeds share one population, and a task keeps its difficulty wherever it is listed.
 """
 
@@ -60,8 +61,10 @@ class EntryTasks:
     data: list[dict] = field(default_factory=list)
 
     @classmethod
-    def build(cls, entry: str, sim: SimConfig, *, seed: int, task_ids: Sequence[str] | None) -> EntryTasks:
-        """The entry's tasks from its (resolved) sim block: the task file, else ``task_ids``, else synthesized."""
+    def build(cls, entry: str, sim: SimConfig, *, seed: int, task_ids: Sequence[str] | None,
+              data: Sequence[dict] | None = None) -> EntryTasks:
+        """The entry's tasks from its (resolved) sim block: the task file, else ``task_ids`` (with ``data``, their
+        columns, when given), else synthesized."""
         pop = sim.population
         sigma = sim.rollout.length_sigma
         if sim.tasks is not None:
@@ -78,7 +81,8 @@ class EntryTasks:
         length = np.array([math.exp(sigma * _task_normal(seed, SALT_LENGTH, t)) if sigma else 1.0 for t in ids])
         heldout = pop.difficulty_mean + pop.difficulty_sd * _name_rng(seed, SALT_HELDOUT, entry).standard_normal(
             pop.heldout)
-        return cls(entry, ids, difficulty, length, None, heldout, [{} for _ in ids])
+        rows = [dict(d) for d in data] if data is not None and task_ids else [{} for _ in ids]
+        return cls(entry, ids, difficulty, length, None, heldout, rows)
 
 
     def select(self, task_ids: Sequence[str]) -> EntryTasks:

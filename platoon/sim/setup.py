@@ -7,6 +7,11 @@ and their pool, and the learning model.
   loader merges it, ``platoon.config.presets``). Every problem raises one ``ConfigError`` (exit 78).
 - ``entry_sims``: each entry's workload, its ``sim`` overrides deep-merged onto the run's; an entry may not set
   what is the run's alone (the trainer, the GPUs, a preset).
+- ``environment_tasks``: an entry that names an extension's environment (a registered name that is not core's)
+  and lists no tasks of its own, nor a task file, simulates its environment's training tasks: the environment is
+  opened (its ``service_kwargs``), its ``dataset_kwargs`` splits listed as ``platoon train`` lists them, and each
+  task's columns kept for ``label_by``. The built-in stays the presets' stand-in: its entries get a synthesized
+  population (``population.tasks``);
 - the policy layer itself is built by ``platoon.policy.assemble.build_policy`` over the pool built here, as the
   live backend builds it over its environments' tasks.
 """
@@ -20,9 +25,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from platoon.config import registry
+from platoon.config.components import CORE_ENVIRONMENTS
 from platoon.config.errors import ConfigError
 from platoon.config.loader import load_config
-from platoon.config.models import RunConfig, describe_errors
+from platoon.config.models import EnvironmentConfig, RunConfig, describe_errors
 from platoon.config.presets import (
     DEFAULT_PRESET,
     PRESETS_DIR,
@@ -38,7 +45,7 @@ from platoon.sim.learning import EntryTasks, Learner
 from platoon.sim.workload import Workload
 
 __all__ = ["DEFAULT_PRESET", "PRESETS_DIR", "RUN_ONLY_SIM_KEYS", "SimTasks", "build_tasks", "entry_sims",
-           "load_sim_config", "preset_data", "preset_names", "preset_path"]
+           "environment_tasks", "load_sim_config", "opens_environment", "preset_data", "preset_names", "preset_path"]
 
 
 def load_sim_config(config: Path | None, *, preset: str | None = None, overrides: Sequence[str] = (),
@@ -81,6 +88,32 @@ def entry_sims(cfg: RunConfig) -> list[SimConfig]:
     return out
 
 
+def opens_environment(env: str) -> bool:
+    """Whether the simulator lists an entry's tasks from its environment ``env``: a registered name, not core's."""
+    name = env.partition("@")[0]
+    return ":" not in env and name not in CORE_ENVIRONMENTS and registry.lookup("environment", name) is not None
+
+
+def environment_tasks(e: EnvironmentConfig) -> tuple[list[str], list[dict]]:
+    """Entry ``e``'s training task ids (its ``dataset_kwargs`` splits, in order) and their columns, from its opened
+    environment; ConfigError (paths relative to the entry) when it cannot be opened or lacks a split."""
+    name = e.env.partition("@")[0]
+    try:
+        env = registry.lookup("environment", name)(**dict(e.service_kwargs))
+    except Exception as exc:  # noqa: BLE001 - the environment's own words about its options
+        raise ConfigError([f"service_kwargs: {name} cannot open: {type(exc).__name__}: {exc}"]) from exc
+    ids: list[str] = []
+    for split in e.dataset_kwargs.splits("train"):
+        try:
+            ids += env.task_ids(split)
+        except KeyError as exc:
+            raise ConfigError([f"dataset_kwargs.split_name: {exc.args[0] if exc.args else exc}"]) from None
+    if not ids:
+        raise ConfigError([f"dataset_kwargs.split_name: {name} lists no task in "
+                           f"{', '.join(e.dataset_kwargs.splits('train'))}"])
+    return ids, [dict(env.task(t).columns) for t in ids]
+
+
 @dataclass
 class SimTasks:
     """The run's simulated tasks: per entry its ``EntryTasks``, workload and sim block; the pool and the learner."""
@@ -102,8 +135,15 @@ def build_tasks(cfg: RunConfig) -> SimTasks:
     workloads: list[Workload] = []
     for i, (e, sim) in enumerate(zip(cfg.environments, sims, strict=True)):
         where = f"environments.{i}.sim" if e.sim else "sim"
+        ids, data = e.tasks, None
+        if sim.tasks is None and e.tasks is None and opens_environment(e.env):
+            try:
+                ids, data = environment_tasks(e)
+            except ConfigError as exc:
+                problems += [f"environments.{i}.{p}" for p in exc.problems]
+                continue
         try:
-            tasks = EntryTasks.build(e.label, sim, seed=e.seed, task_ids=e.tasks)
+            tasks = EntryTasks.build(e.label, sim, seed=e.seed, task_ids=ids, data=data)
             entries.append(tasks.select(select_tasks(tasks.task_ids, e.dataset_kwargs, e.exclude_tasks)))
         except ValueError as exc:
             problems.append(f"{where}.tasks: {exc}")
