@@ -147,17 +147,16 @@ class CraftingEpisode:
             if not info["known"]:
                 lines.append(f"{info['item']}: unknown item")
                 continue
-            depth = "none (no recipe reaches base items)" if info["depth"] is None else info["depth"]
             recipes = "; ".join(info["recipes"]) or "none"
             lines.append(f"{info['item']}: craftable: {'yes' if info['craftable'] else 'no'}, base: "
-                         f"{'yes' if info['base'] else 'no'}, in inventory: {info['count']}, depth: {depth}, "
+                         f"{'yes' if info['base'] else 'no'}, in inventory: {info['count']}, depth: {info['depth']}, "
                          f"recipes: {recipes}")
         return ToolResult("\n".join(lines), content=infos)
 
     def _info(self, item: str) -> dict[str, Any]:
         known = item in self.world.depth
         recipes = self.world.recipes.get(item, ()) if known else ()
-        return {"item": item, "known": known, "craftable": bool(recipes), "base": known and not recipes,
+        return {"item": item, "known": known, "craftable": bool(recipes), "base": self.world.is_base(item),
                 "count": self.inventory.get(item, 0), "depth": self.world.depth.get(item),
                 "recipes": [r.text() for r in recipes]}
 

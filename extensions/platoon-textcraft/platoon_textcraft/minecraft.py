@@ -162,7 +162,7 @@ def generate_targets(world: World, seed: int, counts: Mapping[str, int]) -> dict
     """Each split's tasks' targets (the module's doc)."""
     rng = random.Random(f"textcraft:{seed}:tasks")
     low, high = TARGET_DEPTHS
-    eligible = [i for i in world.items if world.depth[i] is not None and low <= world.depth[i] <= high]
+    eligible = [i for i in world.items if low <= world.depth[i] <= high]
     if len(eligible) < 2:
         raise RecipeError(f"the recipe set has {len(eligible)} item(s) of crafting depth {low}-{high}; tasks need "
                           "at least 2 (one for each split)")

@@ -77,7 +77,7 @@ class CraftingEnvironment:
 
     def depth(self, targets: Sequence[tuple[str, int]]) -> int:
         """A task's depth: its deepest target's."""
-        return max(self.world.depth[item] for item, _ in targets)  # type: ignore[type-var]
+        return max(self.world.depth[item] for item, _ in targets)
 
     def task_ids(self, split: str) -> list[str]:
         if split not in self._splits:

@@ -4,9 +4,10 @@ crafts a set of targets from base items (a task's gold solution).
 Rules it keeps:
 - an ``Ingredient`` is one of ``options`` (concrete items: one item, or the members of a tag) taken ``count``
   times; the agent names one concrete item for it;
-- an item is *base* when no recipe makes it; its depth is 0. A craftable item's depth is 1 plus, over its recipes,
-  the least of the deepest ingredient (an ingredient's depth: its shallowest option). An item that only cycles
-  (``iron_block`` <-> ``iron_ingot`` with no base below) has no depth (``None``): it is no task's target;
+- an item is *base* (depth 0, a raw material a starting inventory may hold) when no recipe makes it, or when its
+  recipes only go round a cycle that reaches no base item: ``iron_ingot``, ``iron_nugget`` and ``iron_block`` only
+  make each other, since the game smelts ingots. Such an item stays craftable from its recipes. Any other item's depth is 1 plus, over its recipes, the
+  least of the deepest ingredient (an ingredient's depth: its shallowest option);
 - ``plan`` crafts each needed item once, shallowest first, in the count needed rounded up to a multiple of its
   recipe's result count (summed over everything that needs it: the plan walks from the targets down, deepest first), through each item's shallowest recipe (the first of equals) and each ingredient's
   shallowest option (the first of equals, in sorted order). Depths strictly fall along that choice, so the order is
@@ -67,7 +68,7 @@ class World:
 
     recipes: Mapping[str, tuple[Recipe, ...]]
     items: tuple[str, ...] = ()
-    depth: dict[str, int | None] = field(init=False)
+    depth: dict[str, int] = field(init=False)
     base_items: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -78,27 +79,25 @@ class World:
                     named.update(ing.options)
         self.items = tuple(sorted(named | set(self.items)))
         self.depth = _depths(self.items, self.recipes)
-        self.base_items = tuple(i for i in self.items if not self.recipes.get(i))
+        self.base_items = tuple(i for i in self.items if self.depth[i] == 0)
         self._best: dict[str, tuple[Recipe, tuple[str, ...]]] = {}
 
     def is_base(self, item: str) -> bool:
-        return item in self.depth and not self.recipes.get(item)
+        return self.depth.get(item) == 0
 
-    def option_depth(self, ing: Ingredient) -> int | None:
-        known = [d for d in (self.depth.get(o) for o in ing.options) if d is not None]
-        return min(known) if known else None
+    def option_depth(self, ing: Ingredient) -> int:
+        return min(self.depth[o] for o in ing.options)
 
     def best_option(self, ing: Ingredient) -> str:
         """The shallowest option of ``ing`` (the first in sorted order of equals)."""
-        return min((o for o in sorted(ing.options) if self.depth.get(o) is not None), key=lambda o: self.depth[o])
+        return min(sorted(ing.options), key=lambda o: self.depth[o])
 
     def best_recipe(self, item: str) -> Recipe:
-        """The recipe through which ``item`` has its depth (the first of equals)."""
+        """The recipe through which ``item`` has its depth (the first of equals); ``item`` is not base."""
         for recipe in self.recipes[item]:
-            depths = [self.option_depth(i) for i in recipe.ingredients]
-            if None not in depths and 1 + max(depths, default=0) == self.depth[item]:  # type: ignore[type-var]
+            if 1 + max(self.option_depth(i) for i in recipe.ingredients) == self.depth[item]:
                 return recipe
-        raise ValueError(f"{item!r} has no depth: no recipe of it reaches base items")
+        raise ValueError(f"{item!r} is a base item: no recipe crafts it from base items")
 
     def plan(self, targets: Iterable[tuple[str, int]]) -> tuple[list[Craft], dict[str, int]]:
         """The crafts (in order) that make ``targets`` from base items, and the base items they consume."""
@@ -107,7 +106,7 @@ class World:
 
         def add(item: str, count: int) -> None:
             if item not in need:
-                heapq.heappush(queue, (-self.depth[item], item))  # type: ignore[operator]
+                heapq.heappush(queue, (-self.depth[item], item))
             need[item] = need.get(item, 0) + count
 
         for item, count in targets:
@@ -117,7 +116,7 @@ class World:
         while queue:
             _, item = heapq.heappop(queue)
             count = need.pop(item)
-            if not self.recipes.get(item):
+            if self.depth[item] == 0:
                 base[item] = count
                 continue
             recipe, options = self._chosen(item)
@@ -136,9 +135,38 @@ class World:
         return self._best[item]
 
 
-def _depths(items: Iterable[str], recipes: Mapping[str, tuple[Recipe, ...]]) -> dict[str, int | None]:
-    """Each item's depth (the module's doc), by relaxation from the base items up: a pass per depth level."""
+def _depths(items: Iterable[str], recipes: Mapping[str, tuple[Recipe, ...]]) -> dict[str, int]:
+    """Each item's depth (the module's doc): relaxation from the items no recipe makes, then the items it left
+    without a depth made base."""
     depth: dict[str, int | None] = {i: (None if recipes.get(i) else 0) for i in items}
+    _relax(depth, recipes)
+    while None in depth.values():
+        for item in _on_cycles(depth, recipes) or [i for i, d in depth.items() if d is None]:
+            depth[item] = 0
+        _relax(depth, recipes)
+    return {i: d for i, d in depth.items() if d is not None}
+
+
+def _on_cycles(depth: Mapping[str, int | None], recipes: Mapping[str, tuple[Recipe, ...]]) -> list[str]:
+    """The items without a depth that some chain of ingredients without a depth leads back to."""
+    missing = sorted(i for i, d in depth.items() if d is None)
+    below = {i: {o for r in recipes[i] for ing in r.ingredients for o in ing.options if depth[o] is None}
+             for i in missing}
+    out = []
+    for item in missing:
+        seen, stack = set(), list(below[item])
+        while stack:
+            nxt = stack.pop()
+            if nxt not in seen:
+                seen.add(nxt)
+                stack += below[nxt]
+        if item in seen:
+            out.append(item)
+    return out
+
+
+def _relax(depth: dict[str, int | None], recipes: Mapping[str, tuple[Recipe, ...]]) -> None:
+    """Lower each depth to what its recipes give, until nothing changes (a pass per depth level)."""
     changed = True
     while changed:
         changed = False
@@ -154,4 +182,3 @@ def _depths(items: Iterable[str], recipes: Mapping[str, tuple[Recipe, ...]]) -> 
             if best != depth[item]:
                 depth[item] = best
                 changed = True
-    return depth

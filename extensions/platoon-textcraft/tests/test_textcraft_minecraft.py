@@ -28,7 +28,9 @@ def test_tags_resolve_nested_and_object_entries() -> None:
 def test_shaped_shapeless_and_result_forms(env: TextCraft) -> None:
     recipes = env.world.recipes
     assert set(recipes) == {"oak_planks", "birch_planks", "stick", "crafting_table", "chest", "wooden_pickaxe",
-                            "torch", "ladder", "iron_block", "iron_ingot"}  # the smelting recipe is skipped
+                            "torch", "ladder", "iron_block", "iron_ingot", "iron_nugget", "iron_pickaxe"}
+    assert "charcoal" not in recipes  # the smelting recipe is skipped
+    assert [r.text() for r in recipes["iron_ingot"]] == ["9 iron_ingot <- 1 iron_block", "1 iron_ingot <- 9 iron_nugget"]
     assert [r.text() for r in recipes["wooden_pickaxe"]] == ["1 wooden_pickaxe <- 3 #planks, 2 stick"]
     assert [r.text() for r in recipes["chest"]] == ["1 chest <- 8 #planks"]
     assert [r.text() for r in recipes["ladder"]] == ["3 ladder <- 7 stick"]  # 1.21's string key and "id" result
@@ -40,9 +42,10 @@ def test_depths_base_items_and_cycles(env: TextCraft) -> None:
     depth = env.world.depth
     assert {i: depth[i] for i in ("oak_log", "oak_planks", "stick", "chest", "wooden_pickaxe", "torch")} == {
         "oak_log": 0, "oak_planks": 1, "stick": 2, "chest": 2, "wooden_pickaxe": 3, "torch": 3}
-    assert depth["iron_block"] is None and depth["iron_ingot"] is None  # they only make each other
-    assert env.world.base_items == ("birch_log", "charcoal", "coal", "oak_log", "stripped_oak_log",
-                                    "stripped_oak_wood")
+    # they only make each other (the game smelts ingots): base, and still craftable
+    assert (depth["iron_block"], depth["iron_ingot"], depth["iron_nugget"], depth["iron_pickaxe"]) == (0, 0, 0, 3)
+    assert env.world.base_items == ("birch_log", "charcoal", "coal", "iron_block", "iron_ingot", "iron_nugget",
+                                    "oak_log", "stripped_oak_log", "stripped_oak_wood")
 
 
 def test_tasks_ask_for_one_to_three_targets_of_depth_2_to_5(env: TextCraft) -> None:
@@ -69,6 +72,17 @@ def test_every_gold_solution_succeeds(env: TextCraft) -> None:
             result = episode.call(call)
             assert not result.error, (task_id, call, result.text)
         assert episode.outcome().success, task_id
+
+
+def test_a_base_item_on_a_cycle_is_still_craftable(env: TextCraft) -> None:
+    from platoon_textcraft.episode import CraftingEpisode, CraftTask
+
+    episode = CraftingEpisode(env.world, CraftTask((("iron_ingot", 1),), (("iron_nugget", 9),)))
+    episode.reset()
+    info = episode.call(ToolCall("get_info", {"items": ["iron_ingot"]})).text
+    assert info.startswith("iron_ingot: craftable: yes, base: yes, in inventory: 0, depth: 0")
+    craft = ToolCall("craft", {"ingredients": {"iron_nugget": 9}, "target": ["iron_ingot", 1]})
+    assert not episode.call(craft).error and episode.inventory == {"iron_ingot": 1}
 
 
 def test_a_tag_ingredient_takes_any_one_of_its_items(env: TextCraft) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -98,3 +101,26 @@ def test_building_is_fast() -> None:
     start = time.perf_counter()
     TextCraftSynth(seed=5)
     assert time.perf_counter() - start < 5.0  # about 0.3 s on a shared CPU
+
+
+def test_a_sample_of_training_tasks_replays_too(env: TextCraftSynth) -> None:
+    for task_id in env.task_ids("train")[::25]:
+        episode = env.episode(env.task(task_id))
+        episode.reset()
+        assert not any(episode.call(call).error for call in env.gold_solution(task_id))
+        assert episode.outcome().success, task_id
+
+
+DIGEST = """
+import hashlib
+from platoon_textcraft.synth import TextCraftSynth
+env = TextCraftSynth(seed=3, train_tasks=60, val_tasks=30)
+text = repr([env.craft_task(t) for t in env.task_ids("train") + env.task_ids("val")])
+print(hashlib.sha256(text.encode()).hexdigest())
+"""
+
+
+def test_generation_does_not_depend_on_the_hash_seed() -> None:
+    digests = {subprocess.run([sys.executable, "-c", DIGEST], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("0", "1")}
+    assert len(digests) == 1 and len(next(iter(digests)).strip()) == 64
