@@ -98,3 +98,14 @@ def test_a_config_naming_it_is_refused_too(old_release: Path, tmp_path: Path) ->
     result = platoon_cli("config", "validate", str(config), site=old_release)
     assert result.returncode == 78
     assert "platoon-textcraft 0.2.0 requires platoon<0.4,>=0.3" in result.stdout + result.stderr
+
+
+def test_both_keep_the_text_protocol() -> None:
+    from platoon.live.envs.text import TextEnvironment, TextEpisode
+
+    env = resolve_environment("textcraft-synth", {"train_tasks": 4, "val_tasks": 4})
+    assert isinstance(env, TextEnvironment)
+    episode = env.episode(env.task(env.task_ids("train")[0]))
+    assert isinstance(episode, TextEpisode)
+    assert [t.name for t in episode.tools if t.terminal] == ["finish"]
+    assert all(t.schema()["function"]["parameters"]["type"] == "object" for t in episode.tools)
