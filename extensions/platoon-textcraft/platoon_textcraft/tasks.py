@@ -4,7 +4,7 @@ that serves tasks and episodes over them.
 Rules it keeps:
 - difficulty is a target's crafting depth binned: easy 2-3, medium 4-6, hard 7-9, extreme 10-12;
 - splits are ``train`` and ``val`` (the evaluation split), and ``<split>-<difficulty>`` for each;
-- a starting inventory holds the base items the gold plan consumes, each with a buffer of 0-50% (rounded up),
+- a starting inventory holds the base items the gold plan consumes, each with a buffer of 0-50% (rounded down),
   plus a few distractors: base items the plan does not use;
 - task ids are ``<split>-<n>`` (``train-00042``); ``task(id)`` rebuilds the same ``Task`` every time;
 - a split lists its tasks' targets; a task's inventory and gold plan are made when it is first asked for, from a
@@ -23,9 +23,8 @@ from platoon.live.envs.text import ToolCall
 from platoon_textcraft.episode import CraftingEpisode, CraftTask
 from platoon_textcraft.world import World
 
-__all__ = ["DIFFICULTIES", "SPLITS", "CraftingEnvironment", "difficulty_of", "starting_inventory"]
+__all__ = ["DIFFICULTIES", "CraftingEnvironment", "difficulty_of", "starting_inventory"]
 
-SPLITS = ("train", "val")
 DIFFICULTIES = {"easy": (2, 3), "medium": (4, 6), "hard": (7, 9), "extreme": (10, 12)}
 
 
@@ -40,7 +39,7 @@ def starting_inventory(world: World, targets: Sequence[tuple[str, int]], rng: ra
                        distractors: tuple[int, int] = (2, 4)) -> CraftTask:
     """The task for ``targets``: the gold plan, its base items with a 0-50% buffer, and a few distractors."""
     crafts, base = world.plan(targets)
-    inventory = {item: n + math.ceil(n * rng.uniform(0.0, 0.5)) for item, n in base.items()}
+    inventory = {item: n + math.floor(n * rng.uniform(0.0, 0.5)) for item, n in base.items()}
     spare = [i for i in world.base_items if i not in base]
     for item in rng.sample(spare, min(len(spare), rng.randint(*distractors))):
         inventory[item] = rng.randint(1, 8)
