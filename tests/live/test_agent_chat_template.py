@@ -125,6 +125,16 @@ def test_the_text_parser(text, calls, rest):
     assert parse_text(text) == (calls, rest)
 
 
+def test_given_the_tools_the_text_parser_takes_only_their_names(renderer):
+    text = 'Answer {"x": 1}\nfinish({"message": "x"})'
+    assert parse_text(text) == ([ToolCall("Answer", {"x": 1}), ToolCall("finish", {"message": "x"})], "")
+    assert parse_text(text, {"finish"}) == ([ToolCall("finish", {"message": "x"})], 'Answer {"x": 1}')
+    auto = ChatTemplateRenderer(renderer.tokenizer, tool_call_parser="auto")
+    message = auto.parse(auto.tokenizer.encode(text + "<|im_end|>"), TOOLS)
+    assert message.tool_calls == (ToolCall("finish", {"message": "x"}),) and message.content == 'Answer {"x": 1}'
+    assert auto.parse(auto.tokenizer.encode(CALL), TOOLS[1:]).tool_calls == (ToolCall("craft", {"target": "plank"}),)
+
+
 def test_auto_tries_hermes_then_text():
     assert parse_auto(CALL + '\nfinish({"message": "x"})') == ([ToolCall("craft", {"target": "plank"})],
                                                               'finish({"message": "x"})')

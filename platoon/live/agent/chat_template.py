@@ -13,7 +13,8 @@ It keeps the renderer contract of ``platoon.live.agent.renderer``: the ids the m
   from a stand-in conversation ending in an assistant message with the same tool calls;
 - ``parse``: the completion decoded (special tokens kept), its trailing stop sequence split off, tool calls
   parsed by ``tool_call_parser`` (``PARSERS``): what parses becomes a ``ToolCall`` and leaves the content; a
-  malformed call stays in the content and is not a call;
+  malformed call stays in the content and is not a call. Given the episode's ``tools``, the plain-text parser
+  takes calls of their names only;
 - ``stop_sequences``: the tokenizer's end-of-sequence token and the template's end-of-turn token (the special
   token it writes after an assistant message's content), or ``end_tokens`` when set.
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from platoon.live.agent.messages import Message
@@ -45,6 +46,9 @@ __all__ = [
 
 Parsed = tuple[list[ToolCall], str]
 """A parser's answer: the calls found, and the text left once they are taken out (stripped)."""
+
+Names = Collection[str] | None
+"""The tool names a parser may take a plain-text call for (None: any)."""
 
 
 class HFTokenizer:
@@ -86,9 +90,10 @@ def _json_call(body: str) -> ToolCall | None:
     return ToolCall(obj["name"], args) if isinstance(args, dict) else None
 
 
-def parse_hermes(text: str) -> Parsed:
+def parse_hermes(text: str, names: Names = None) -> Parsed:
     """Hermes / Qwen tool calls: each ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` block whose
-    JSON reads as a call (several allowed, anywhere in the text)."""
+    JSON reads as a call (several allowed, anywhere in the text). Any name is taken (``names`` is not read): the
+    block says it is a call, and the environment answers a call of an unknown tool with an error the model sees."""
     calls: list[ToolCall] = []
     kept: list[str] = []
     pos = 0
@@ -133,16 +138,17 @@ def _text_call_end(text: str, start: int, paren: bool) -> tuple[dict[str, Any], 
     return args, end
 
 
-def parse_text(text: str) -> Parsed:
+def parse_text(text: str, names: Names = None) -> Parsed:
     """The plain-text fallback: a line (after blanks) that is a tool name followed by ``(JSON object)``, ``()``
     or `` {JSON object}``, and nothing else, is a call: ``craft({"target": "plank"})``, ``view_inventory()``,
     ``finish {"message": "done"}``. The JSON may run over several lines. A name is letters, digits, ``_``, ``.``
-    and ``-``, not starting with a digit."""
+    and ``-``, not starting with a digit; with ``names`` (the episode's tools), only those (plain text has no
+    marker that says "this is a call", so ``Answer {"x": 1}`` would otherwise be one)."""
     calls: list[ToolCall] = []
     kept: list[str] = []
     pos = 0
     for match in _TEXT_HEAD.finditer(text):
-        if match.start() < pos:
+        if match.start() < pos or (names is not None and match.group(1) not in names):
             continue
         found = _text_call_end(text, match.end(), paren=match.group(2) == "(")
         if found is not None:
@@ -154,13 +160,13 @@ def parse_text(text: str) -> Parsed:
     return calls, "".join(kept).strip()
 
 
-def parse_auto(text: str) -> Parsed:
+def parse_auto(text: str, names: Names = None) -> Parsed:
     """Hermes blocks when the text has any that parse, else the plain-text fallback."""
-    calls, rest = parse_hermes(text)
-    return (calls, rest) if calls else parse_text(text)
+    calls, rest = parse_hermes(text, names)
+    return (calls, rest) if calls else parse_text(text, names)
 
 
-PARSERS: Mapping[str, Callable[[str], Parsed]] = {
+PARSERS: Mapping[str, Callable[[str, Names], Parsed]] = {
     "hermes": parse_hermes,
     "qwen3": parse_hermes,  # Qwen3 (and Qwen2.5) write hermes blocks
     "text": parse_text,
@@ -214,13 +220,15 @@ class ChatTemplateRenderer:
         raise ValueError("renderer chat_template: the template renders a conversation differently once messages "
                          "are added to it, so new messages cannot be rendered on their own")
 
-    def parse(self, completion: Sequence[int]) -> Message:
+    def parse(self, completion: Sequence[int], tools: Sequence[Tool] | None = None) -> Message:
+        """The contract's ``parse``; with ``tools``, the plain-text parser takes calls of their names only."""
         ids = list(completion)
         for stop in self.stop_sequences:
             if stop and len(ids) >= len(stop) and tuple(ids[-len(stop):]) == stop:
                 ids = ids[:-len(stop)]
                 break
-        calls, content = PARSERS[self.tool_call_parser](self.tokenizer.decode(ids))
+        names = None if tools is None else {t.name for t in tools}
+        calls, content = PARSERS[self.tool_call_parser](self.tokenizer.decode(ids), names)
         return Message("assistant", content, tool_calls=tuple(calls))
 
     # --- the template ----------------------------------------------------------------------------------------------
