@@ -156,6 +156,8 @@ def test_attributes_are_checked(tokenizer):
         ChatTemplateRenderer(tokenizer, tool_call_parser="mistral")
     with pytest.raises(ValueError, match="no chat template"):
         ChatTemplateRenderer(chat_tokenizer(chat_template=""))
+    with pytest.raises(ValueError, match="must be non-empty strings"):
+        ChatTemplateRenderer(tokenizer, end_tokens=["<|im_end|>", ""])
     ends = ChatTemplateRenderer(tokenizer, end_tokens=["<|im_end|>", "</done>"])
     assert ends.stop_sequences == ((2,), tuple(ends.tokenizer.encode("</done>")))
 

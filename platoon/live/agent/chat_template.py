@@ -199,7 +199,10 @@ class ChatTemplateRenderer:
         self.tool_call_parser = tool_call_parser
         self.chat_template_kwargs = dict(attrs.get("chat_template_kwargs") or {})
         self.end_tokens = tuple(attrs.get("end_tokens") or self._default_end_tokens())
-        if not self.end_tokens or not all(isinstance(t, str) and t for t in self.end_tokens):
+        if not self.end_tokens:
+            raise ValueError("renderer chat_template: the tokenizer has no eos token and its template no end-of-turn "
+                             "token; set end_tokens in train.renderer_kwargs")
+        if not all(isinstance(t, str) and t for t in self.end_tokens):
             raise ValueError(f"renderer chat_template: end_tokens {self.end_tokens!r} must be non-empty strings")
         self.stop_sequences = tuple(tuple(self.tokenizer.encode(t)) for t in self.end_tokens)
 
