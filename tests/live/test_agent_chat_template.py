@@ -226,35 +226,62 @@ def test_training_context_keeps_the_sampled_ids_where_re_tokenising_changes_them
     assert tok.decode(again) == tok.decode(context) and again != context
 
 
-def qwen3_like(template: str) -> str:
-    """The kit's template, dropping earlier turns' reasoning (text up to ``</think>``) of assistant messages before
-    the last user message, as Qwen3's does: adding a user message rewrites the conversation's earlier text."""
-    last_user = ("{% set ns = namespace(last=-1) %}{% for m in messages %}{% if m.role == 'user' %}"
-                 "{% set ns.last = loop.index0 %}{% endif %}{% endfor %}")
-    rewritten = template.replace(
-        "<|im_start|>assistant\n{{ message.content }}",
-        "<|im_start|>assistant\n{{ message.content.split('</think>')[-1] if loop.index0 < ns.last "
-        "else message.content }}")
-    assert rewritten != template
-    return last_user + rewritten
+def rewritten(old: str, new: str, *, prefix: str = "") -> str:
+    """The kit's template with ``old`` replaced by ``new`` (which must be there), ``prefix`` in front."""
+    assert old in CHAT_TEMPLATE
+    return prefix + CHAT_TEMPLATE.replace(old, new)
 
 
-def test_a_template_that_rewrites_earlier_turns_is_extended_from_a_stand_in():
-    renderer = ChatTemplateRenderer(chat_tokenizer(chat_template=qwen3_like(CHAT_TEMPLATE)))
+LAST_USER = ("{% set ns = namespace(last=-1) %}{% for m in messages %}{% if m.role == 'user' %}"
+             "{% set ns.last = loop.index0 %}{% endif %}{% endfor %}")
+ASSISTANT = "<|im_start|>assistant\n{{ message.content }}"
+REWRITING = {
+    # Qwen3: an assistant message before the last user message loses its reasoning (text up to </think>).
+    "drops old reasoning": rewritten(ASSISTANT, "<|im_start|>assistant\n{{ message.content.split('</think>')[-1] "
+                                                "if loop.index0 < ns.last else message.content }}", prefix=LAST_USER),
+    # Qwen3 without thinking: only the last message gets an (empty) reasoning block.
+    "reasons in the last turn only": rewritten(
+        ASSISTANT, "<|im_start|>assistant\n{% if loop.last %}<think>\n\n</think>\n\n{% endif %}"
+                   "{{ message.content }}"),
+    # Falcon-H1R: the last message's end-of-turn token has no newline after it.
+    "no newline after the last turn": rewritten(
+        "{{ message.content }}<|im_end|>\n{% elif message.role == 'assistant' %}",
+        "{{ message.content }}<|im_end|>{% if not loop.last %}{{ '\\n' }}{% endif %}"
+        "{% elif message.role == 'assistant' %}").replace(
+        "</tool_call>{% endfor %}<|im_end|>\n", "</tool_call>{% endfor %}<|im_end|>{% if not loop.last %}"
+                                               "{{ '\\n' }}{% endif %}"),
+}
+
+
+@pytest.mark.parametrize("how", list(REWRITING))
+def test_a_template_that_rewrites_earlier_turns_is_followed(how):
+    """The new messages' ids are what the template writes after the assistant's end-of-turn token, though the
+    conversation before it reads differently once they are there (or the token is followed by other text)."""
+    renderer = ChatTemplateRenderer(chat_tokenizer(chat_template=REWRITING[how]))
     tok = renderer.tokenizer
     messages = [*START, renderer.parse(tok.encode("<think>hmm</think>Hi.<|im_end|>"))]
     new = [Message("user", "again")]
-    head = tok.decode(renderer.prompt(messages[:-1], TOOLS))
-    assert not render(renderer.tokenizer.hf, [*messages, *new]).startswith(head + "<think>hmm</think>Hi.")
-    ids = renderer.extend(messages, new, TOOLS, closed=True)
-    assert tok.decode(ids) == "\n<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n"
+    head = render(tok.hf, messages, generation_prompt=False)
+    whole = render(tok.hf, [*messages, *new])
+    assert whole.startswith(head) == (how == "no newline after the last turn")  # that one only adds a newline
+    expected = whole[whole.index("<|im_start|>user\nagain"):]
+    gap = "" if how == "no newline after the last turn" else "\n"
+    assert tok.decode(renderer.extend(messages, new, TOOLS, closed=True)) == "\n" + expected
+    assert tok.decode(renderer.extend(messages, new, TOOLS, closed=False)) == "<|im_end|>\n" + expected
+    assert head.endswith("<|im_end|>" + gap)
 
 
-def test_a_template_that_never_renders_prefixes_is_refused():
-    renderer = ChatTemplateRenderer(chat_tokenizer(chat_template="{{ messages | length }}" + CHAT_TEMPLATE))
-    messages = [*START, renderer.parse(renderer.tokenizer.encode("Hi.<|im_end|>"))]
-    with pytest.raises(ValueError, match="renders a conversation differently"):
-        renderer.extend(messages, [Message("user", "again")], TOOLS, closed=True)
+def test_a_template_without_end_tokens_must_render_prefixes():
+    plain = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}me:" \
+            "{% endif %}"
+    renderer = ChatTemplateRenderer(chat_tokenizer(chat_template=plain))
+    assert renderer.end_tokens == ("<|endoftext|>",)
+    messages = [*START, renderer.parse(renderer.tokenizer.encode("Hi."))]
+    assert renderer.tokenizer.decode(renderer.extend(messages, [Message("user", "again")], TOOLS, closed=False)) \
+        == "user: again\nme:"
+    counting = ChatTemplateRenderer(chat_tokenizer(chat_template="{{ messages | length }}" + plain))
+    with pytest.raises(ValueError, match="renders the conversation differently once messages are added"):
+        counting.extend(messages, [Message("user", "again")], TOOLS, closed=True)
     with pytest.raises(ValueError, match="must end with the assistant"):
         renderer.extend(START, [Message("user", "again")], TOOLS, closed=True)
 

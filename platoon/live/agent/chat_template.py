@@ -4,13 +4,15 @@ It keeps the renderer contract of ``platoon.live.agent.renderer``: the ids the m
 
 - ``prompt``: the template's text of the whole conversation with its generation prompt, encoded (what
   ``apply_chat_template(..., add_generation_prompt=True, tokenize=True)`` gives);
-- ``extend``: the *text difference* of two renders, encoded: the conversation up to the assistant's message
-  (no generation prompt), and the same conversation with the new messages and the next generation prompt. What
-  the template puts after the assistant's end-of-turn token (Qwen's ``"\\n"`` after ``<|im_end|>``) is added in
-  front; when the completion was cut off (``closed=False``) the end-of-turn token itself too, so the context
-  reads as the template would have it. A template whose renders of the two are not prefixes of each other (one
-  that rewrites earlier turns, such as Qwen3 dropping old reasoning once a new user message arrives) is rendered
-  from a stand-in conversation ending in an assistant message with the same tool calls;
+- ``extend``: the difference of two renders, encoded: the conversation up to the assistant's message (no
+  generation prompt), and the same conversation with the new messages and the next generation prompt. The new
+  ids are what the second writes after the assistant's end-of-turn token (Qwen's ``"\\n"`` after
+  ``<|im_end|>``, the new turns, the generation prompt); when the completion was cut off (``closed=False``), the
+  end-of-turn token itself first, so the context reads as the template would have it. The token is found by
+  count (the first render's number of them), not by position, because templates rewrite earlier turns' text
+  once messages follow them (Qwen3 drops the reasoning of turns before the last user message, and writes an empty
+  reasoning block only into the last message); a template with no end-of-turn token must render the first as a
+  prefix of the second;
 - ``parse``: the completion decoded (special tokens kept), its trailing stop sequence split off, tool calls
   parsed by ``tool_call_parser`` (``PARSERS``): what parses becomes a ``ToolCall`` and leaves the content; a
   malformed call stays in the content and is not a call. Given the episode's ``tools``, the plain-text parser
@@ -215,13 +217,15 @@ class ChatTemplateRenderer:
                closed: bool) -> list[int]:
         if not messages or messages[-1].role != "assistant":
             raise ValueError("extend: the conversation must end with the assistant's message the completion was")
-        for before in (list(messages), [Message("user", "?"), _stand_in(messages[-1])]):
-            head = self._render(before, tools, generation_prompt=False)
-            whole = self._render([*before, *new], tools, generation_prompt=True)
-            if whole.startswith(head):
-                return self.tokenizer.encode(self._turn_close(head, closed) + whole[len(head):])
-        raise ValueError("renderer chat_template: the template renders a conversation differently once messages "
-                         "are added to it, so new messages cannot be rendered on their own")
+        head = self._render(messages, tools, generation_prompt=False)
+        whole = self._render([*messages, *new], tools, generation_prompt=True)
+        found = self._after_turn(head, whole)
+        if found is None:
+            raise ValueError("renderer chat_template: the template writes no end-of-turn token after the assistant's "
+                             "message and renders the conversation differently once messages are added, so new "
+                             "messages cannot be rendered on their own (set end_tokens)")
+        token, after = found
+        return self.tokenizer.encode(after if closed else token + after)
 
     def parse(self, completion: Sequence[int], tools: Sequence[Tool] | None = None) -> Message:
         """The contract's ``parse``; with ``tools``, the plain-text parser takes calls of their names only."""
@@ -251,13 +255,17 @@ class ChatTemplateRenderer:
         turn_end = next((s for s in specials if after.startswith(s)), None)
         return [t for t in dict.fromkeys([hf.eos_token, turn_end]) if t]
 
-    def _turn_close(self, head: str, closed: bool) -> str:
-        """What the template writes after the assistant's sampled text in ``head`` (a render ending with its
-        message): from its last end token on when the completion did not end with one, else what follows it."""
+    def _after_turn(self, head: str, whole: str) -> tuple[str, str] | None:
+        """The end token closing the assistant's message in ``head`` (the conversation up to it), and what
+        ``whole`` (the conversation with the new messages) writes after that token: after as many of them as
+        ``head`` holds, so that a template rewriting earlier turns' text (not their number) is followed. Without
+        such a token, ``""`` and what ``whole`` adds to ``head`` when it extends it; None when neither holds."""
         at, token = max((head.rfind(t), t) for t in self.end_tokens)
-        if at < 0:
-            return ""
-        return head[at:] if not closed else head[at + len(token):]
+        if at >= 0 and not head[at + len(token):].strip():
+            end = _nth(whole, token, head.count(token))
+            if end is not None:
+                return token, whole[end + len(token):]
+        return ("", whole[len(head):]) if whole.startswith(head) else None
 
 
 def message_dict(message: Message) -> dict[str, Any]:
@@ -276,6 +284,11 @@ def message_dict(message: Message) -> dict[str, Any]:
     return out
 
 
-def _stand_in(assistant: Message) -> Message:
-    """The assistant's message as the stand-in conversation's last: its tool calls, a plain content."""
-    return Message("assistant", "?", tool_calls=assistant.tool_calls)
+def _nth(text: str, token: str, n: int) -> int | None:
+    """Where the ``n``-th (from 1) occurrence of ``token`` in ``text`` starts; None when there are fewer."""
+    at = -len(token)
+    for _ in range(n):
+        at = text.find(token, at + len(token))
+        if at < 0:
+            return None
+    return at if n > 0 else None
