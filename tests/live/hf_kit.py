@@ -93,8 +93,9 @@ def chat_tokenizer(vocab_size: int = 400, *, chat_template: str = CHAT_TEMPLATE)
     return hf
 
 
-def save_chat_model(path, *, context: int = 256) -> Path:
-    """``chat_tokenizer()`` and a tiny randomly initialised Llama over its ids, saved to the directory ``path``."""
+def save_chat_model(path, *, context: int = 2048) -> Path:
+    """``chat_tokenizer()`` and a tiny randomly initialised Llama over its ids, saved to the directory ``path``.
+    ``context`` is its ``max_position_embeddings`` (rotary: no weights); a prompt with four tools is ~550 ids."""
     tokenizer = chat_tokenizer()
     save_tiny_llama(path, vocab_size=len(tokenizer), context=context)
     tokenizer.save_pretrained(str(path))
