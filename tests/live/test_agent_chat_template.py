@@ -158,6 +158,9 @@ def test_attributes_are_checked(tokenizer):
         ChatTemplateRenderer(chat_tokenizer(chat_template=""))
     with pytest.raises(ValueError, match="must be non-empty strings"):
         ChatTemplateRenderer(tokenizer, end_tokens=["<|im_end|>", ""])
+    with pytest.raises(ValueError, match="chat_template_kwargs .* must be a mapping"):
+        ChatTemplateRenderer(tokenizer, chat_template_kwargs=["enable_thinking"])
+    assert ChatTemplateRenderer(tokenizer, end_tokens="<|im_end|>").stop_sequences == ((2,),)
     ends = ChatTemplateRenderer(tokenizer, end_tokens=["<|im_end|>", "</done>"])
     assert ends.stop_sequences == ((2,), tuple(ends.tokenizer.encode("</done>")))
 

@@ -199,8 +199,13 @@ class ChatTemplateRenderer:
         if not getattr(self.tokenizer.hf, "chat_template", None):
             raise ValueError("renderer chat_template: the tokenizer has no chat template (use renderer role_colon)")
         self.tool_call_parser = tool_call_parser
-        self.chat_template_kwargs = dict(attrs.get("chat_template_kwargs") or {})
-        self.end_tokens = tuple(attrs.get("end_tokens") or self._default_end_tokens())
+        template_kwargs = attrs.get("chat_template_kwargs") or {}
+        if not isinstance(template_kwargs, Mapping):
+            raise ValueError(f"renderer chat_template: chat_template_kwargs {template_kwargs!r} must be a mapping of "
+                             "template variables")
+        self.chat_template_kwargs = dict(template_kwargs)
+        ends = attrs.get("end_tokens") or self._default_end_tokens()
+        self.end_tokens = (ends,) if isinstance(ends, str) else tuple(ends)
         if not self.end_tokens:
             raise ValueError("renderer chat_template: the tokenizer has no eos token and its template no end-of-turn "
                              "token; set end_tokens in train.renderer_kwargs")
@@ -251,8 +256,9 @@ class ChatTemplateRenderer:
         hf = self.tokenizer.hf
         text = self._render([Message("user", "?"), Message("assistant", _PROBE)], (), generation_prompt=False)
         after = text[text.rfind(_PROBE) + len(_PROBE):].lstrip() if _PROBE in text else ""
-        specials = sorted({str(t) for t in hf.all_special_tokens}, key=len, reverse=True)
-        turn_end = next((s for s in specials if after.startswith(s)), None)
+        specials = {str(t) for t in hf.all_special_tokens}
+        specials |= {t.content for t in getattr(hf, "added_tokens_decoder", {}).values() if t.special}
+        turn_end = next((s for s in sorted(specials, key=len, reverse=True) if after.startswith(s)), None)
         return [t for t in dict.fromkeys([hf.eos_token, turn_end]) if t]
 
     def _after_turn(self, head: str, whole: str) -> tuple[str, str] | None:
