@@ -62,6 +62,11 @@ def test_a_directory_or_a_cached_id_resolves(cache, checkpoint):
     snapshot = resolve_model(REPO)
     assert snapshot.parent.parent == cache / "models--tiny-org--tiny-chat"
     assert (snapshot / "config.json").is_file()
+    from huggingface_hub import scan_cache_dir
+
+    scanned = scan_cache_dir(cache)  # the kit's layout is the hub's own
+    assert not scanned.warnings
+    assert [(r.repo_id, [set(v.refs) for v in r.revisions]) for r in scanned.repos] == [(REPO, [{"main"}])]
 
 
 @pytest.mark.parametrize("name", ["tiny-org/other", "nobody", "not an id/with spaces", "a/b/c", "./no/such/dir"])
