@@ -85,8 +85,9 @@ def test_a_cached_model_and_its_tokenizer_load_and_play_a_turn(cache):
     messages = [Message("user", "say hello")]
     prompt = renderer.prompt(messages, tools)
     stops = {seq[0] for seq in renderer.stop_sequences}
-    generation = policy.sample([prompt], max_new_tokens=12, temperature=1.0, seeds=[3], stop_tokens=[stops])[0]
-    sampled = list(generation.tokens)
+    sampled = list(policy.sample([prompt], max_new_tokens=12, temperature=1.0, seeds=[3])[0].tokens)
+    cut = next((i + 1 for i, t in enumerate(sampled) if t in stops), len(sampled))  # where sampling would stop
+    sampled = sampled[:cut]
     closed = sampled[-1] in stops
     messages.append(renderer.parse(sampled))
     nxt = renderer.extend(messages, [Message("user", "again")], tools, closed=closed)
