@@ -192,16 +192,10 @@ def build_model(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
     """The policy ``train.model_name`` names, sized for the environments' vocabularies and contexts, seeded by the run."""
     import torch
 
-    from platoon.live.hf import resolve_model
+    from platoon.live.hf import model_name_problem
     from platoon.live.model_kinds import build_causal_policy
 
-    problems = []
-    if cfg.train.model_name != "tiny":
-        try:
-            resolve_model(cfg.train.model_name)
-        except FileNotFoundError as exc:
-            problems.append(f"train.model_name: {exc}; nor is it tiny (the built-in model). The simulator takes any "
-                            "name; training needs the weights here (docs/live-backend.md)")
+    problems = [p for p in [model_name_problem(cfg.train.model_name)] if p]
     if cfg.model.device == "cuda" and not torch.cuda.is_available():
         problems.append("model.device: cuda, and this torch sees no CUDA device; use auto or cpu")
     if problems:

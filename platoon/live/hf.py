@@ -23,7 +23,8 @@ import torch
 
 from platoon.live.model import CausalPolicy, resolve_device
 
-__all__ = ["HFPolicy", "hub_cache_dir", "load_tokenizer", "require_transformers", "resolve_model"]
+__all__ = ["HFPolicy", "hub_cache_dir", "load_tokenizer", "model_name_problem", "require_transformers",
+           "resolve_model"]
 
 
 def require_transformers() -> Any:
@@ -63,6 +64,19 @@ def resolve_model(name: str | Path) -> Path:
             f"{str(name)!r} is neither a local directory holding a checkpoint nor a model id in the Hugging Face "
             f"cache {cache} (nothing is downloaded; HF_HUB_CACHE or HF_HOME choose the cache)")
     return snapshot
+
+
+def model_name_problem(name: str) -> str | None:
+    """What is wrong with ``train.model_name`` for training (a ``ConfigError`` line), or None: ``tiny``, a local
+    directory and a cached model id are right."""
+    if name == "tiny":
+        return None
+    try:
+        resolve_model(name)
+    except FileNotFoundError as exc:
+        return (f"train.model_name: {exc}; nor is it tiny (the built-in model). The simulator takes any name; "
+                "training needs the weights here (docs/live-backend.md)")
+    return None
 
 
 def _cached_snapshot(repo_id: str, cache: Path) -> Path | None:

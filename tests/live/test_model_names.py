@@ -17,7 +17,7 @@ from platoon.cli import app  # noqa: E402
 from platoon.live.agent.chat_template import ChatTemplateRenderer  # noqa: E402
 from platoon.live.agent.messages import Message  # noqa: E402
 from platoon.live.envs.text import Tool  # noqa: E402
-from platoon.live.hf import HFPolicy, hub_cache_dir, load_tokenizer, resolve_model  # noqa: E402
+from platoon.live.hf import HFPolicy, hub_cache_dir, load_tokenizer, model_name_problem, resolve_model  # noqa: E402
 
 REPO = "tiny-org/tiny-chat"
 
@@ -73,6 +73,13 @@ def test_a_directory_or_a_cached_id_resolves(cache, checkpoint):
 def test_a_name_that_is_neither_names_the_cache(cache, name):
     with pytest.raises(FileNotFoundError, match=f"neither a local directory .* Hugging Face cache {cache}"):
         resolve_model(name)
+
+
+def test_the_config_problem_of_a_name(cache, checkpoint):
+    assert [model_name_problem(n) for n in ("tiny", str(checkpoint), REPO)] == [None, None, None]
+    problem = model_name_problem("tiny-org/missing")
+    assert problem.startswith("train.model_name: 'tiny-org/missing' is neither a local directory")
+    assert str(cache) in problem and "nor is it tiny" in problem
 
 
 def test_a_cached_model_and_its_tokenizer_load_and_play_a_turn(cache):
