@@ -139,8 +139,8 @@ class TrainConfig(_Config):
 
     model_name: str = Field(
         ..., min_length=1,
-        description="The policy: tiny (the built-in small transformer), or a local Hugging Face checkpoint "
-        "directory.",
+        description="The policy: tiny (the built-in small transformer), a local Hugging Face checkpoint "
+        "directory, or a model id already in the local Hugging Face cache (never downloaded).",
     )
     renderer_name: str = Field(
         ..., min_length=1,
@@ -412,8 +412,8 @@ class ModelConfig(_Config):
     """The built-in model's shape and the model service (``train.model_name`` chooses the model)."""
 
     UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {
-        "kind": "unknown key; use train.model_name (tiny, or a local checkpoint directory)",
-        "path": "unknown key; use train.model_name (a local checkpoint directory)",
+        "kind": "unknown key; use train.model_name (tiny, a local checkpoint directory or a cached model id)",
+        "path": "unknown key; use train.model_name (a local checkpoint directory or a cached model id)",
         "temperature": "unknown key; use train.workflow_config.rollout_config.inference_params.temperature",
         "max_new_tokens": "unknown key; use train.workflow_config.rollout_config.inference_params."
         "max_completion_tokens",

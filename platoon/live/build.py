@@ -22,7 +22,6 @@ import copy
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from platoon.config.errors import ConfigError, ExtensionError
@@ -193,15 +192,14 @@ def build_model(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
     """The policy ``train.model_name`` names, sized for the environments' vocabularies and contexts, seeded by the run."""
     import torch
 
+    from platoon.live.hf import model_name_problem
     from platoon.live.model_kinds import build_causal_policy
 
-    name = cfg.train.model_name
-    if name != "tiny" and not Path(name).expanduser().is_dir():
-        raise ConfigError([f"train.model_name: {name!r} is neither tiny (the built-in model) nor a local directory "
-                           "holding a Hugging Face checkpoint (the simulator takes any name; training needs the "
-                           "weights here: docs/migrating-from-0.4.md)"])
+    problems = [p for p in [model_name_problem(cfg.train.model_name)] if p]
     if cfg.model.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(["model.device: cuda, and this torch sees no CUDA device; use auto or cpu"])
+        problems.append("model.device: cuda, and this torch sees no CUDA device; use auto or cpu")
+    if problems:
+        raise ConfigError(problems)
     if cfg.model.device == "cpu" or not torch.cuda.is_available():
         # The model service, the trainer and evaluation each run torch in a thread of their own; with a pool of
         # spinning workers each, small batches ran ~17x slower in CPU time on two cores. One thread each.

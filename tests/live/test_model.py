@@ -163,7 +163,7 @@ def test_build_causal_policy_sizes_the_tiny_model_from_the_config_and_the_enviro
     assert (p.config.vocab_size, p.config.d_model, p.config.n_layers, p.config.n_heads) == (31, 32, 1, 2)
     assert p.config.max_len >= 20 + 8
     assert build_causal_policy("tiny", cfg, vocab_size=31, max_len=20, max_new_tokens=16).config.max_len >= 20 + 16
-    with pytest.raises(FileNotFoundError, match="train.model_name 'no/such/dir' is not a local directory"):
+    with pytest.raises(FileNotFoundError, match="'no/such/dir' is neither a local directory holding a checkpoint nor a model id in the Hugging Face cache"):
         build_causal_policy("no/such/dir", cfg, vocab_size=31, max_len=20)
     with pytest.raises(ValueError, match="multiple of n_heads"):
         TinyConfig(vocab_size=10, d_model=30, n_heads=4)

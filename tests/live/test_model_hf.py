@@ -28,7 +28,7 @@ def test_loads_from_a_local_directory_through_the_config(checkpoint):
     policy = build_causal_policy(str(checkpoint), ModelConfig(device="cpu"), vocab_size=10, max_len=10)
     assert isinstance(policy, HFPolicy) and isinstance(policy, Policy)
     assert (policy.vocab_size, policy.max_len, policy.device) == (48, 64, torch.device("cpu"))
-    with pytest.raises(FileNotFoundError, match="not a local directory"):
+    with pytest.raises(FileNotFoundError, match="is neither a local directory"):
         HFPolicy.from_pretrained(checkpoint / "missing", device="cpu")
 
 
