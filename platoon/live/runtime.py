@@ -80,7 +80,8 @@ class LiveRuntime:
     of its checkpoint's state a resumed start could not read (its ``start`` event carries it). A start whose
     dispatcher has done every step already (a resume of a run killed between its last checkpoint and its end) only
     writes the end: the final evaluation. A start that reaches the end records it (``mark_finished``). ``trace``: the
-    writer of the run's timeline (None: no trace), which this start closes when it ends.
+    writer of the run's timeline (None: no trace), which this start closes when it ends. ``staging``: the toolchains
+    being staged (``platoon.live.toolchain.Staging``), which no rollout starts before (None: none).
     """
 
     def __init__(self, driver: Driver, workflow: Any, trainer: Any, service: Any, *,
@@ -88,7 +89,7 @@ class LiveRuntime:
                  trainer_state: Callable[[], bytes] | None = None, log: Logger | None = None,
                  on_step: Callable[[dict], None] | None = None, checkpoint_name: str | None = None,
                  clock_start_s: float = 0.0, state_lost: str | None = None,
-                 trace: TraceWriter | None = None) -> None:
+                 trace: TraceWriter | None = None, staging: Any = None) -> None:
         if not (math.isfinite(clock_start_s) and clock_start_s >= 0):
             raise ValueError(f"clock_start_s must be a finite number of seconds, at least 0, got {clock_start_s!r}")
         self.driver = driver
@@ -101,6 +102,7 @@ class LiveRuntime:
         self.state_lost = state_lost
         self.clock_start_s = float(clock_start_s)
         self.trace = trace
+        self.staging = staging
         self.events: list[dict] = []
         self.rows: list[dict] = []
         self.trained: list[TrainStep] = []
@@ -139,11 +141,13 @@ class LiveRuntime:
                 if self.run_dir is not None:
                     step = self.driver.dispatcher.step  # the launch save: a start that dies resumes here
                     await self._checkpoint(step, permanent=step == 0)
+                await self._staged()
                 self._carry(decisions)
                 self._rearm()
                 await self._train_loop()
             steps = self.driver.steps
             if self.evaluate is not None and self.driver.eval_due(steps):
+                await self._staged()
                 began = self.now()
                 metrics = dict(await asyncio.to_thread(self.evaluate))
                 self._trainer_span("eval", began, step=steps)
@@ -152,6 +156,13 @@ class LiveRuntime:
                 self.run_dir.mark_finished(steps, self.driver.dispatcher.start_number)
         finally:
             await self._shutdown()
+
+    async def _staged(self) -> None:
+        """Wait for the toolchains staged since the run opened (``platoon.live.toolchain.Staging.wait``: at most
+        ten minutes; a stop cancels it) before any rollout, training's or evaluation's, starts."""
+        if self.staging is not None:
+            await self.staging.wait()
+            self.staging = None
 
     async def _shutdown(self) -> None:
         self._stopping = True
