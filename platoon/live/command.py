@@ -141,7 +141,7 @@ def _runtime(live: LiveRun, run_dir: LiveRunDir, console: Console | None, checkp
     # staged in a thread while the runtime saves at launch; no rollout starts before it is done (docs/toolchains.md)
     staging = Staging(run_toolchains(live.envs.values()), log=log).start()
     return LiveRuntime(live.policy.driver, live.workflow, live.trainer, live.service, run_dir=run_dir,
-                       evaluate=live.evaluate, trainer_state=live.trainer_state,
+                       evaluate=live.evaluate_in_training, trainer_state=live.trainer_state,
                        log=console.log if console is not None else None,
                        on_step=console.step if console is not None else None, checkpoint_name=checkpoint,
                        clock_start_s=live.clock_start_s, state_lost=live.state_lost, trace=_trace(live, run_dir),
