@@ -28,7 +28,7 @@ from typing import Any
 
 from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.models import EnvironmentConfig, RunConfig
-from platoon.config.resolve import group_size, sampling, select_tasks
+from platoon.config.resolve import eval_concurrency, group_size, sampling, select_tasks
 from platoon.live.envs.resolve import resolve_environment
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
 from platoon.policy.assemble import Policy, build_policy
@@ -59,7 +59,7 @@ shared cores, seeds 0/1: held-out pass@1 0.155/0.140 at step 0 and 0.643/0.624 a
 the objective before 0.4.0's advantages and token mean gave 0.654/0.608 (docs/live-backend.md, "Does it learn?")."""
 
 __all__ = ["EMBEDDED_DEFAULT", "EVAL_EPISODES", "LiveRun", "build_environments", "build_live", "build_model",
-           "build_pool", "entry_tasks", "eval_concurrency", "evaluate_policy", "evaluate_service", "pool_rows"]
+           "build_pool", "entry_tasks", "evaluate_policy", "evaluate_service", "pool_rows"]
 
 
 def build_environments(cfg: RunConfig) -> dict[str, Any]:
@@ -132,11 +132,6 @@ def entry_tasks(e: EnvironmentConfig, env: Any, *, training: bool) -> list[str]:
 def pool_rows(pool: TaskPool) -> list[tuple[str, str | None, str | None]]:
     """``tasks/pool.json``'s rows: ``(task_id, entry, label)`` in pool order."""
     return [(r.task_id, r.entry, r.label) for r in pool.rows]
-
-
-def eval_concurrency(cfg: RunConfig) -> int:
-    """Evaluation's rollouts at once: ``eval.max_concurrent_rollouts``, else ``model.max_batch``."""
-    return cfg.eval.max_concurrent_rollouts or cfg.model.max_batch
 
 
 def _eval_entries(cfg: RunConfig, envs: Mapping[str, Any], n: int) -> list[tuple[Any, Any, list[str], int]]:
