@@ -149,3 +149,16 @@ def test_the_announcement_counts_evaluations_rollouts_among_those_that_can_run_a
     infos = policy.driver.take_outbox().infos
     assert f"At most {limit} rollouts start at once" in infos[0]
     assert any("can never bind" in m and "the 48 rollouts" in m for m in infos) is never_binds
+
+
+def test_slots_that_mostly_come_back_only_at_their_rollouts_end_are_warned_about_once():
+    # rollouts that never call the model: every slot comes back at its end; from the 32nd release on the run warns
+    logged = []
+    d = dispatch_harness.build(tasks=8, group_size=4, batch_size=2, steps=5, permits=8)
+    wf = ScriptedWorkflow(lambda row: Outcome(1.0, reward=float(row.member % 2)))
+    runtime = live_runtime(d, wf, FakeTrainer(), FakeService(), start_limit=StartLimit(2, timer_s=600.0),
+                           log=lambda lv, m: logged.append((lv, m)))
+    run_virtual(runtime.run())
+    whole = [m for lv, m in logged if lv == "warning" and "bounds whole rollouts" in m]
+    assert len(whole) == 1 and whole[0].startswith("32 of 32 start slots")
+    assert sum(r[TRAIN + "releases/end"] for r in runtime.rows) >= 32
