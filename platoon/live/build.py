@@ -30,6 +30,7 @@ from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.models import EnvironmentConfig, RunConfig
 from platoon.config.resolve import eval_concurrency, group_size, sampling, select_tasks
 from platoon.live.envs.resolve import resolve_environment
+from platoon.live.toolchain import Staging, run_toolchains
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
 from platoon.policy.assemble import Policy, build_policy
 from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
@@ -206,6 +207,7 @@ class LiveRun:
     clock_start_s: float = 0.0  # the run's clock when this start begins (its policy's clock begins there too)
     state_lost: str | None = None  # what of its checkpoint's state a resumed start could not read (its start event)
     eval_routing: RoutingIdWatch = field(default_factory=lambda: RoutingIdWatch("eval"))  # per start
+    staging: Staging | None = None  # the environments' toolchains, staged since the start was built
 
     @property
     def dispatcher(self) -> Any:
@@ -272,6 +274,8 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
     from platoon.live.trainer import GRPOTrainer
 
     envs = dict(envs) if envs is not None else build_environments(cfg)
+    # the toolchains are staged in a thread while the model, the trainer and the launch save are made
+    staging = Staging(run_toolchains(envs.values())).start()
     pool = build_pool(cfg, envs)
     policy = build_policy(cfg, pool, start=start, rolling=workflow_runs_on_lease(workflow_cls),
                           clock=time.perf_counter, runtime="live", now=clock_start_s,
@@ -289,4 +293,5 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
                             max_new_tokens=max_tokens, straggler_timeout_s=run.straggler_timeout_seconds,
                             quorum=run.straggler_quorum, leave_one_out_baseline=run.leave_one_out_baseline,
                             min_successful_group_size=run.min_successful_group_size)
-    return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes, clock_start_s)
+    return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes, clock_start_s,
+                   staging=staging)

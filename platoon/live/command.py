@@ -138,8 +138,8 @@ def _runtime(live: LiveRun, run_dir: LiveRunDir, console: Console | None, checkp
     if console is not None and hasattr(live.workflow, "warn"):
         live.workflow.warn = lambda message: console.log("warning", message)
     log = console.log if console is not None else (lambda level, message: None)
-    # staged in a thread while the runtime saves at launch; no rollout starts before it is done (docs/toolchains.md)
-    staging = Staging(run_toolchains(live.envs.values()), log=log).start()
+    # staged since the start was built, on while the runtime saves at launch; no rollout starts before it is done
+    staging = (live.staging or Staging([]).start()).attach(log)
     return LiveRuntime(live.policy.driver, live.workflow, live.trainer, live.service, run_dir=run_dir,
                        evaluate=live.evaluate_in_training, trainer_state=live.trainer_state,
                        log=console.log if console is not None else None,

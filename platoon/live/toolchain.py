@@ -349,14 +349,33 @@ def prestage(toolchains: Sequence[Toolchain], *, cache: Path | None = None, sess
 class Staging:
     """Toolchains staged in a thread while a run opens (``start``); rollouts wait for it (``wait``).
 
-    A failure is logged as a warning (rollouts then stage for themselves); ``results`` holds what was staged."""
+    A failure is logged as a warning (rollouts then stage for themselves); ``results`` holds what was staged. What it
+    logs before a logger is attached (``log`` None, a run whose console is not open yet) is kept for ``attach``."""
 
     toolchains: Sequence[Toolchain]
-    log: Callable[[str, str], None] = field(default=lambda level, message: None)
+    log: Callable[[str, str], None] | None = None
     cache: Path | None = None
     results: list[Staged] = field(default_factory=list)
     _done: threading.Event = field(default_factory=threading.Event)
     _began: float = 0.0
+    _held: list[tuple[str, str]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def attach(self, log: Callable[[str, str], None]) -> Staging:
+        """Log through ``log`` from now on, first what was logged before."""
+        with self._lock:
+            self.log, held, self._held = log, self._held, []
+        for level, message in held:
+            log(level, message)
+        return self
+
+    def _log(self, level: str, message: str) -> None:
+        with self._lock:
+            log = self.log
+            if log is None:
+                self._held.append((level, message))
+                return
+        log(level, message)
 
     def start(self) -> Staging:
         self._began = time.monotonic()
@@ -369,9 +388,9 @@ class Staging:
     def _run(self) -> None:
         try:
             for tc in self.toolchains:
-                self.results.append(stage(tc, cache=self.cache, warn=lambda m: self.log("warning", m)))
+                self.results.append(stage(tc, cache=self.cache, warn=lambda m: self._log("warning", m)))
         except (ToolchainError, OSError) as exc:
-            self.log("warning", f"toolchain staging failed ({exc}); rollouts stage for themselves")
+            self._log("warning", f"toolchain staging failed ({exc}); rollouts stage for themselves")
         finally:
             self._done.set()
 
@@ -391,11 +410,11 @@ class Staging:
         while not self._done.is_set():
             left = end - loop.time()
             if left <= 0:
-                self.log("warning", f"toolchain staging is not done after {timeout_s:g} s: rollouts start, and "
-                                    "stage for themselves")
+                self._log("warning", f"toolchain staging is not done after {timeout_s:g} s: rollouts start, and "
+                                     "stage for themselves")
                 return False
             await asyncio.sleep(min(poll_s, left))
         staged = ", ".join(f"{s.toolchain} ({s.outcome})" for s in self.results)
         if staged:
-            self.log("info", f"toolchains staged: {staged}, {time.monotonic() - self._began:.1f}s after the start")
+            self._log("info", f"toolchains staged: {staged}, {time.monotonic() - self._began:.1f}s after the start")
         return True

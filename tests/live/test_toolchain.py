@@ -317,3 +317,31 @@ def test_no_rollout_and_no_evaluation_starts_before_staging_is_done():
     assert waited == [5.0]  # once
     assert min(t for t, what, _, _ in wf.log if what == "start") == 5.0
     assert evaluated and min(evaluated) >= 5.0
+
+
+def test_what_staging_logs_before_a_logger_is_attached_is_kept_for_it(tmp_path):
+    staging = Staging([Toolchain("agent", tmp_path / "missing")], cache=tmp_path / "c").start()
+    assert staging.wait_blocking(30)
+    logged = []
+    staging.attach(lambda lv, m: logged.append((lv, m)))
+    assert len(logged) == 1 and logged[0][0] == "warning" and "toolchain staging failed" in logged[0][1]
+
+
+def test_platoon_train_stages_its_environments_toolchains(tmp_path, monkeypatch):
+    from test_resume import fake_service
+
+    from platoon.live import command
+
+    (tmp_path / "tooled_env.py").write_text(TOOLED_ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("TOOLED_SOURCE", str(make_source(tmp_path / "src")))
+    monkeypatch.setenv("PLATOON_TOOLCHAIN_CACHE", str(tmp_path / "cache"))
+    config = tmp_path / "run.yaml"
+    config.write_text("train:\n  model_name: tiny\n  renderer_name: role_colon\n  max_training_steps: 1\n"
+                      "  batch_size: 2\nmodel:\n  d_model: 16\n  n_layers: 1\n"
+                      "environments:\n  - name: ns\n    env: tooled_env:Tooled\n    service_kwargs: {ranges: [4]}\n"
+                      "    workflow_config: {group_size: 2}\n")
+    command.train(config, out=tmp_path / "run", progress=False, service_factory=fake_service, eval_episodes=4)
+    (copy,) = [p for p in (tmp_path / "cache").iterdir() if p.name.startswith("agent-")]
+    stamp = json.loads((tmp_path / "cache" / f".{copy.name}.staged").read_text())
+    assert stamp["tree_hash"] == tree_hash(tmp_path / "src").hash and len(stamp["sessions"]) == 1
