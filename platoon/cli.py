@@ -1,4 +1,4 @@
-"""The ``platoon`` command line: simulate, calibrate, train, eval, config, tasks, env, report.
+"""The ``platoon`` command line: simulate, calibrate, train, eval, prestage, config, tasks, env, report.
 
 Exit codes: 0 ok, 1 runtime failure, 64 usage error, 78 configuration error (every problem in one report, no
 traceback). Each command's body lives in the layer that owns it; this module parses arguments and maps errors to
@@ -203,6 +203,31 @@ def evaluate(
     except TrainError as exc:
         fail(str(exc), EXIT_RUNTIME)
     typer.echo(report.line())
+
+
+@app.command()
+def prestage(
+    arguments: Annotated[list[str] | None, config_arguments("none: a config is needed")] = None,
+    config: ConfigOption = None,
+    overrides: SetOption = None,
+) -> None:
+    """Stage the harness toolchains of a config's environments on this node, ahead of a run (docs/toolchains.md)."""
+    from platoon.live.command import prestage as run_prestage
+    from platoon.live.toolchain import ToolchainError
+
+    config, overrides = config_and_overrides(arguments, config, overrides)
+    if config is None:
+        fail("prestage needs a CONFIG", EXIT_USAGE)
+    try:
+        staged = run_prestage(config, overrides)
+    except (ConfigError, ExtensionError) as exc:
+        fail(str(exc), EXIT_CONFIG)
+    except (ToolchainError, OSError) as exc:
+        fail(str(exc), EXIT_RUNTIME)
+    if not staged:
+        typer.echo("no toolchain to stage: the environments declare none")
+    for s in staged:
+        typer.echo(f"{s.toolchain}: {s.outcome} at {s.path}" + (f" (old copy set aside as {s.stale})" if s.stale else ""))
 
 
 @app.command()

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-COMMANDS = ("simulate", "train", "eval", "config", "tasks", "env", "report")
+COMMANDS = ("simulate", "train", "eval", "prestage", "config", "tasks", "env", "report")
 
 
 def platoon(*args: str) -> subprocess.CompletedProcess[str]:

@@ -191,7 +191,8 @@ class TrainConfig(_Config):
         None,
         ge=1,
         le=MAX_ROLLOUTS,
-        description="At most this many rollouts setting up at once (experimental); null: no limit.",
+        description="At most this many rollouts setting up at once, training's and evaluation's together "
+        "(experimental); null: no limit.",
     )
     label_by: str | None = Field(
         None,

@@ -224,6 +224,11 @@ def max_concurrent_rollouts(cfg: RunConfig) -> int:
     return cfg.train.batch_size * effective_group_size(cfg)
 
 
+def eval_concurrency(cfg: RunConfig) -> int:
+    """Evaluation's rollouts at once (live): ``eval.max_concurrent_rollouts``, else ``model.max_batch``."""
+    return cfg.eval.max_concurrent_rollouts or cfg.model.max_batch
+
+
 def entry_max_staleness(cfg: RunConfig, i: int) -> int | None:
     """Entry ``i``'s staleness bound: its own, else the run's (None: unbounded)."""
     own = cfg.environments[i].max_staleness

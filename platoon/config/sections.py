@@ -74,7 +74,7 @@ class EvalConfig(ConfigModel):
         "eval.max_concurrent_rollouts",
         "max_starting_rollouts": "unknown key; train.max_starting_rollouts limits evaluation's start-ups too",
     }
-    NO_EFFECT: ClassVar[frozenset[str]] = frozenset({"max_concurrent_rollouts", "workflow_config"})
+    NO_EFFECT: ClassVar[frozenset[str]] = frozenset({"workflow_config"})
 
     every: int | None = Field(
         None, ge=0, le=MAX_STEPS,
@@ -83,8 +83,9 @@ class EvalConfig(ConfigModel):
     )
     strategy: Literal["step", "epoch"] | None = Field(None, description="The unit of every; null: step.")
     at_start: bool = Field(False, description="Also evaluate the starting policy, at step 0.")
-    max_concurrent_rollouts: int | None = Field(None, ge=1, le=MAX_ROLLOUTS,
-                                                description="Evaluation's rollouts at once (no effect here).")
+    max_concurrent_rollouts: int | None = Field(
+        None, ge=1, le=MAX_ROLLOUTS,
+        description="Evaluation's rollouts at once (live; platoon eval's batch); null: model.max_batch.")
     workflow_config: dict[str, Any] = Field(default_factory=dict,
                                             description="Evaluation's workflow settings (no effect here).")
 

@@ -10,7 +10,8 @@ simulator calls too; only the pool differs between the two runtimes (here it lis
   (``train.label_by`` may name one);
 - ``build_live(cfg, start=)``: a ``LiveRun`` holding all of it, a trainer policy and a separate sampling copy behind
   the model service (the service's weights change only when a step publishes), and the evaluation of held-out
-  pass@1 (``evaluate``: ``eval/pass@1`` with its 95% Wilson interval, and each entry's when there are several).
+  pass@1 (``evaluate``: ``eval/pass@1`` with its 95% Wilson interval, and each entry's when there are several; during
+  training its episodes are rollouts against the model service, ``evaluate_in_training``, that take start slots).
 
 A problem with an entry (an environment that does not resolve or refuses its options, an unknown split, a task id
 the split lacks) is a ``ConfigError`` naming its key, all of them in one report.
@@ -21,16 +22,18 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.models import EnvironmentConfig, RunConfig
-from platoon.config.resolve import group_size, sampling, select_tasks
+from platoon.config.resolve import eval_concurrency, group_size, sampling, select_tasks
 from platoon.live.envs.resolve import resolve_environment
+from platoon.live.toolchain import Staging, run_toolchains
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
 from platoon.policy.assemble import Policy, build_policy
 from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
+from platoon.policy.routing_ids import RoutingIdWatch
 
 EVAL_EPISODES = 1024
 """Held-out episodes of one ``eval/pass@1`` measurement (shared among the entries)."""
@@ -56,7 +59,7 @@ shared cores, seeds 0/1: held-out pass@1 0.155/0.140 at step 0 and 0.643/0.624 a
 the objective before 0.4.0's advantages and token mean gave 0.654/0.608 (docs/live-backend.md, "Does it learn?")."""
 
 __all__ = ["EMBEDDED_DEFAULT", "EVAL_EPISODES", "LiveRun", "build_environments", "build_live", "build_model",
-           "build_pool", "entry_tasks", "evaluate_policy", "pool_rows"]
+           "build_pool", "entry_tasks", "evaluate_policy", "evaluate_service", "pool_rows"]
 
 
 def build_environments(cfg: RunConfig) -> dict[str, Any]:
@@ -131,31 +134,61 @@ def pool_rows(pool: TaskPool) -> list[tuple[str, str | None, str | None]]:
     return [(r.task_id, r.entry, r.label) for r in pool.rows]
 
 
+def _eval_entries(cfg: RunConfig, envs: Mapping[str, Any], n: int) -> list[tuple[Any, Any, list[str], int]]:
+    """``(entry, env, eval task ids, episodes)`` of each entry that plays some of the ``n`` episodes."""
+    entries = cfg.environments
+    shares = [n // len(entries) + (i < n % len(entries)) for i in range(len(entries))]
+    return [(e, envs[e.label], entry_tasks(e, envs[e.label], training=False), k)
+            for e, k in zip(entries, shares, strict=True) if k >= 1]
+
+
+def _eval_metrics(cfg: RunConfig, results: list[tuple[Any, int, Any]]) -> dict[str, float]:
+    from platoon.live.evaluate import wilson_interval
+
+    per_entry: dict[str, float] = {}
+    passed = total = 0
+    for e, k, r in results:
+        passed += round(r.pass_at_1 * k)
+        total += k
+        if len(cfg.environments) > 1:
+            per_entry[f"eval/environment/{e.label.replace('/', '--')}/pass@1"] = r.pass_at_1
+    low, high = wilson_interval(passed, total)
+    return {"eval/pass@1": passed / total if total else 0.0, "eval/pass@1_ci_low": low, "eval/pass@1_ci_high": high,
+            "eval/episodes": float(total), **per_entry}
+
+
 def evaluate_policy(model: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int = EVAL_EPISODES) -> dict[str, float]:
     """Held-out pass@1 of ``model`` over ``n`` episodes shared among the entries' ``eval_split``s, sampled at the
     run's temperature from seeds of ``train.seed`` (the same episodes at every measurement): ``eval/pass@1``, its
     95% Wilson interval (``eval/pass@1_ci_low``/``_ci_high``), ``eval/episodes`` and, with several entries, each
     entry's ``eval/environment/<entry>/pass@1``."""
-    from platoon.live.evaluate import evaluate, wilson_interval
+    from platoon.live.evaluate import evaluate
 
-    entries = cfg.environments
-    shares = [n // len(entries) + (i < n % len(entries)) for i in range(len(entries))]
-    per_entry: dict[str, float] = {}
-    passed = total = 0
     temperature, max_tokens = sampling(cfg)
-    for e, k in zip(entries, shares, strict=True):
-        if k < 1:
-            continue
-        env = envs[e.label]
-        r = evaluate(model, env, entry_tasks(e, env, training=False), k, temperature=temperature,
-                     seed=cfg.train.seed, batch_size=cfg.model.max_batch, max_new_tokens=max_tokens)
-        passed += round(r.pass_at_1 * k)
-        total += k
-        if len(entries) > 1:
-            per_entry[f"eval/environment/{e.label.replace('/', '--')}/pass@1"] = r.pass_at_1
-    low, high = wilson_interval(passed, total)
-    return {"eval/pass@1": passed / total if total else 0.0, "eval/pass@1_ci_low": low, "eval/pass@1_ci_high": high,
-            "eval/episodes": float(total), **per_entry}
+    return _eval_metrics(cfg, [(e, k, evaluate(model, env, ids, k, temperature=temperature, seed=cfg.train.seed,
+                                                batch_size=eval_concurrency(cfg), max_new_tokens=max_tokens))
+                               for e, env, ids, k in _eval_entries(cfg, envs, n)])
+
+
+async def evaluate_service(service: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int = EVAL_EPISODES, *,
+                           slots: Any = None, routing: Any = None) -> dict[str, float]:
+    """``evaluate_policy``'s metrics from the same episodes played as rollouts against the model ``service`` (at most
+    ``eval_concurrency`` at once), each taking a start slot from ``slots`` (``platoon.live.evaluate.EvalSlots``),
+    their routing ids counted by ``routing`` (a ``RoutingIdWatch``, whose coverage is added)."""
+    from platoon.live.evaluate import evaluate_rollouts
+
+    temperature, max_tokens = sampling(cfg)
+    results, first = [], 0
+    for e, env, ids, k in _eval_entries(cfg, envs, n):
+        r = await evaluate_rollouts(service, env, ids, k, temperature=temperature, seed=cfg.train.seed,
+                                    max_new_tokens=max_tokens, concurrency=eval_concurrency(cfg), slots=slots,
+                                    first_index=first, routing=routing)
+        results.append((e, k, r))
+        first += k
+    metrics = _eval_metrics(cfg, results)
+    if routing is not None:
+        metrics.update(routing.metrics())
+    return metrics
 
 
 @dataclass
@@ -172,6 +205,8 @@ class LiveRun:
     eval_episodes: int = EVAL_EPISODES
     clock_start_s: float = 0.0  # the run's clock when this start begins (its policy's clock begins there too)
     state_lost: str | None = None  # what of its checkpoint's state a resumed start could not read (its start event)
+    eval_routing: RoutingIdWatch = field(default_factory=lambda: RoutingIdWatch("eval"))  # per start
+    staging: Staging | None = None  # the environments' toolchains, staged since the start was built
 
     @property
     def dispatcher(self) -> Any:
@@ -180,6 +215,13 @@ class LiveRun:
     def evaluate(self, n: int | None = None) -> dict[str, float]:
         """Held-out pass@1 of the trainer's current policy (``eval/pass@1``, its interval, each entry's)."""
         return evaluate_policy(self.model, self.cfg, self.envs, self.eval_episodes if n is None else n)
+
+    async def evaluate_in_training(self, slots: Any) -> dict[str, float]:
+        """``evaluate``'s metrics during training: the episodes are rollouts against the model service (which serves
+        the trainer's current policy whenever the runtime evaluates), taking start slots from ``slots`` (the
+        runtime's, scope ``eval``), with ``eval/rollout_worker_routing_id_coverage``."""
+        return await evaluate_service(self.service, self.cfg, self.envs, self.eval_episodes, slots=slots,
+                                      routing=self.eval_routing)
 
     def trainer_state(self) -> bytes:
         """``trainer.pt``: the trainer's state as bytes."""
@@ -230,6 +272,8 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
     from platoon.live.trainer import GRPOTrainer
 
     envs = dict(envs) if envs is not None else build_environments(cfg)
+    # the toolchains are staged in a thread while the model, the trainer and the launch save are made
+    staging = Staging(run_toolchains(envs.values())).start()
     pool = build_pool(cfg, envs)
     policy = build_policy(cfg, pool, start=start, rolling=workflow_runs_on_lease(workflow_cls),
                           clock=time.perf_counter, runtime="live", now=clock_start_s,
@@ -247,4 +291,5 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
                             max_new_tokens=max_tokens, straggler_timeout_s=run.straggler_timeout_seconds,
                             quorum=run.straggler_quorum, leave_one_out_baseline=run.leave_one_out_baseline,
                             min_successful_group_size=run.min_successful_group_size)
-    return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes, clock_start_s)
+    return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes, clock_start_s,
+                   staging=staging)

@@ -8,6 +8,8 @@
   (reward, pass rate, informative share, staleness, permits busy). The run's writer lock is held from the first
   look at the directory to the end (platoon.runs.writer).
 - ``evaluate``: held-out pass@1, with its 95% interval, of a config's initial policy or a run's last checkpoint.
+- ``prestage``: the harness toolchains of a config's environments staged on this node ahead of a run
+  (``platoon.live.toolchain``); ``train`` and ``evaluate`` stage them too, and start no rollout before that is done.
 
 A resume decides before it changes anything (platoon.runs.resume): a finished run is left as it is, with a line
 saying how to extend it; a run whose checkpoint has done every step but whose end was not written gets its end.
@@ -34,6 +36,7 @@ from platoon.config.resolve import check_plan, resolve_components, run_directory
 from platoon.live.build import EMBEDDED_DEFAULT, EVAL_EPISODES, LiveRun, build_live, pool_rows
 from platoon.live.checkpoint import LiveRunDir
 from platoon.live.runtime import LiveRuntime
+from platoon.live.toolchain import Staging, run_toolchains
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_gives_verdicts
 from platoon.policy import dispatch_state
 from platoon.runs import CheckpointError, CorruptFileError, RunDir
@@ -50,8 +53,8 @@ from platoon.runs.resume import (
 from platoon.runs.rundir import LOCK_BASE_KEYS
 from platoon.runs.writer import stale_note
 
-__all__ = ["EvalReport", "TrainError", "TrainUsageError", "evaluate", "load_train_config", "resume_run", "start_run",
-           "train"]
+__all__ = ["EvalReport", "TrainError", "TrainUsageError", "evaluate", "load_train_config", "prestage", "resume_run",
+           "start_run", "train"]
 
 
 class TrainError(RuntimeError):
@@ -134,11 +137,15 @@ def step_line(row: dict) -> str:
 def _runtime(live: LiveRun, run_dir: LiveRunDir, console: Console | None, checkpoint: str | None) -> LiveRuntime:
     if console is not None and hasattr(live.workflow, "warn"):
         live.workflow.warn = lambda message: console.log("warning", message)
+    log = console.log if console is not None else (lambda level, message: None)
+    # staged since the start was built, on while the runtime saves at launch; no rollout starts before it is done
+    staging = (live.staging or Staging([]).start()).attach(log)
     return LiveRuntime(live.policy.driver, live.workflow, live.trainer, live.service, run_dir=run_dir,
-                       evaluate=live.evaluate, trainer_state=live.trainer_state,
+                       evaluate=live.evaluate_in_training, trainer_state=live.trainer_state,
                        log=console.log if console is not None else None,
                        on_step=console.step if console is not None else None, checkpoint_name=checkpoint,
-                       clock_start_s=live.clock_start_s, state_lost=live.state_lost, trace=_trace(live, run_dir))
+                       clock_start_s=live.clock_start_s, state_lost=live.state_lost, trace=_trace(live, run_dir),
+                       staging=staging)
 
 
 def _trace(live: LiveRun, run_dir: LiveRunDir) -> Any:
@@ -464,6 +471,7 @@ def evaluate(target: str | os.PathLike[str], *, n: int = EVAL_EPISODES) -> EvalR
         if point.trainer_state is None:
             raise TrainError(f"cannot evaluate {path}: checkpoint {point.name} holds no trainer state")
         envs = build_environments(cfg)
+        staging = _stage_for_eval(envs)
         model = build_model(cfg, envs)
         model.load_state_dict(loads_state(point.trainer_state)["model"])
         what = f"{path} at step {point.step} (checkpoint {point.name})"
@@ -472,6 +480,27 @@ def evaluate(target: str | os.PathLike[str], *, n: int = EVAL_EPISODES) -> EvalR
             raise ConfigError([f"{path}: no such config file or run directory"])
         cfg = load_config(path, strict_resolve=True)
         envs = build_environments(cfg)
+        staging = _stage_for_eval(envs)
         model = build_model(cfg, envs)
         what = f"{path}'s initial policy (seed {cfg.train.seed})"
+    staging.wait_blocking()
     return EvalReport(what, evaluate_policy(model, cfg, envs, n))
+
+
+def _stage_for_eval(envs: dict[str, Any]) -> Staging:
+    """``platoon eval`` stages the environments' toolchains while it builds the model and lists its tasks."""
+    from platoon.console import make_console
+
+    console = make_console(highlight=False, stderr=True)
+    return Staging(run_toolchains(envs.values()),
+                   log=lambda level, message: console.print(f"{level}: {message}", markup=False)).start()
+
+
+def prestage(config: Path, overrides: Sequence[str] = ()) -> list[Any]:
+    """``platoon prestage``: stage the toolchains of ``config``'s environments now, ahead of a run on this node
+    (docs/toolchains.md); what each staging found (``platoon.live.toolchain.Staged``)."""
+    from platoon.live.build import build_environments
+    from platoon.live.toolchain import prestage as stage_all
+
+    cfg = load_config(config, list(overrides), strict_resolve=True)
+    return stage_all(run_toolchains(build_environments(cfg).values()))

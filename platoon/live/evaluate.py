@@ -2,22 +2,31 @@
 
 pass@1 is the share of episodes whose outcome says success, one sampled rollout each (at ``temperature``, 1.0 by
 default: the policy as it is trained, not its greedy decoding). ``n`` episodes go round the split's tasks in a
-seeded order, so that every task is played ``n // len(split)`` or one more times and the same ``(n, seed)``
-plays the same episodes with the same sampling seeds.
+seeded order (``eval_plan``), so that every task is played ``n // len(split)`` or one more times and the same
+``(n, seed)`` plays the same episodes with the same sampling seeds.
+
+Two ways to play them, with the same outcomes (sampling is a function of each request's seed, not of its batch):
+``evaluate`` plays them in lockstep batches on a ``Policy`` (``platoon eval``); ``evaluate_rollouts`` plays each as a
+rollout against a model service, at most ``concurrency`` at once (evaluation during ``platoon train``): each takes a
+start slot of the run's start limit once it may run, scope ``eval``, and gives it back at its first model call or
+its end (``EvalSlots``; docs/start-limit.md), and its routing ids are counted (``platoon.policy.routing_ids``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from platoon.live.envs.base import Environment
-from platoon.live.envs.play import play_batch
+from platoon.live.envs.play import play_batch, play_episode
 from platoon.live.model import derive_seed
+from platoon.live.workflow import _FirstCall
+from platoon.policy.routing_ids import RoutingIdWatch
 
-__all__ = ["EvalResult", "evaluate", "wilson_interval"]
+__all__ = ["EvalResult", "EvalSlots", "eval_plan", "evaluate", "evaluate_rollouts", "wilson_interval"]
 
 
 class EvalResult(NamedTuple):
@@ -46,6 +55,19 @@ def evaluate(model: Any, env: Environment, tasks: str | Sequence[str], n: int, *
              seed: int = 0, batch_size: int = 256, max_new_tokens: int | None = None) -> EvalResult:
     """pass@1 of ``model`` (a ``Policy``) over ``n`` episodes of ``tasks`` (task ids, or a split's name), with its
     95% Wilson interval."""
+    plan = eval_plan(env, tasks, n, seed)
+    successes = 0
+    for start in range(0, n, batch_size):
+        batch = plan[start:start + batch_size]
+        trajectories = play_batch(model, env, [env.task(t) for t, _ in batch], temperature=temperature,
+                                  seeds=[s for _, s in batch], max_new_tokens=max_new_tokens)
+        successes += sum(t.success for t in trajectories)
+    low, high = wilson_interval(successes, n)
+    return EvalResult(successes / n, low, high)
+
+
+def eval_plan(env: Environment, tasks: str | Sequence[str], n: int, seed: int) -> list[tuple[str, int]]:
+    """The ``n`` episodes of an evaluation: ``(task id, sampling seed)`` each, round the tasks in a seeded order."""
     if n < 1:
         raise ValueError(f"evaluate: n must be at least 1, got {n}")
     ids = env.task_ids(tasks) if isinstance(tasks, str) else list(tasks)
@@ -53,13 +75,62 @@ def evaluate(model: Any, env: Environment, tasks: str | Sequence[str], n: int, *
         raise ValueError(f"evaluate: {tasks!r} holds no tasks")
     order = list(ids)
     random.Random(f"evaluate:{seed}").shuffle(order)
-    successes = 0
-    for start in range(0, n, batch_size):
-        idx = range(start, min(n, start + batch_size))
-        tasks = [env.task(order[j % len(order)]) for j in idx]
-        trajectories = play_batch(model, env, tasks, temperature=temperature,
-                                  seeds=[derive_seed(seed, "evaluate", j) for j in idx],
-                                  max_new_tokens=max_new_tokens)
-        successes += sum(t.success for t in trajectories)
+    return [(order[j % len(order)], derive_seed(seed, "evaluate", j)) for j in range(n)]
+
+
+class EvalSlots(Protocol):
+    """The start slots an evaluation's rollouts take (the live runtime's, scope ``eval``), and where it warns."""
+
+    async def take(self, index: int) -> float:
+        """Take a start slot for rollout ``index`` of this evaluation; the seconds waited."""
+        ...
+
+    def release(self, index: int, reason: str) -> None:
+        """Give it back: ``first_call``, ``end`` or ``cancelled`` (once; later calls do nothing)."""
+        ...
+
+    def warn(self, message: str) -> None:
+        ...
+
+
+async def evaluate_rollouts(service: Any, env: Environment, tasks: str | Sequence[str], n: int, *,
+                            temperature: float = 1.0, seed: int = 0, max_new_tokens: int | None = None,
+                            concurrency: int = 256, slots: EvalSlots | None = None, first_index: int = 0,
+                            routing: RoutingIdWatch | None = None) -> EvalResult:
+    """pass@1 over the same episodes as ``evaluate``, each a rollout against ``service`` (see the module docstring);
+    ``first_index``: the slot index of its first rollout (an evaluation of several entries numbers them on)."""
+    plan = eval_plan(env, tasks, n, seed)
+    gate = asyncio.Semaphore(concurrency)
+    warn: Callable[[str], None] = slots.warn if slots is not None else (lambda message: None)
+
+    async def one(j: int, task_id: str, episode_seed: int) -> bool:
+        index = first_index + j
+        async with gate:
+            if slots is not None:
+                await slots.take(index)
+            counted = _FirstCall(service, (lambda: slots.release(index, "first_call")) if slots else lambda: None)
+            try:
+                trajectory = await play_episode(counted, env, env.task(task_id), temperature=temperature,
+                                                seed=episode_seed, max_new_tokens=max_new_tokens)
+            except BaseException as exc:
+                if slots is not None:
+                    slots.release(index, "cancelled" if isinstance(exc, asyncio.CancelledError) else "end")
+                raise
+            if slots is not None:
+                slots.release(index, "end")
+        if routing is not None:
+            for warning in routing.rollout_ended(f"rollout {index} (task {task_id})", calls=counted.calls,
+                                                 present=counted.routed):
+                warn(warning)
+        return trajectory.success
+
+    runs = [asyncio.ensure_future(one(j, t, s)) for j, (t, s) in enumerate(plan)]
+    try:
+        successes = sum(await asyncio.gather(*runs))
+    except BaseException:
+        for run in runs:
+            run.cancel()
+        await asyncio.gather(*runs, return_exceptions=True)
+        raise
     low, high = wilson_interval(successes, n)
     return EvalResult(successes / n, low, high)

@@ -15,8 +15,14 @@ owns is the I/O:
   (``asyncio.to_thread``; an ``async def train_step`` is awaited) while rollouts go on, ``finish_step``, the metrics
   row, a full checkpoint when due (the driver's row, plus ``clock_s``, the run's clock at the capture, and ``logs``),
   the new weights published to the model service, ``publish``;
-- ``eval/pass@1`` (``evaluate()``, off the loop) before the steps the driver says (``eval_due``) and once more for
-  the final policy (a row ``{"step": steps, ...}``);
+- ``eval/pass@1`` (``evaluate``) before the steps the driver says (``eval_due``) and once more for the final policy
+  (a row ``{"step": steps, ...}``): a plain ``evaluate()`` off the loop, an ``async`` ``evaluate(slots)`` on it,
+  its rollouts taking start slots of the run's start limit in scope ``eval`` (``_EvalSlots``), so that training's
+  and evaluation's rollouts share them; evaluation's ``eval/rollout_client/start_limit/...`` join its metrics;
+- the start: no rollout before the toolchains being staged are (``staging``: ``platoon.live.toolchain``);
+- each step's row also has the workflow's own metrics (``step_metrics()``: its routing ids' coverage), and the
+  over-budget warning, once per start, when more rollouts ran at once than ``max_concurrent_rollouts``
+  (``platoon.policy.over_budget``; the blocks this runtime saw running count too, late ones on no permit included);
 - the run's timeline (``trace``, a ``TraceWriter`` on ``trace.json``; docs/run-directory.md), every span on the run's
   clock: ``train`` (``step``, ``datums``, ``tokens``), ``publish`` (``version``) and ``eval`` (``step``) on the
   trainer's track; the model service's ``batch`` spans when it can be observed (``observe_batches``: timed in its
@@ -46,6 +52,7 @@ from platoon.policy.dispatcher import StartGroup
 from platoon.policy.driver import Driver
 from platoon.policy.members import CancelRollout
 from platoon.policy.outputs import GroupOutput, TrainStep
+from platoon.policy.over_budget import OverBudgetWatch
 from platoon.policy.permits import GrantPermit
 from platoon.policy.start_limit import SlotGranted
 from platoon.runs import checkpoint_name, metrics_row
@@ -74,13 +81,15 @@ class LiveRuntime:
     ``train_step(datums, version=) -> metrics`` (plain or ``async``), ``policy_state_dict()`` and ``state_dict()``;
     ``service`` has ``publish(weights, version)`` (plain or awaitable). ``run_dir`` None keeps events and metrics
     in memory (``events``, ``rows``) and writes no checkpoint. ``evaluate()`` returns the ``eval/...`` metrics of
-    the trainer's current policy; it runs off the loop. ``trainer_state()`` returns the bytes of ``trainer.pt``.
+    the trainer's current policy; it runs off the loop (an ``async def evaluate(slots)`` runs on it, its rollouts
+    taking start slots through ``slots``, a ``platoon.live.evaluate.EvalSlots``). ``trainer_state()`` returns the bytes of ``trainer.pt``.
     ``clock_start_s`` is the run's clock when this start begins: 0 for a new run, the checkpoint's ``clock_s`` for a
     resumed one, whose policy must be built with its clock there (``build_policy(now=)``). ``state_lost`` names what
     of its checkpoint's state a resumed start could not read (its ``start`` event carries it). A start whose
     dispatcher has done every step already (a resume of a run killed between its last checkpoint and its end) only
     writes the end: the final evaluation. A start that reaches the end records it (``mark_finished``). ``trace``: the
-    writer of the run's timeline (None: no trace), which this start closes when it ends.
+    writer of the run's timeline (None: no trace), which this start closes when it ends. ``staging``: the toolchains
+    being staged (``platoon.live.toolchain.Staging``), which no rollout starts before (None: none).
     """
 
     def __init__(self, driver: Driver, workflow: Any, trainer: Any, service: Any, *,
@@ -88,7 +97,7 @@ class LiveRuntime:
                  trainer_state: Callable[[], bytes] | None = None, log: Logger | None = None,
                  on_step: Callable[[dict], None] | None = None, checkpoint_name: str | None = None,
                  clock_start_s: float = 0.0, state_lost: str | None = None,
-                 trace: TraceWriter | None = None) -> None:
+                 trace: TraceWriter | None = None, staging: Any = None) -> None:
         if not (math.isfinite(clock_start_s) and clock_start_s >= 0):
             raise ValueError(f"clock_start_s must be a finite number of seconds, at least 0, got {clock_start_s!r}")
         self.driver = driver
@@ -101,6 +110,7 @@ class LiveRuntime:
         self.state_lost = state_lost
         self.clock_start_s = float(clock_start_s)
         self.trace = trace
+        self.staging = staging
         self.events: list[dict] = []
         self.rows: list[dict] = []
         self.trained: list[TrainStep] = []
@@ -110,6 +120,10 @@ class LiveRuntime:
         self._members: dict[Key, list[asyncio.Future]] = {}
         self._running_blocks: set[tuple[Key, int]] = set()
         self._late_warned: set[Key] = set()
+        self._in_blocks: set[tuple[Key, int]] = set()  # blocks running, on a permit or (late) on none
+        self._in_blocks_max = 0  # their most at once since the last step's row
+        self._over_budget = OverBudgetWatch(driver.dispatcher.config.max_concurrent_rollouts)
+        self._evaluations = 0
         self._armed: tuple[float, asyncio.TimerHandle] | None = None
         self._settled: asyncio.Event | None = None
         self._fatal: BaseException | None = None
@@ -139,19 +153,25 @@ class LiveRuntime:
                 if self.run_dir is not None:
                     step = self.driver.dispatcher.step  # the launch save: a start that dies resumes here
                     await self._checkpoint(step, permanent=step == 0)
+                await self._staged()
                 self._carry(decisions)
                 self._rearm()
                 await self._train_loop()
             steps = self.driver.steps
             if self.evaluate is not None and self.driver.eval_due(steps):
-                began = self.now()
-                metrics = dict(await asyncio.to_thread(self.evaluate))
-                self._trainer_span("eval", began, step=steps)
-                self._write_row(steps, self.now(), metrics)
+                await self._staged()
+                self._write_row(steps, self.now(), await self._evaluate(steps))
             if self.run_dir is not None:
                 self.run_dir.mark_finished(steps, self.driver.dispatcher.start_number)
         finally:
             await self._shutdown()
+
+    async def _staged(self) -> None:
+        """Wait for the toolchains staged since the run opened (``platoon.live.toolchain.Staging.wait``: at most
+        ten minutes; a stop cancels it) before any rollout, training's or evaluation's, starts."""
+        if self.staging is not None:
+            await self.staging.wait()
+            self.staging = None
 
     async def _shutdown(self) -> None:
         self._stopping = True
@@ -333,9 +353,14 @@ class LiveRuntime:
         """A member's block is entered (``platoon.live.lease``): wait for its permit; the seconds waited."""
         if key not in self.driver.dispatcher.running:
             self._warn_late(key, str(key))
-            return 0.0
-        return await self._wait(self._permit_waiters, (key, index), self.driver.on_block_entered,
-                                self.driver.on_block_cancelled, granted_back=lambda: self.exit_block(key, index, []))
+            waited = 0.0
+        else:
+            waited = await self._wait(self._permit_waiters, (key, index), self.driver.on_block_entered,
+                                      self.driver.on_block_cancelled,
+                                      granted_back=lambda: self.exit_block(key, index, []))
+        self._in_blocks.add((key, index))
+        self._in_blocks_max = max(self._in_blocks_max, len(self._in_blocks))
+        return waited
 
     async def _wait(self, waiters: dict, k: tuple, ask: Callable[..., list], cancelled: Callable[..., list], *,
                     granted_back: Callable[[], Any]) -> float:
@@ -364,6 +389,7 @@ class LiveRuntime:
         """A member's block exited; ``teardowns`` still running hold its permit until they end (True: the block
         waits for them)."""
         k = (key, index)
+        self._in_blocks.discard(k)
         if k not in self._running_blocks:
             return False  # a block that ran on no permit after its draw was released
         self._running_blocks.discard(k)
@@ -378,9 +404,10 @@ class LiveRuntime:
                                   self._guarded(self.driver.on_teardowns_done, key, index))
         return True
 
-    async def take_slot(self, key: Key, index: int) -> float:
-        """Take a start slot for member ``index`` (``train.max_starting_rollouts``); the seconds waited."""
-        if self.driver.request_slot(key, index, now=self.now()):
+    async def take_slot(self, key: Key, index: int, scope: str = "train") -> float:
+        """Take a start slot for member ``index`` (``train.max_starting_rollouts``; ``scope`` ``eval`` for an
+        evaluation's rollout); the seconds waited."""
+        if self.driver.request_slot(key, index, now=self.now(), scope=scope):
             self._rearm()
             return 0.0
         k = (key, index)
@@ -434,9 +461,7 @@ class LiveRuntime:
     async def _train(self, step: TrainStep) -> None:
         row: dict[str, Any] = {}
         if self.evaluate is not None and self.driver.eval_due(step.step):
-            began = self.now()
-            row.update(await asyncio.to_thread(self.evaluate))
-            self._trainer_span("eval", began, step=step.step)
+            row.update(await self._evaluate(step.step))
         fn = self.trainer.train_step
         datums = step.datums
         began = self.now()
@@ -448,7 +473,11 @@ class LiveRuntime:
             self._trainer_span("train", began, step=step.step, datums=len(datums), tokens=_tokens(datums))
         self.trained.append(step)
         row.update({f"trainer/{k}": v for k, v in (metrics or {}).items()})
+        workflow_metrics = getattr(self.workflow, "step_metrics", None)
+        if workflow_metrics is not None:
+            row.update(workflow_metrics())
         report = self.driver.finish_step(step, now=self.now(), metrics=row)
+        self._note_in_flight(step.step, report.metrics)
         self._drain()
         self._write_row(step.step, self.now(), report.metrics)
         if self.run_dir is not None and report.checkpoint_due:
@@ -457,6 +486,33 @@ class LiveRuntime:
         await self._publish(report.version)
         self._trainer_span("publish", began, version=report.version)
         self._feed(self.driver.publish)
+
+    async def _evaluate(self, step: int) -> dict[str, Any]:
+        """The ``eval/...`` metrics of the policy step ``step`` trains from: an ``async`` ``evaluate(slots)`` runs its
+        rollouts on the loop, their start slots the run's (scope ``eval``, ``_EvalSlots``); a plain ``evaluate()``
+        runs off the loop. Evaluation's start-limit metrics are added as ``eval/rollout_client/start_limit/...``."""
+        assert self.evaluate is not None
+        began = self.now()
+        if inspect.iscoroutinefunction(self.evaluate):
+            self._evaluations += 1
+            metrics = dict(await self.evaluate(_EvalSlots(self, self._evaluations)))
+        else:
+            metrics = dict(await asyncio.to_thread(self.evaluate))
+        self._trainer_span("eval", began, step=step)
+        limit = self.driver.start_limit
+        if limit is not None:
+            metrics.update({f"eval/{k}": v for k, v in limit.metrics(now=self.now(), scope="eval").items()})
+        self._drain()
+        return metrics
+
+    def _note_in_flight(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Warn (once per start) when more rollouts ran at once in the step than ``max_concurrent_rollouts``: by the
+        dispatcher's count, or by the blocks this runtime saw running (late ones, on no permit, included)."""
+        peak = max(float(metrics.get("rollout_client/rollouts_in_flight_max", 0.0)), float(self._in_blocks_max))
+        self._in_blocks_max = len(self._in_blocks)
+        warning = self._over_budget.note(peak, step=step)
+        if warning is not None:
+            self.log("warning", warning)
 
     def _write_row(self, step: int, now: float, metrics: dict) -> None:
         clean = {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in metrics.items()}
@@ -488,6 +544,24 @@ class LiveRuntime:
             self.trace.flush()  # whole lines, before the lengths: a resume cuts the trace back to this point
         row["logs"] = self.run_dir.log_lengths()
         await asyncio.to_thread(self.run_dir.save, done, files, row, permanent)
+
+
+class _EvalSlots:
+    """The start slots of evaluation ``number``'s rollouts (``platoon.live.evaluate.EvalSlots``): rollout ``index``
+    takes key ``("eval", number, index)`` of the run's start limit in scope ``eval``."""
+
+    def __init__(self, runtime: LiveRuntime, number: int) -> None:
+        self._runtime = runtime
+        self._key = ("eval", number)
+
+    async def take(self, index: int) -> float:
+        return await self._runtime.take_slot(self._key, index, scope="eval")  # type: ignore[arg-type]
+
+    def release(self, index: int, reason: str) -> None:
+        self._runtime.release_slot(self._key, index, reason)  # type: ignore[arg-type]
+
+    def warn(self, message: str) -> None:
+        self._runtime.log("warning", message)
 
 
 def _tokens(datums: Sequence[Any]) -> int:

@@ -21,7 +21,10 @@ Rules ``BatchingModelService`` keeps:
 - ``aclose`` fails the requests still queued with ``RuntimeError`` and waits for the running batch;
 - **observing** (``observe_batches``, the run's timeline): each batch that ran is reported on the event loop's
   thread as a ``BatchSpan``, its start and end read from the observer's clock in the worker, around the forward pass
-  alone; every ``Sample`` carries the size of the batch it ran in (``batch_size``).
+  alone; every ``Sample`` carries the size of the batch it ran in (``batch_size``);
+- **routing ids**: a ``Sample`` carries the routing id of its sequence when the model's generation has one
+  (``routing_id``, as a mixture-of-experts model served with rollout routing replay would); the built-in models are
+  dense and send none (``platoon.policy.routing_ids`` says what a run warns of).
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ class Sample:
     version: int
     #: The sequences of the batch it ran in (0: not known, as from a service that does not batch).
     batch_size: int = field(default=0, compare=False)
+    #: The routing id of the sampled sequence: what a server with rollout routing replay (R3) sends for a
+    #: mixture-of-experts model, so that the trainer can replay its experts' choice; None from a dense model's.
+    routing_id: str | None = field(default=None, compare=False)
 
 
 class BatchSpan(NamedTuple):
@@ -221,7 +227,8 @@ class BatchingModelService:
                 self._on_batch(span)
             for request, gen in zip(batch, generations, strict=True):
                 if not request.future.done():
-                    request.future.set_result(Sample(gen.tokens, gen.logprobs, version, len(batch)))
+                    request.future.set_result(Sample(gen.tokens, gen.logprobs, version, len(batch),
+                                                     getattr(gen, "routing_id", None)))
 
     def _generate(self, batch: list[_Request]) -> tuple[list[Any], int, BatchSpan | None]:
         observed = self._on_batch is not None
@@ -256,12 +263,15 @@ class BatchingModelService:
 class FakeModelService:
     """A scripted service for tests: ``script(prompt, seed)`` gives the tokens of each request, or ``script`` is a
     sequence of token lists handed out in call order. Each token's log-probability is ``logprob``; ``delay_s``
-    makes each request take that long (``asyncio.sleep``). ``calls`` records every request; ``published`` every
-    version published."""
+    makes each request take that long (``asyncio.sleep``). ``routing_ids(prompt, seed)`` gives each request's
+    routing id (None: none; default: none for any). ``calls`` records every request; ``published`` every version
+    published."""
 
     def __init__(self, script: Callable[[tuple[int, ...], int | None], Sequence[int]] | Sequence[Sequence[int]],
-                 *, logprob: float = -1.0, version: int = 0, delay_s: float = 0.0) -> None:
+                 *, logprob: float = -1.0, version: int = 0, delay_s: float = 0.0,
+                 routing_ids: Callable[[tuple[int, ...], int | None], str | None] | None = None) -> None:
         self._script = script
+        self._routing_ids = routing_ids
         self._scripted = None if callable(script) else deque(tuple(s) for s in script)
         self.logprob = float(logprob)
         self._version = int(version)
@@ -291,7 +301,8 @@ class FakeModelService:
         else:
             tokens = tuple(self._script(prompt, seed))
         tokens = tuple(tokens)[:max_new_tokens]
-        return Sample(tokens, (self.logprob,) * len(tokens), version)
+        routing_id = self._routing_ids(prompt, seed) if self._routing_ids is not None else None
+        return Sample(tokens, (self.logprob,) * len(tokens), version, routing_id=routing_id)
 
     async def publish(self, state_dict: Mapping[str, Any], version: int) -> None:
         self._version = int(version)

@@ -18,6 +18,9 @@ when, are the policy layer's (``platoon.policy.members``, docs/live-runtime.md);
   **Cancellation** of the group cancels its members (those still waiting for a permit first) and returns only once
   every member has unwound. A member's retry stays inside its block: a second block for an index raises
   RuntimeError.
+- **Routing ids.** Each rollout that ends counts its model calls and those whose ``Sample`` had a routing id; the
+  workflow's ``RoutingIdWatch`` (``platoon.policy.routing_ids``) says what to warn of, through ``warn``, and
+  ``step_metrics()`` gives ``train/rollout_worker_routing_id_coverage``.
 - **Tracing.** A traced rollout (``platoon.live.rollout_trace``) gets a ``model_call`` span per sample, an
   ``env_step`` span per step (``play_episode``), and its reward and success on its ``rollout`` span.
 - Advantages are each valid member's reward minus the group's baseline over the valid members
@@ -41,6 +44,7 @@ from platoon.live.lease import LocalMembers, MembersHost, first_model_call, no_l
 from platoon.live.model import derive_seed
 from platoon.policy.members import STRAGGLER_KILLED, MemberWatch, cancel_order
 from platoon.policy.outputs import GroupOutput
+from platoon.policy.routing_ids import RoutingIdWatch
 from platoon.policy.stats import MemberResult
 from platoon.policy.verdict import DATUM_VERDICTS, group_verdict
 from platoon.policy.workflow_flags import gives_verdicts, runs_rollouts_on_lease
@@ -146,6 +150,7 @@ class GroupRolloutWorkflow:
         self.warn = warn or log.warning
         self.leave_one_out_baseline = leave_one_out_baseline
         self.min_successful_group_size = min_successful_group_size
+        self.routing = RoutingIdWatch("train")  # one per workflow, so per start of training
 
     # ------------------------------------------------------------------------------------------------ a group
     async def arun_episode(self, row: GroupRow) -> GroupOutput:
@@ -215,9 +220,18 @@ class GroupRolloutWorkflow:
         env = self.envs[row.entry]
         task = env.task(row.env_task_id)
         seed = derive_seed(self.seed, row.key[0], row.key[1], row.member)
-        trajectory = await play_episode(_FirstCall(self.service), env, task, temperature=self.temperature,
+        service = _FirstCall(self.service)
+        trajectory = await play_episode(service, env, task, temperature=self.temperature,
                                         seed=seed, max_new_tokens=self.max_new_tokens)
+        for warning in self.routing.rollout_ended(f"rollout {row.member} of task {row.task_id} (group {row.key})",
+                                                  calls=service.calls, present=service.routed):
+            self.warn(warning)
         return Rollout(trajectory)
+
+    def step_metrics(self) -> dict[str, float]:
+        """The workflow's own metrics since the last call (``train/rollout_worker_routing_id_coverage``), which the
+        runtime adds to each step's row."""
+        return self.routing.metrics()
 
     # ------------------------------------------------------------------------------------------------ output
     def group_output(self, rollouts: Sequence[Rollout | None]) -> GroupOutput:
@@ -237,20 +251,24 @@ class _FirstCall:
     """A model service seen by one rollout: its first ``sample`` also signals the rollout's first model call, and a
     traced rollout's calls are ``model_call`` spans (``batch`` from the ``Sample``'s ``batch_size`` when it has one)."""
 
-    def __init__(self, service: Any) -> None:
+    def __init__(self, service: Any, on_first_call: Callable[[], None] = first_model_call) -> None:
         self._service = service
-        self._called = False
+        self._on_first_call = on_first_call
+        self.calls = 0
+        self.routed = 0  # calls whose sample came with a routing id
 
     async def sample(self, *args: Any, **kwargs: Any) -> Any:
-        if not self._called:
-            self._called = True
-            first_model_call()
+        if self.calls == 0:
+            self._on_first_call()
+        self.calls += 1
         trace = rollout_trace.current()
         if trace is None:
-            return await self._service.sample(*args, **kwargs)
-        start = trace.clock()
-        sample = await self._service.sample(*args, **kwargs)
-        trace.model_call(start, getattr(sample, "batch_size", 0))
+            sample = await self._service.sample(*args, **kwargs)
+        else:
+            start = trace.clock()
+            sample = await self._service.sample(*args, **kwargs)
+            trace.model_call(start, getattr(sample, "batch_size", 0))
+        self.routed += getattr(sample, "routing_id", None) is not None
         return sample
 
     def __getattr__(self, name: str) -> Any:

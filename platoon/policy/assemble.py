@@ -17,6 +17,7 @@ from platoon.config.resolve import (
     NO_PLAN,
     config_warnings,
     effective_group_size,
+    eval_concurrency,
     event_interval,
     planned_steps,
     steps_per_epoch,
@@ -74,9 +75,12 @@ def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1, rolling: boo
     start_limit = (StartLimit(limit, timer_s=start_timer_s(train.workflow_config.worker_startup_budget_seconds))
                    if limit is not None else None)
     members = MemberWatch(policies=straggler_policies(cfg, pool))
-    driver = Driver(dispatcher, start_limit=start_limit, members=members, schedule=schedule(cfg, len(pool.rows)),
-                    runtime=runtime, group_workflow=group_workflow,
-                    config_warnings=tuple(config_warnings(cfg)))
+    when = schedule(cfg, len(pool.rows))
+    # live evaluation's rollouts take start slots beside training's (docs/start-limit.md)
+    evaluates = runtime == "live" and (when.eval_every is not None or when.eval_at_start)
+    driver = Driver(dispatcher, start_limit=start_limit, members=members, schedule=when, runtime=runtime,
+                    group_workflow=group_workflow, config_warnings=tuple(config_warnings(cfg)),
+                    eval_rollouts=eval_concurrency(cfg) if evaluates else 0)
     return Policy(pool, samplers, recorder, admission, dispatcher, driver)
 
 

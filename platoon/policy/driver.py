@@ -90,15 +90,18 @@ class StepReport:
 class Driver:
     """See the module docstring. ``runtime`` (``sim`` or ``live``) is recorded in checkpoint rows;
     ``group_workflow``: the training workflow is a GroupRolloutWorkflow, whose members alone take start slots;
-    ``config_warnings``: what ``config validate`` warns of this run's config, logged at each start."""
+    ``config_warnings``: what ``config validate`` warns of this run's config, logged at each start;
+    ``eval_rollouts``: evaluation's rollouts at once that take start slots beside training's (live evaluation's),
+    which the start limit's announcement counts among the rollouts that can run at once."""
 
     def __init__(self, dispatcher: Dispatcher, *, start_limit: StartLimit | None = None,
                  members: MemberWatch | None = None, schedule: Schedule | None = None,
                  runtime: str = "sim", group_workflow: bool = True,
-                 config_warnings: tuple[str, ...] = ()) -> None:
+                 config_warnings: tuple[str, ...] = (), eval_rollouts: int = 0) -> None:
         self.dispatcher = dispatcher
         self.start_limit = start_limit
         self.group_workflow = group_workflow
+        self.eval_rollouts = eval_rollouts  # evaluation's rollouts at once, which take start slots too (live)
         self.members = members if members is not None else MemberWatch()
         self.schedule = schedule if schedule is not None else Schedule()
         self.runtime = runtime
@@ -135,7 +138,7 @@ class Driver:
             for level, message in announcement(
                     self.start_limit.limit, group_workflow=self.group_workflow,
                     largest_group_size=max(e.group_size for e in d.pool.entries.values()),
-                    concurrent_rollouts=d.config.max_concurrent_rollouts):
+                    concurrent_rollouts=d.config.max_concurrent_rollouts + self.eval_rollouts):
                 (self._warnings if level == "warning" else self._infos).append(message)
         return self._seen(self.dispatcher.start(now=now, checkpoint=checkpoint, state_lost=state_lost), now)
 

@@ -50,8 +50,10 @@ def killed(tmp_path_factory):
     LiveRuntime._write_row = dying
     try:
         with pytest.raises(KeyboardInterrupt):
-            command.train(None, [*SMALL, "train.max_training_steps=7", "checkpoint.keep_recovery=2"], out=run,
-                          **{**FAST, "service_factory": slow_service})
+            # no evaluation before the kill: its rollouts share the slow service, and while they ran every group in
+            # flight would settle
+            command.train(None, [*SMALL, "train.max_training_steps=7", "checkpoint.keep_recovery=2", "eval.every=5"],
+                          out=run, **{**FAST, "service_factory": slow_service})
     finally:
         LiveRuntime._write_row = original
     return run
