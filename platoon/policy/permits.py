@@ -154,6 +154,16 @@ class PermitPool:
         lease.waiting.append((i, now))
         return None
 
+    def enter_blocks(self, lease: DrawLease, size: int, *, now: float) -> list[GrantPermit]:
+        """Members ``0..size-1`` entered their blocks at once, in index order: the grants ``enter_block`` gives
+        each in turn (a member without one waits)."""
+        grants = []
+        for i in range(size):
+            grant = self.enter_block(lease, i, now=now)
+            if grant is not None:
+                grants.append(grant)
+        return grants
+
     def cancel_block(self, lease: DrawLease, index: int) -> None:
         """A waiting block was cancelled: its index never ran and is free again."""
         for pos, (i, _) in enumerate(lease.waiting):

@@ -75,6 +75,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         self.now = now
         self.seed = cfg.train.seed
         self.active = cfg.train.permit_release == "rollout"
+        self.slots = policy.driver.start_limit is not None  # else no start-slot call can answer anything
         self.wait_s = policy.dispatcher.config.teardown_wait_s
         self.trainer_cfg = cfg.sim.trainer
         self.min_successful = cfg.train.workflow_config.min_successful_group_size
@@ -188,10 +189,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         if self.trace is not None and self.trace.wants(self._position(dec.key)):
             for m in g.members:
                 m.lane = self.trace.open_lane()
-        out: list = []
-        for i in range(dec.group_size):
-            out += self.driver.on_block_entered(dec.key, i, now=self.now)
-        return out
+        return self.driver.on_group_entered(dec.key, dec.group_size, now=self.now)
 
     def _position(self, key: tuple[int, int]) -> int:
         """The draw position of group ``key`` (by which ``trace.group_every`` samples); its seq if not known."""
@@ -216,7 +214,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
             g.draws = self.tasks.workloads[g.entry].group(self.seed, g.key, g.size, self.learner.length[g.row])
         m.out = g.draws.member(dec.index, self.learner.pass_rate(g.row))
         m.phase = Phase.SLOT
-        if self.driver.request_slot(g.key, dec.index, now=self.now):
+        if not self.slots or self.driver.request_slot(g.key, dec.index, now=self.now):
             self._start_up(g, dec.index)
         return []
 
@@ -239,7 +237,8 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         m.phase = Phase.RUN
         if m.lane is not None and self.now > m.started:  # no span for a start-up of no time
             self._span(m, "startup", m.started)
-        self._carry(self.driver.release_slot(g.key, i, "first_call", now=self.now))
+        if self.slots:
+            self._carry(self.driver.release_slot(g.key, i, "first_call", now=self.now))
         o = m.out
         if o.turns:
             limit = self.timeouts[g.entry]
@@ -281,17 +280,20 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         """Member ``i``'s rollout ended (``m.out.passed`` says how); its teardown, if any, follows."""
         s, q = g.key
         m = g.members[i]
-        self._cancel(m.deadline)
-        m.deadline = None
-        self._carry(self.driver.release_slot(g.key, i, "end", now=self.now))
+        if m.deadline is not None:
+            self._cancel(m.deadline)
+            m.deadline = None
+        if self.slots:
+            self._carry(self.driver.release_slot(g.key, i, "end", now=self.now))
         m.result = self._result(g, i, outcome="pass" if m.out.passed else "fail", disposition="completed")
         m.phase, m.since = Phase.TEARDOWN, self.now
+        if not (self.active and m.out.teardown_s > 0):  # its block exits now: one call for the end and the exit
+            self._carry(self.driver.on_member_exited(g.key, i, now=self.now))
+            self._done(g, i)
+            return
         self._carry(self.driver.on_member_ended(g.key, i, now=self.now))
         if m.phase is not Phase.TEARDOWN:
             return  # the driver's decisions ended it already
-        if not (self.active and m.out.teardown_s > 0):
-            self._exit(g, i)
-            return
         self._carry(self.driver.on_block_exited(g.key, i, now=self.now, teardowns_pending=True))
         if m.out.teardown_s < self.wait_s:
             m.timer = self._at(self.now + m.out.teardown_s, Timer.TEARDOWN_ENDED, (s, q, i))
