@@ -9,7 +9,7 @@ than 1. ``platoon.policy.stats`` builds the per-task statistics on them and re-e
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, NamedTuple
 
 MAIN = "main"
@@ -73,6 +73,18 @@ class MemberResult:
     versions: Mapping[str, tuple[int, int]] = field(default_factory=dict, hash=False)
     flag: bool = False
 
+    @classmethod
+    def quick(cls, **fields: Any) -> MemberResult:
+        """``MemberResult(**fields)`` (no check of the names), without the frozen dataclass's setattr per field: a
+        simulator builds one for every rollout."""
+        result = object.__new__(cls)
+        values = dict(_MEMBER_DEFAULTS)
+        values.update(fields)
+        if "versions" not in fields:
+            values["versions"] = {}
+        object.__setattr__(result, "__dict__", values)
+        return result
+
     def passes(self, threshold: float) -> bool:
         if not self.valid or self.scored is None:
             return False
@@ -108,6 +120,9 @@ class MemberResult:
             versions={str(k): (int(v[0]), int(v[1])) for k, v in (data.get("versions") or {}).items()},
             flag=bool(data.get("flag", False)),
         )
+
+
+_MEMBER_DEFAULTS = {f.name: f.default for f in fields(MemberResult) if f.default is not MISSING}
 
 
 @dataclass(frozen=True)

@@ -324,10 +324,10 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         m = g.members[i]
         ok = disposition == "completed" and m.out.valid
         reward = self.member_reward(g, i, m.out) if ok else None
-        return MemberResult(reward=reward, scored=reward, valid=ok, outcome=outcome if ok or outcome == "error"
-                            else "invalid", disposition=disposition,
-                            steps=m.turn if m.out.turns else self.model_calls[g.entry],
-                            seconds=self.now - m.started, versions={"main": (m.version, m.version)})
+        return MemberResult.quick(reward=reward, scored=reward, valid=ok, outcome=outcome if ok or outcome == "error"
+                                  else "invalid", disposition=disposition,
+                                  steps=m.turn if m.out.turns else self.model_calls[g.entry],
+                                  seconds=self.now - m.started, versions={"main": (m.version, m.version)})
 
     def _t_teardown_ended(self, s: int, q: int, i: int) -> None:
         g = self.groups[(s, q)]
