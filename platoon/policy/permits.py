@@ -20,6 +20,8 @@ import operator
 from collections import deque
 from dataclasses import dataclass
 
+from platoon.policy import frozen
+
 Key = tuple[int, int]
 
 
@@ -34,6 +36,11 @@ class GrantPermit:
     index: int
     waited_s: float
     held: bool
+
+
+def _grant(key: Key, index: int, waited_s: float, held: bool) -> GrantPermit:
+    """``GrantPermit(key, index, waited_s, held)``, built without a setattr per field (one per rollout)."""
+    return frozen.build(GrantPermit, {"key": key, "index": index, "waited_s": waited_s, "held": held})
 
 
 class DrawLease:
@@ -138,7 +145,7 @@ class PermitPool:
             index, since = lease.waiting.popleft()
             lease.in_blocks += 1
             lease.holding_blocks.add(index)
-            grants.append(GrantPermit(lease.key, index, now - since, True))
+            grants.append(_grant(lease.key, index, now - since, True))
         return grants
 
     def enter_block(self, lease: DrawLease, index: int, *, now: float) -> GrantPermit | None:
@@ -146,11 +153,11 @@ class PermitPool:
         i = lease.check_index(index)
         lease.used.add(i)
         if lease.closed or not lease.active:
-            return GrantPermit(lease.key, i, 0.0, False)
+            return _grant(lease.key, i, 0.0, False)
         if lease.spare > 0 and not lease.waiting:
             lease.in_blocks += 1
             lease.holding_blocks.add(i)
-            return GrantPermit(lease.key, i, 0.0, True)
+            return _grant(lease.key, i, 0.0, True)
         lease.waiting.append((i, now))
         return None
 

@@ -9,8 +9,10 @@ than 1. ``platoon.policy.stats`` builds the per-task statistics on them and re-e
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+from platoon.policy import frozen
 
 MAIN = "main"
 """The only policy name of ``drawn_at`` and member ``versions``."""
@@ -77,13 +79,11 @@ class MemberResult:
     def quick(cls, **fields: Any) -> MemberResult:
         """``MemberResult(**fields)`` (no check of the names), without the frozen dataclass's setattr per field: a
         simulator builds one for every rollout."""
-        result = object.__new__(cls)
         values = dict(_MEMBER_DEFAULTS)
         values.update(fields)
         if "versions" not in fields:
             values["versions"] = {}
-        object.__setattr__(result, "__dict__", values)
-        return result
+        return frozen.build(cls, values)
 
     def passes(self, threshold: float) -> bool:
         if not self.valid or self.scored is None:
@@ -122,7 +122,7 @@ class MemberResult:
         )
 
 
-_MEMBER_DEFAULTS = {f.name: f.default for f in fields(MemberResult) if f.default is not MISSING}
+_MEMBER_DEFAULTS = frozen.defaults(MemberResult)
 
 
 @dataclass(frozen=True)

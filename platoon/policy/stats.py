@@ -759,8 +759,9 @@ def _task_columns(store: TaskStatsStore) -> dict[str, np.ndarray]:
     for f in FATES:
         cols[f"fate_{f}"] = [rec.fates[f] for rec in recs]
     cols["h_count"] = [len(rec.history) for rec in recs]
-    history = [h for rec in recs for h in rec.history]
-    for name, values in zip(HISTORY_COLUMNS, zip(*history) if history else [()] * len(HISTORY_COLUMNS)):
+    history = [h for rec in recs for h in rec.history]  # GroupSummary tuples: their fields are HISTORY_COLUMNS
+    by_field = zip(*history, strict=True) if history else [()] * len(HISTORY_COLUMNS)
+    for name, values in zip(HISTORY_COLUMNS, by_field, strict=True):
         cols[name] = [_nan(x) for x in values] if name in _FLOATS else list(values)
     out = {name: np.array(values, dtype=np.float64 if name in _FLOATS else np.int64)
            for name, values in cols.items() if name != "h_verdict"}
