@@ -127,21 +127,20 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         self.timers[seq] = (t, kind, payload)
         delay = t - self.env.now
         # the timeout carries its seq as its value: one bound callback for all, no closure a timer
-        self.env.timeout(delay if delay > 0.0 else 0.0, seq).callbacks.append(self._on_timeout)
-
-    def _on_timeout(self, ev: simpy.Timeout) -> None:
-        self._fire(ev.value)
+        self.env.timeout(delay if delay > 0.0 else 0.0, seq).callbacks.append(self._fire)
 
     def _cancel(self, seq: int | None) -> None:
         if seq is not None:
             self.timers.pop(seq, None)
 
-    def _fire(self, seq: int) -> None:
-        entry = self.timers.pop(seq, None)
+    def _fire(self, ev: simpy.Timeout) -> None:
+        """The timeout of timer ``ev.value`` came: its handler runs at the timer's own time (nothing if cancelled)."""
+        entry = self.timers.pop(ev.value, None)
         if entry is None:
             return
         t, kind, payload = entry
-        self.now = max(self.now, t)
+        if t > self.now:
+            self.now = t
         self._handlers[kind](*payload)
         self._arm_deadline()
 
@@ -168,7 +167,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         while queue:
             dec = queue.popleft()
             if isinstance(dec, GrantPermit):
-                queue.extend(self._granted(dec))
+                self._granted(dec)  # what a grant leads to it carries out itself
             elif isinstance(dec, StartGroup):
                 queue.extend(self._start_group(dec))
             elif isinstance(dec, SlotGranted):
@@ -201,7 +200,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         assert self.trace is not None and m.lane is not None
         self.trace.span(name, m.lane, start, self.now, **args)
 
-    def _granted(self, dec: GrantPermit) -> list:
+    def _granted(self, dec: GrantPermit) -> None:
         g = self.groups.get(dec.key)
         if g is None or g.members[dec.index].phase is not Phase.WAIT:
             raise RuntimeError(f"GrantPermit for rollout {dec.index} of group {dec.key}, which does not wait")
@@ -216,7 +215,6 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         m.phase = Phase.SLOT
         if not self.slots or self.driver.request_slot(g.key, dec.index, now=self.now):
             self._start_up(g, dec.index)
-        return []
 
     # -------------------------------------------------------------------------------------------- rollouts
     def _start_up(self, g: SimGroup, i: int) -> None:
