@@ -417,9 +417,11 @@ class Dispatcher:
                     return decisions
                 decisions.append(started)
                 continue
-            if self._start_waiting(now, decisions):
+            room = self.horizon.room(self.step)
+            if room is None and self._start_waiting(now, decisions):
                 continue
-            reason = self.horizon.room(self.step, held=self.mixture.held(self.config.max_staleness))
+            held = self.mixture.held(self.config.max_staleness)
+            reason = self.horizon.room(self.step, held=held) if held else room  # held 0: the same question
             if reason is not None:
                 self.gauges.blocked.set(reason, now=now)
                 return decisions
@@ -433,9 +435,8 @@ class Dispatcher:
 
     def _start_waiting(self, now: float, decisions: list[Any]) -> bool:
         """Start the waiting draw or token with the smallest ticket whose label/entry can start, and for which the
-        horizon has room (the places held for its labels released for it); True if one did."""
-        if self.horizon.room(self.step) is not None:
-            return False
+        horizon has room (the places held for its labels released for it); True if one did. The caller has found
+        that the horizon has room with no places held."""
         k = self.config.max_staleness
         waiting = self.mixture.pop_next(
             lambda labels: self.horizon.room(self.step, held=self.mixture.held(k, release=labels)) is None)

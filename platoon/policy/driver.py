@@ -197,11 +197,8 @@ class Driver:
     def on_member_exited(self, key: Key, index: int, *, now: float) -> list[Any]:
         """Member ``index``'s rollout ran to its normal end and its block exits at once (no teardown waits): what
         ``on_member_ended`` then ``on_block_exited`` answer, in one call (the first answers nothing here)."""
-        members = self.members
-        members.on_ended(key, index, now=now)
-        if members.state(key, index) is MemberState.ENDED:
+        if self.members.on_ended_and_exited(key, index, now=now):
             self.window.rollout_ended()
-        members.on_exited(key, index)
         return self._seen(self.dispatcher.on_block_exited(key, index, now=now), now)
 
     def on_group_finished(self, key: Key, output: GroupOutput | None, *, now: float) -> list[Any]:

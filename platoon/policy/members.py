@@ -159,6 +159,15 @@ class MemberWatch:
                     self._arm(key, g, i)
         return []
 
+    def on_ended_and_exited(self, key: Key, index: int, *, now: float) -> bool:
+        """``on_ended`` (not raised) then ``on_exited``, in one call: whether the member had ended a running rollout
+        (``state`` ENDED between the two), as a cancelled one has not."""
+        self.on_ended(key, index, now=now)
+        g = self.groups.get(key)
+        ran = g is not None and g.states[index] is MemberState.ENDED
+        self.on_exited(key, index)
+        return ran
+
     def on_exited(self, key: Key, index: int) -> None:
         """Member ``index``'s block is done (its teardowns ended or its permit's wait for them ran out)."""
         g = self.groups.get(key)
