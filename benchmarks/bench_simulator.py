@@ -14,7 +14,7 @@
    memory: the ratio should be close to 1).
 
 Run: ``.venv/bin/python benchmarks/bench_simulator.py`` (``--quick`` for a short pass, ``--ratios`` for part 1
-only).
+only, ``--repeats N`` for N interleaved repeats of part 1 instead of 3: on a loaded machine, more).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from platoon.sim.setup import load_sim_config
 QUICK = "--quick" in sys.argv
 RATIOS_ONLY = "--ratios" in sys.argv
 PRESETS = {"math": 30 if QUICK else 100, "long-agentic": 50 if QUICK else 200}  # steps: the presets' own in full
-REPEATS = 3
+REPEATS = int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 3
 ROOT = Path(__file__).resolve().parents[1]
 
 
