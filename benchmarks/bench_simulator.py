@@ -7,14 +7,16 @@
    process, as rollouts per wall second after start-up (the run's creation, with its launch checkpoint, is not
    timed; the bare model simulates as many rollouts as the run granted permits). For ``math`` and
    ``long-agentic``: the medians of interleaved repeats and their ratio (the machine is shared: only ratios
-   measured side by side mean much). Target: platoon >= 0.5 x bare on both.
+   measured side by side mean much). Target: platoon >= 0.5 x bare on both. The same ratio per CPU second is
+   printed beside it: on a loaded machine it is the steadier figure (it leaves out the waits for a core, and the
+   run's fsyncs).
 2. ``platoon simulate --preset long-agentic --steps 200``, the command as a user runs it, pinned to one core:
    wall seconds, median of 3. Target: under 60 s.
 3. Peak resident memory of a fresh process simulating long-agentic for 100 and for 400 steps (no logs held in
    memory: the ratio should be close to 1).
 
 Run: ``.venv/bin/python benchmarks/bench_simulator.py`` (``--quick`` for a short pass, ``--ratios`` for part 1
-only).
+only, ``--repeats N`` for N interleaved repeats of part 1 instead of 3: on a loaded machine, more).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from platoon.sim.setup import load_sim_config
 QUICK = "--quick" in sys.argv
 RATIOS_ONLY = "--ratios" in sys.argv
 PRESETS = {"math": 30 if QUICK else 100, "long-agentic": 50 if QUICK else 200}  # steps: the presets' own in full
-REPEATS = 3
+REPEATS = int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 3
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -43,44 +45,51 @@ def preset_config(preset: str, steps: int) -> RunConfig:
     return load_sim_config(None, preset=preset, overrides=[f"train.max_training_steps={steps}"])
 
 
-def platoon_rate(cfg: RunConfig) -> tuple[float, int]:
-    """(rollouts per wall second of ``cfg``'s simulated run after start-up, rollouts it started)."""
+def platoon_rate(cfg: RunConfig) -> tuple[float, float, int]:
+    """(rollouts per wall second and per CPU second of ``cfg``'s simulated run after start-up, rollouts it
+    started)."""
     with tempfile.TemporaryDirectory() as tmp:
         run = SimRun.create(cfg, Path(tmp) / "run", log=lambda level, message: None)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         run.run()
-        wall = time.perf_counter() - t0
-        return run.rt.rollouts / wall, run.rt.rollouts
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return run.rt.rollouts / wall, run.rt.rollouts / cpu, run.rt.rollouts
 
 
-def bare_simpy(cfg: RunConfig, rollouts: int, seed: int) -> float:
-    """Rollouts per wall second of the bare model of ``cfg``'s rollouts (exponential, of the preset's typical
-    duration: the draw's cost, not its shape, is what counts here)."""
+def bare_simpy(cfg: RunConfig, rollouts: int, seed: int) -> tuple[float, float]:
+    """Rollouts per wall second and per CPU second of the bare model of ``cfg``'s rollouts (exponential, of the
+    preset's typical duration: the draw's cost, not its shape, is what counts here)."""
     d = cfg.sim.rollout.duration
     mean_s = getattr(d, "mean_s", None) or getattr(d, "median_s", None) or 60.0
-    return bare_rate(rollouts, permits=cfg.train.max_concurrent_rollouts,
+    c0 = time.process_time()
+    rate = bare_rate(rollouts, permits=cfg.train.max_concurrent_rollouts,
                      group=cfg.train.workflow_config.group_size, mean_s=mean_s, seed=seed)
+    return rate, -(-rollouts // cfg.train.workflow_config.group_size) * cfg.train.workflow_config.group_size / (
+        time.process_time() - c0)
 
 
 def ratios() -> dict[str, float]:
     """Part 1: prints each repeat and the medians; returns each preset's median ratio."""
     configs = {p: preset_config(p, steps) for p, steps in PRESETS.items()}
-    seen: dict[str, dict[str, list[float]]] = {p: {"bare": [], "platoon": [], "ratio": []} for p in PRESETS}
+    seen: dict[str, dict[str, list[float]]] = {p: {"bare": [], "platoon": [], "ratio": [], "cpu_ratio": []}
+                                               for p in PRESETS}
     for r in range(REPEATS):
         for preset, cfg in configs.items():
-            p, n = platoon_rate(cfg)
-            b = bare_simpy(cfg, n, r)
-            for k, v in (("bare", b), ("platoon", p), ("ratio", p / b)):
+            p, p_cpu, n = platoon_rate(cfg)
+            b, b_cpu = bare_simpy(cfg, n, r)
+            for k, v in (("bare", b), ("platoon", p), ("ratio", p / b), ("cpu_ratio", p_cpu / b_cpu)):
                 seen[preset][k].append(v)
             print(f"  repeat {r} {preset}: {n} rollouts, bare SimPy {b:,.0f} rollouts/s, platoon {p:,.0f} "
-                  f"rollouts/s (ratio {p / b:.3f})", flush=True)
+                  f"rollouts/s (ratio {p / b:.3f}; per CPU second {p_cpu / b_cpu:.3f})", flush=True)
     out = {}
     for preset, s in seen.items():
         ratio = statistics.median(s["ratio"])
         out[preset] = ratio
         print(f"{preset} ({PRESETS[preset]} steps), median of {REPEATS}: bare SimPy "
               f"{statistics.median(s['bare']):,.0f} rollouts/s, platoon {statistics.median(s['platoon']):,.0f} "
-              f"rollouts/s, ratio {ratio:.3f} (target >= 0.5: {'ok' if ratio >= 0.5 else 'MISSED'})")
+              f"rollouts/s, ratio {ratio:.3f} (target >= 0.5: {'ok' if ratio >= 0.5 else 'MISSED'}); per CPU "
+              f"second {statistics.median(s['cpu_ratio']):.3f} (a loaded machine's wall clock counts the waits "
+              "for a core; the run's fsyncs are not CPU time)")
     return out
 
 

@@ -34,6 +34,13 @@ class DispatchGauges:
     def permits_changed(self, held: int, *, now: float) -> None:
         self.permits.set(held, now=now)
 
+    def granted(self, rollouts: int, held: int, *, now: float) -> None:
+        """``rollouts`` rollouts started and ``held`` permits are held now: ``rollout_started`` for each, then
+        ``permits_changed`` (one step up by ``rollouts``: the same mean and peak, at one instant)."""
+        if rollouts:
+            self.rollouts.add(rollouts, now=now)
+        self.permits.set(held, now=now)
+
     def rollout_started(self, *, now: float) -> None:
         self.rollouts.add(1, now=now)
 

@@ -137,6 +137,14 @@ class Dispatcher:
         grant = self.permits.enter_block(lease, index, now=now)
         return self._granted([grant], now) if grant is not None else []
 
+    def on_group_entered(self, key: Key, size: int, *, now: float) -> list[Any]:
+        """Members ``0..size-1`` of ``key`` entered their lease blocks at once, in index order: the grants that
+        ``on_block_entered`` would answer for each in turn, in one call."""
+        self._tick(now)
+        lease = self._lease(key, "on_group_entered")
+        grants = self.permits.enter_blocks(lease, size, now=now)
+        return self._granted(grants, now) if grants else []
+
     def on_block_cancelled(self, key: Key, index: int, *, now: float) -> list[Any]:
         """A member's wait for its permit was cancelled: its index never ran."""
         self._tick(now)
@@ -164,8 +172,9 @@ class Dispatcher:
 
     def next_deadline(self) -> float | None:
         """The earliest teardown deadline, or None."""
-        times = [t for waits in self.teardowns.values() for t in waits.values()]
-        return min(times) if times else None
+        if not self.teardowns:
+            return None
+        return min((t for waits in self.teardowns.values() for t in waits.values()), default=None)
 
     def on_deadline(self, *, now: float) -> list[Any]:
         """Return the permits whose teardowns outlasted their wait, with a warning each."""
@@ -381,10 +390,8 @@ class Dispatcher:
 
     def _granted(self, grants: list[GrantPermit], now: float) -> list[Any]:
         """Count each granted block as a rollout in flight (under either setting) and note the permits held."""
-        for _ in grants:
-            self.gauges.rollout_started(now=now)
-        self.gauges.permits_changed(self.permits.held, now=now)
-        return list(grants)
+        self.gauges.granted(len(grants), self.permits.held, now=now)
+        return grants
 
     # -- entries
     def threshold(self, entry: str | None) -> float:
@@ -410,9 +417,11 @@ class Dispatcher:
                     return decisions
                 decisions.append(started)
                 continue
-            if self._start_waiting(now, decisions):
+            room = self.horizon.room(self.step)
+            if room is None and self._start_waiting(now, decisions):
                 continue
-            reason = self.horizon.room(self.step, held=self.mixture.held(self.config.max_staleness))
+            held = self.mixture.held(self.config.max_staleness)
+            reason = self.horizon.room(self.step, held=held) if held else room  # held 0: the same question
             if reason is not None:
                 self.gauges.blocked.set(reason, now=now)
                 return decisions
@@ -426,9 +435,8 @@ class Dispatcher:
 
     def _start_waiting(self, now: float, decisions: list[Any]) -> bool:
         """Start the waiting draw or token with the smallest ticket whose label/entry can start, and for which the
-        horizon has room (the places held for its labels released for it); True if one did."""
-        if self.horizon.room(self.step) is not None:
-            return False
+        horizon has room (the places held for its labels released for it); True if one did. The caller has found
+        that the horizon has room with no places held."""
         k = self.config.max_staleness
         waiting = self.mixture.pop_next(
             lambda labels: self.horizon.room(self.step, held=self.mixture.held(k, release=labels)) is None)

@@ -145,6 +145,11 @@ class Driver:
     def on_block_entered(self, key: Key, index: int, *, now: float) -> list[Any]:
         return self._seen(self.dispatcher.on_block_entered(key, index, now=now), now)
 
+    def on_group_entered(self, key: Key, size: int, *, now: float) -> list[Any]:
+        """Members ``0..size-1`` of a started group entered their lease blocks at once, in index order: what
+        ``on_block_entered`` answers for each in turn, in one call (a runtime whose members all enter together)."""
+        return self._seen(self.dispatcher.on_group_entered(key, size, now=now), now)
+
     def on_block_cancelled(self, key: Key, index: int, *, now: float) -> list[Any]:
         """A member's wait for its permit was cancelled: it never ran."""
         self.members.on_cancelled(key, index)
@@ -192,6 +197,13 @@ class Driver:
             self.window.rollout_ended()
         return self._seen(cancels, now)
 
+    def on_member_exited(self, key: Key, index: int, *, now: float) -> list[Any]:
+        """Member ``index``'s rollout ran to its normal end and its block exits at once (no teardown waits): what
+        ``on_member_ended`` then ``on_block_exited`` answer, in one call (the first answers nothing here)."""
+        if self.members.on_ended_and_exited(key, index, now=now):
+            self.window.rollout_ended()
+        return self._seen(self.dispatcher.on_block_exited(key, index, now=now), now)
+
     def on_group_finished(self, key: Key, output: GroupOutput | None, *, now: float) -> list[Any]:
         """The group's workflow returned ``output`` (None: it raised): settle it and release its lease."""
         ran = self.members.ran(key)
@@ -206,10 +218,12 @@ class Driver:
     # ----------------------------------------------------------------------------------------------- timers
     def next_deadline(self) -> float | None:
         """The earliest of the dispatcher's, the start limit's and the straggler deadlines, or None."""
-        due = [t for t in (self.dispatcher.next_deadline(), self.members.next_deadline(),
-                           self.start_limit.next_deadline() if self.start_limit is not None else None)
-               if t is not None]
-        return min(due) if due else None
+        due = self.dispatcher.next_deadline()  # asked after every event: no list built, most answers are None
+        for t in (self.members.next_deadline(),
+                  self.start_limit.next_deadline() if self.start_limit is not None else None):
+            if t is not None and (due is None or t < due):
+                due = t
+        return due
 
     def on_deadline(self, *, now: float) -> list[Any]:
         """Fire every deadline that has come: teardown waits, start slots' timers, straggler cuts."""
@@ -308,6 +322,8 @@ class Driver:
     # ------------------------------------------------------------------------------------------- internals
     def _seen(self, decisions: list[Any], now: float) -> list[Any]:
         """Note what the decisions change for the members (groups opened, permits granted)."""
+        if not decisions:  # most calls: nothing to note
+            return decisions
         for dec in decisions:
             if isinstance(dec, GrantPermit):
                 self.members.on_granted(dec.key, dec.index)

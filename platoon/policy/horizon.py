@@ -42,10 +42,11 @@ class Horizon:
         the places kept free for capped labels' next groups (they bound staleness, not the plan)."""
         B = self.batch_size
         steps_left = self.steps - step
-        if self.in_use() >= steps_left * B:
+        in_use = self.pipeline + self.admitted  # ``in_use()``, asked at every dispatch
+        if in_use >= steps_left * B:
             return "plan"
         k = self.max_staleness
-        if k is not None and self.in_use() + held >= (k + 1) * B:
+        if k is not None and in_use + held >= (k + 1) * B:
             return "horizon"
         if self.rule_mode and (k == 0 or steps_left == 1):
             if self.step_counted + self.pipeline + self.markers_now >= self.cap:

@@ -120,11 +120,19 @@ class MemberWatch:
         self.groups.pop(key, None)
 
     def on_granted(self, key: Key, index: int) -> None:
+        g = self.groups.get(key)
+        if g is not None and 0 <= index < g.size and g.states[index] is MemberState.WAITING:  # the common case, no call
+            g.states[index] = MemberState.GRANTED
+            return
         self._move(key, index, (MemberState.WAITING,), MemberState.GRANTED, "granted")
 
     def on_started(self, key: Key, index: int, *, now: float, delay_s: float) -> None:
         """Member ``index`` began its rollout after waiting ``delay_s`` for its permit and start slot."""
-        g = self._move(key, index, (MemberState.WAITING, MemberState.GRANTED), MemberState.RUNNING, "started")
+        g = self.groups.get(key)
+        if g is not None and 0 <= index < g.size and g.states[index] is MemberState.GRANTED:  # the common case, no call
+            g.states[index] = MemberState.RUNNING
+        else:
+            g = self._move(key, index, (MemberState.WAITING, MemberState.GRANTED), MemberState.RUNNING, "started")
         if g.states[index] is MemberState.CANCELLED:
             return
         g.delays[index] = float(delay_s)
@@ -133,9 +141,13 @@ class MemberWatch:
 
     def on_ended(self, key: Key, index: int, *, now: float, raised: bool = False) -> list[CancelRollout]:
         """Member ``index``'s rollout ended (``raised``: with an exception): the cancellations that follow."""
-        g = self._move(key, index, _LIVE, MemberState.ENDED, "ended")
-        if g.states[index] is MemberState.CANCELLED:
-            return []
+        g = self.groups.get(key)
+        if g is not None and 0 <= index < g.size and g.states[index] is MemberState.RUNNING:  # the common case, no call
+            g.states[index] = MemberState.ENDED
+        else:
+            g = self._move(key, index, _LIVE, MemberState.ENDED, "ended")
+            if g.states[index] is MemberState.CANCELLED:
+                return []
         g.deadlines.pop(index, None)
         g.ended += 1
         if raised:
@@ -147,10 +159,24 @@ class MemberWatch:
                     self._arm(key, g, i)
         return []
 
+    def on_ended_and_exited(self, key: Key, index: int, *, now: float) -> bool:
+        """``on_ended`` (not raised) then ``on_exited``, in one call: whether the member had ended a running rollout
+        (``state`` ENDED between the two), as a cancelled one has not."""
+        self.on_ended(key, index, now=now)
+        g = self.groups.get(key)
+        ran = g is not None and g.states[index] is MemberState.ENDED
+        self.on_exited(key, index)
+        return ran
+
     def on_exited(self, key: Key, index: int) -> None:
         """Member ``index``'s block is done (its teardowns ended or its permit's wait for them ran out)."""
         g = self.groups.get(key)
-        if g is not None and g.states[index] is not MemberState.CANCELLED:
+        if g is None:
+            return
+        state = g.states[index]
+        if state is MemberState.ENDED and 0 <= index:  # the common case, no call
+            g.states[index] = MemberState.EXITED
+        elif state is not MemberState.CANCELLED:
             self._move(key, index, _OPEN, MemberState.EXITED, "exited")  # a workflow may not report its members
 
     def on_cancelled(self, key: Key, index: int) -> None:

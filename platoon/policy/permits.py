@@ -20,6 +20,8 @@ import operator
 from collections import deque
 from dataclasses import dataclass
 
+from platoon.policy import frozen
+
 Key = tuple[int, int]
 
 
@@ -34,6 +36,11 @@ class GrantPermit:
     index: int
     waited_s: float
     held: bool
+
+
+def _grant(key: Key, index: int, waited_s: float, held: bool) -> GrantPermit:
+    """``GrantPermit(key, index, waited_s, held)``, built without a setattr per field (one per rollout)."""
+    return frozen.build(GrantPermit, {"key": key, "index": index, "waited_s": waited_s, "held": held})
 
 
 class DrawLease:
@@ -138,7 +145,7 @@ class PermitPool:
             index, since = lease.waiting.popleft()
             lease.in_blocks += 1
             lease.holding_blocks.add(index)
-            grants.append(GrantPermit(lease.key, index, now - since, True))
+            grants.append(_grant(lease.key, index, now - since, True))
         return grants
 
     def enter_block(self, lease: DrawLease, index: int, *, now: float) -> GrantPermit | None:
@@ -146,13 +153,23 @@ class PermitPool:
         i = lease.check_index(index)
         lease.used.add(i)
         if lease.closed or not lease.active:
-            return GrantPermit(lease.key, i, 0.0, False)
+            return _grant(lease.key, i, 0.0, False)
         if lease.spare > 0 and not lease.waiting:
             lease.in_blocks += 1
             lease.holding_blocks.add(i)
-            return GrantPermit(lease.key, i, 0.0, True)
+            return _grant(lease.key, i, 0.0, True)
         lease.waiting.append((i, now))
         return None
+
+    def enter_blocks(self, lease: DrawLease, size: int, *, now: float) -> list[GrantPermit]:
+        """Members ``0..size-1`` entered their blocks at once, in index order: the grants ``enter_block`` gives
+        each in turn (a member without one waits)."""
+        grants = []
+        for i in range(size):
+            grant = self.enter_block(lease, i, now=now)
+            if grant is not None:
+                grants.append(grant)
+        return grants
 
     def cancel_block(self, lease: DrawLease, index: int) -> None:
         """A waiting block was cancelled: its index never ran and is free again."""

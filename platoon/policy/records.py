@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from platoon.policy import frozen
+
 MAIN = "main"
 """The only policy name of ``drawn_at`` and member ``versions``."""
 FATES = ("consumed", "stale", "failed", "skipped", "lost", "rejected")
@@ -73,6 +75,16 @@ class MemberResult:
     versions: Mapping[str, tuple[int, int]] = field(default_factory=dict, hash=False)
     flag: bool = False
 
+    @classmethod
+    def quick(cls, **fields: Any) -> MemberResult:
+        """``MemberResult(**fields)`` (no check of the names), without the frozen dataclass's setattr per field: a
+        simulator builds one for every rollout."""
+        values = dict(_MEMBER_DEFAULTS)
+        values.update(fields)
+        if "versions" not in fields:
+            values["versions"] = {}
+        return frozen.build(cls, values)
+
     def passes(self, threshold: float) -> bool:
         if not self.valid or self.scored is None:
             return False
@@ -108,6 +120,9 @@ class MemberResult:
             versions={str(k): (int(v[0]), int(v[1])) for k, v in (data.get("versions") or {}).items()},
             flag=bool(data.get("flag", False)),
         )
+
+
+_MEMBER_DEFAULTS = frozen.defaults(MemberResult)
 
 
 @dataclass(frozen=True)

@@ -80,10 +80,11 @@ def batch_metrics(step: TrainStep, threshold: Callable[[str | None], float], *,
     rewards: list[float] = []
     passes = valid = 0
     for g in step.groups:
+        t = threshold(g.entry)
         for m in g.record.members:
             if m.valid:
                 valid += 1
-                passes += m.passes(threshold(g.entry))
+                passes += m.passes(t)
                 if m.reward is not None:
                     rewards.append(float(m.reward))
     groups = len(step.groups)

@@ -742,44 +742,34 @@ def _nan(x: float | None) -> float:
 
 
 def _task_columns(store: TaskStatsStore) -> dict[str, np.ndarray]:
-    """The touched tasks of ``store`` as columns (``TASK_COLUMNS``)."""
+    """The touched tasks of ``store`` as columns (``TASK_COLUMNS``), built a column at a time."""
     rows = sorted(store._records)
-    cols: dict[str, list] = {name: [] for name in TASK_COLUMNS}
-    for i in rows:
-        rec = store._records[i]
-        t = rec.totals
-        cols["task"].append(store.ids[i])
-        for name in TOTAL_FIELDS:
-            cols[name].append(getattr(t, name))
-        d = t.decayed
-        cols["ev_a"].append(d.passes)
-        cols["ev_b"].append(d.fails)
-        cols["ev_v"].append(_nan(d.version))
-        for k in MEANS:
-            m = rec.means[k]
-            cols[f"{k}_a"].append(m.passes)
-            cols[f"{k}_b"].append(m.fails)
-            cols[f"{k}_v"].append(_nan(m.version))
-        for f in FATES:
-            cols[f"fate_{f}"].append(rec.fates[f])
-        cols["h_count"].append(len(rec.history))
-        for h in rec.history:
-            cols["h_start"].append(h.start)
-            cols["h_seq"].append(h.seq)
-            cols["h_version"].append(_nan(h.version))
-            cols["h_valid"].append(h.valid)
-            cols["h_passes"].append(h.passes)
-            cols["h_reward_mean"].append(_nan(h.reward_mean))
-            cols["h_verdict"].append(h.verdict)
-            cols["h_steps"].append(_nan(h.steps))
-            cols["h_seconds"].append(_nan(h.seconds))
+    recs = [store._records[i] for i in rows]
+    totals = [rec.totals for rec in recs]
+    decayed = [t.decayed for t in totals]
+    cols: dict[str, list] = {name: [getattr(t, name) for t in totals] for name in TOTAL_FIELDS}
+    cols["ev_a"] = [d.passes for d in decayed]
+    cols["ev_b"] = [d.fails for d in decayed]
+    cols["ev_v"] = [_nan(d.version) for d in decayed]
+    for k in MEANS:
+        means = [rec.means[k] for rec in recs]
+        cols[f"{k}_a"] = [m.passes for m in means]
+        cols[f"{k}_b"] = [m.fails for m in means]
+        cols[f"{k}_v"] = [_nan(m.version) for m in means]
+    for f in FATES:
+        cols[f"fate_{f}"] = [rec.fates[f] for rec in recs]
+    cols["h_count"] = [len(rec.history) for rec in recs]
+    history = [h for rec in recs for h in rec.history]  # GroupSummary tuples: their fields are HISTORY_COLUMNS
+    by_field = zip(*history, strict=True) if history else [()] * len(HISTORY_COLUMNS)
+    for name, values in zip(HISTORY_COLUMNS, by_field, strict=True):
+        cols[name] = [_nan(x) for x in values] if name in _FLOATS else list(values)
     out = {name: np.array(values, dtype=np.float64 if name in _FLOATS else np.int64)
-           for name, values in cols.items() if name not in ("task", "h_verdict")}
+           for name, values in cols.items() if name != "h_verdict"}
     idx = np.array(rows, dtype=np.int64)
     out["uniform_streak"] = store._ustreak[idx]
     out["no_evidence_streak"] = store._nestreak[idx]
     out["drawn"] = store._drawn[idx]
     out["outstanding"] = store._outstanding_n[idx]
-    out["task"] = np.array(cols["task"], dtype=str) if rows else np.zeros(0, dtype="<U1")
+    out["task"] = np.array([store.ids[i] for i in rows], dtype=str) if rows else np.zeros(0, dtype="<U1")
     out["h_verdict"] = np.array(cols["h_verdict"], dtype=str) if cols["h_verdict"] else np.zeros(0, dtype="<U1")
     return {name: out[name] for name in TASK_COLUMNS}

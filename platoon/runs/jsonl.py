@@ -26,6 +26,10 @@ from platoon.runs.atomic import PathLike
 log = logging.getLogger(__name__)
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""``json.dumps`` with these arguments builds an encoder per call; a run writes a line for every group's events."""
+
+
 def jsonl_line(row: Mapping[str, object]) -> bytes:
     """``row`` as one compact JSON line (UTF-8, ending in a newline).
 
@@ -33,7 +37,7 @@ def jsonl_line(row: Mapping[str, object]) -> bytes:
     """
     if not isinstance(row, Mapping):
         raise TypeError(f"a JSONL row is a mapping (a JSON object), not {type(row).__name__}")
-    text = json.dumps(dict(row), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    text = _ENCODER.encode(dict(row))
     return (text + "\n").encode("utf-8")
 
 

@@ -31,6 +31,8 @@ class Timer(Enum):
     ENV_STEPPED = "env_stepped"                # a member's environment step is done (turns mode)
     TIMED_OUT = "timed_out"                    # a member's time limit (turns mode)
 
+    __hash__ = object.__hash__  # Enum's own hashes the name in Python: a timer's kind is looked up at every event
+
 
 class Phase(Enum):
     """Where a member stands: waiting for its permit, for a start slot, starting up (up to its first model call),

@@ -75,6 +75,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         self.now = now
         self.seed = cfg.train.seed
         self.active = cfg.train.permit_release == "rollout"
+        self.slots = policy.driver.start_limit is not None  # else no start-slot call can answer anything
         self.wait_s = policy.dispatcher.config.teardown_wait_s
         self.trainer_cfg = cfg.sim.trainer
         self.min_successful = cfg.train.workflow_config.min_successful_group_size
@@ -126,21 +127,20 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         self.timers[seq] = (t, kind, payload)
         delay = t - self.env.now
         # the timeout carries its seq as its value: one bound callback for all, no closure a timer
-        self.env.timeout(delay if delay > 0.0 else 0.0, seq).callbacks.append(self._on_timeout)
-
-    def _on_timeout(self, ev: simpy.Timeout) -> None:
-        self._fire(ev.value)
+        self.env.timeout(delay if delay > 0.0 else 0.0, seq).callbacks.append(self._fire)
 
     def _cancel(self, seq: int | None) -> None:
         if seq is not None:
             self.timers.pop(seq, None)
 
-    def _fire(self, seq: int) -> None:
-        entry = self.timers.pop(seq, None)
+    def _fire(self, ev: simpy.Timeout) -> None:
+        """The timeout of timer ``ev.value`` came: its handler runs at the timer's own time (nothing if cancelled)."""
+        entry = self.timers.pop(ev.value, None)
         if entry is None:
             return
         t, kind, payload = entry
-        self.now = max(self.now, t)
+        if t > self.now:
+            self.now = t
         self._handlers[kind](*payload)
         self._arm_deadline()
 
@@ -167,7 +167,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         while queue:
             dec = queue.popleft()
             if isinstance(dec, GrantPermit):
-                queue.extend(self._granted(dec))
+                self._granted(dec)  # what a grant leads to it carries out itself
             elif isinstance(dec, StartGroup):
                 queue.extend(self._start_group(dec))
             elif isinstance(dec, SlotGranted):
@@ -188,10 +188,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         if self.trace is not None and self.trace.wants(self._position(dec.key)):
             for m in g.members:
                 m.lane = self.trace.open_lane()
-        out: list = []
-        for i in range(dec.group_size):
-            out += self.driver.on_block_entered(dec.key, i, now=self.now)
-        return out
+        return self.driver.on_group_entered(dec.key, dec.group_size, now=self.now)
 
     def _position(self, key: tuple[int, int]) -> int:
         """The draw position of group ``key`` (by which ``trace.group_every`` samples); its seq if not known."""
@@ -203,7 +200,7 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         assert self.trace is not None and m.lane is not None
         self.trace.span(name, m.lane, start, self.now, **args)
 
-    def _granted(self, dec: GrantPermit) -> list:
+    def _granted(self, dec: GrantPermit) -> None:
         g = self.groups.get(dec.key)
         if g is None or g.members[dec.index].phase is not Phase.WAIT:
             raise RuntimeError(f"GrantPermit for rollout {dec.index} of group {dec.key}, which does not wait")
@@ -216,9 +213,8 @@ class SimRuntime(TurnsMixin, TrainerMixin):
             g.draws = self.tasks.workloads[g.entry].group(self.seed, g.key, g.size, self.learner.length[g.row])
         m.out = g.draws.member(dec.index, self.learner.pass_rate(g.row))
         m.phase = Phase.SLOT
-        if self.driver.request_slot(g.key, dec.index, now=self.now):
+        if not self.slots or self.driver.request_slot(g.key, dec.index, now=self.now):
             self._start_up(g, dec.index)
-        return []
 
     # -------------------------------------------------------------------------------------------- rollouts
     def _start_up(self, g: SimGroup, i: int) -> None:
@@ -239,7 +235,8 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         m.phase = Phase.RUN
         if m.lane is not None and self.now > m.started:  # no span for a start-up of no time
             self._span(m, "startup", m.started)
-        self._carry(self.driver.release_slot(g.key, i, "first_call", now=self.now))
+        if self.slots:
+            self._carry(self.driver.release_slot(g.key, i, "first_call", now=self.now))
         o = m.out
         if o.turns:
             limit = self.timeouts[g.entry]
@@ -281,17 +278,20 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         """Member ``i``'s rollout ended (``m.out.passed`` says how); its teardown, if any, follows."""
         s, q = g.key
         m = g.members[i]
-        self._cancel(m.deadline)
-        m.deadline = None
-        self._carry(self.driver.release_slot(g.key, i, "end", now=self.now))
+        if m.deadline is not None:
+            self._cancel(m.deadline)
+            m.deadline = None
+        if self.slots:
+            self._carry(self.driver.release_slot(g.key, i, "end", now=self.now))
         m.result = self._result(g, i, outcome="pass" if m.out.passed else "fail", disposition="completed")
         m.phase, m.since = Phase.TEARDOWN, self.now
+        if not (self.active and m.out.teardown_s > 0):  # its block exits now: one call for the end and the exit
+            self._carry(self.driver.on_member_exited(g.key, i, now=self.now))
+            self._done(g, i)
+            return
         self._carry(self.driver.on_member_ended(g.key, i, now=self.now))
         if m.phase is not Phase.TEARDOWN:
             return  # the driver's decisions ended it already
-        if not (self.active and m.out.teardown_s > 0):
-            self._exit(g, i)
-            return
         self._carry(self.driver.on_block_exited(g.key, i, now=self.now, teardowns_pending=True))
         if m.out.teardown_s < self.wait_s:
             m.timer = self._at(self.now + m.out.teardown_s, Timer.TEARDOWN_ENDED, (s, q, i))
@@ -322,10 +322,10 @@ class SimRuntime(TurnsMixin, TrainerMixin):
         m = g.members[i]
         ok = disposition == "completed" and m.out.valid
         reward = self.member_reward(g, i, m.out) if ok else None
-        return MemberResult(reward=reward, scored=reward, valid=ok, outcome=outcome if ok or outcome == "error"
-                            else "invalid", disposition=disposition,
-                            steps=m.turn if m.out.turns else self.model_calls[g.entry],
-                            seconds=self.now - m.started, versions={"main": (m.version, m.version)})
+        return MemberResult.quick(reward=reward, scored=reward, valid=ok, outcome=outcome if ok or outcome == "error"
+                                  else "invalid", disposition=disposition,
+                                  steps=m.turn if m.out.turns else self.model_calls[g.entry],
+                                  seconds=self.now - m.started, versions={"main": (m.version, m.version)})
 
     def _t_teardown_ended(self, s: int, q: int, i: int) -> None:
         g = self.groups[(s, q)]

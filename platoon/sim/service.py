@@ -24,7 +24,6 @@ service_slowdown`` changes speed).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from itertools import islice
 
 from platoon.config.sim import SimServiceConfig
@@ -164,7 +163,7 @@ class TurnsMixin:
         m = g.members[i]
         m.deadline = None
         self._stop_turn(g, i)
-        m.out = replace(m.out, passed=False)
+        m.out = m.out._replace(passed=False)
         self._ended(g, i)
 
     def _stop_turn(self, g: SimGroup, i: int) -> None:

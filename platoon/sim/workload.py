@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -83,15 +84,15 @@ class DurationDist:
         return float(self.values.mean())
 
 
-@dataclass(frozen=True)
-class MemberOutcome:
+class MemberOutcome(NamedTuple):
     """What one rollout will do, decided when it gets its permit (its task's pass rate ``p`` then).
 
     ``first_call_s``: start-up work before its first model call; ``run_s``: from the first call to its end (its
     task's length applied); ``error_at_s``: when it raises, after its first call (None: it does not);
     ``teardown_s``: background teardown after it ends. In turns mode (``turns`` > 0) ``run_s`` and ``error_at_s``
     are unused: the rollout makes ``turns`` model calls, each followed by the environment step ``env_steps[k]``
-    (empty: none), and raises at the end of turn ``error_turn`` (None: it does not).
+    (empty: none), and raises at the end of turn ``error_turn`` (None: it does not). A named tuple, not a frozen
+    dataclass: one is built for every rollout.
     """
 
     passed: bool

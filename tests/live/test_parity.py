@@ -35,8 +35,8 @@ from platoon.policy.permits import GrantPermit
 from platoon.sim.runtime import SimRuntime
 from platoon.sim.setup import build_tasks
 
-HANDLERS = ("start", "on_block_entered", "on_block_exited", "on_block_cancelled", "on_teardowns_done",
-            "on_group_finished", "publish", "on_deadline", "poll")
+HANDLERS = ("start", "on_block_entered", "on_group_entered", "on_block_exited", "on_block_cancelled",
+            "on_teardowns_done", "on_group_finished", "publish", "on_deadline", "poll")
 
 
 def tap(d):
