@@ -29,6 +29,7 @@ from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.models import EnvironmentConfig, RunConfig
 from platoon.config.resolve import group_size, sampling, select_tasks
 from platoon.live.envs.resolve import resolve_environment
+from platoon.live.workers import rollout_workers
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
 from platoon.policy.assemble import Policy, build_policy
 from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
@@ -57,7 +58,7 @@ shared cores, seeds 0/1: held-out pass@1 0.155/0.140 at step 0 and 0.643/0.624 a
 the objective before 0.4.0's advantages and token mean gave 0.654/0.608 (docs/live-backend.md, "Does it learn?")."""
 
 __all__ = ["EMBEDDED_DEFAULT", "EVAL_EPISODES", "LiveRun", "build_environments", "build_live", "build_model",
-           "build_pool", "entry_tasks", "evaluate_policy", "pool_rows"]
+           "build_pool", "entry_splits", "entry_tasks", "evaluate_policy", "pool_rows"]
 
 
 def build_environments(cfg: RunConfig) -> dict[str, Any]:
@@ -127,6 +128,12 @@ def entry_tasks(e: EnvironmentConfig, env: Any, *, training: bool) -> list[str]:
     return ids
 
 
+def entry_splits(e: EnvironmentConfig, env: Any) -> list[str]:
+    """The splits entry ``e`` lists on ``env``: its training splits, then its evaluation splits not among them."""
+    splits = list(e.dataset_kwargs.splits("train"))
+    return splits + [s for s in e.eval_dataset_kwargs.splits(getattr(env, "eval_split", "eval")) if s not in splits]
+
+
 def pool_rows(pool: TaskPool) -> list[tuple[str, str | None, str | None]]:
     """``tasks/pool.json``'s rows: ``(task_id, entry, label)`` in pool order."""
     return [(r.task_id, r.entry, r.label) for r in pool.rows]
@@ -173,6 +180,7 @@ class LiveRun:
     eval_episodes: int = EVAL_EPISODES
     clock_start_s: float = 0.0  # the run's clock when this start begins (its policy's clock begins there too)
     state_lost: str | None = None  # what of its checkpoint's state a resumed start could not read (its start event)
+    workers: Any = None  # the rollout workers (rollout_isolation: process), a platoon.live.workers.WorkerPool
 
     @property
     def dispatcher(self) -> Any:
@@ -231,6 +239,7 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
     ``eval_episodes``: per ``eval/pass@1``."""
     from platoon.live.trainer import GRPOTrainer
 
+    from_config = envs is None
     envs = dict(envs) if envs is not None else build_environments(cfg)
     pool = build_pool(cfg, envs)
     policy = build_policy(cfg, pool, start=start, rolling=workflow_runs_on_lease(workflow_cls),
@@ -243,10 +252,14 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
 
         trainer.load_state_dict(loads_state(trainer_state))
     service = (service_factory or default_service)(copy.deepcopy(model), cfg, version)
+    workers = rollout_workers(cfg, envs, from_config=from_config)  # its fork server opens as the service is up
     run = cfg.train.workflow_config
     temperature, max_tokens = sampling(cfg)
     workflow = workflow_cls(envs, service, seed=cfg.train.seed, temperature=temperature,
                             max_new_tokens=max_tokens, straggler_timeout_s=run.straggler_timeout_seconds,
                             quorum=run.straggler_quorum, leave_one_out_baseline=run.leave_one_out_baseline,
                             min_successful_group_size=run.min_successful_group_size)
-    return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes, clock_start_s)
+    if workers is not None:
+        workflow.rollout_workers = workers
+    return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes, clock_start_s,
+                   workers=workers)
