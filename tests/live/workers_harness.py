@@ -35,14 +35,18 @@ class SleepyWorkflow(GroupRolloutWorkflow):
 
 class ProbeWorkflow(GroupRolloutWorkflow):
     """Reports what its worker sees (through ``warn``, which the trainer hears): its pid, the environment variable
-    ``PLATOON_TEST_PRELOADED``, and which of ``modules`` it had imported before its rollout began."""
+    ``PLATOON_TEST_PRELOADED``, which of ``modules`` it had imported before its rollout began, and the environments
+    its fork server built (by entry name, of the specs in ``workflow.envs``)."""
 
     def __init__(self, modules=(), **kwargs) -> None:
         super().__init__(**kwargs)
         self.modules = list(modules)
 
     async def arun_episode_single(self, row: GroupRow) -> Rollout:
+        from platoon.live.workers.envs import ENVIRONMENTS
+
         first_model_call()
+        built = sorted(label for label, env in self.envs.items() if any(env is e for e in ENVIRONMENTS.values()))
         self.warn(json.dumps({"pid": os.getpid(), "env": os.environ.get("PLATOON_TEST_PRELOADED"),
-                              "imported": [m for m in self.modules if m in sys.modules]}))
+                              "imported": [m for m in self.modules if m in sys.modules], "built": built}))
         return Rollout(trajectory(row, 0.0, 0.0))

@@ -46,17 +46,15 @@ class EnvSpec:
 
 
 def environment(spec: EnvSpec) -> Any:
-    """The instance of ``spec``: the fork server's, else built here (and kept for this process's next rollout)."""
+    """The instance of ``spec``: the fork server's, else built here."""
     env = ENVIRONMENTS.get(spec.key)
-    if env is None:
-        env = ENVIRONMENTS[spec.key] = spec.build()
-    return env
+    return spec.build() if env is None else env
 
 
 def run_plan(builds: Sequence[Mapping[str, Any]]) -> None:
     """Build each environment of a preload plan and list its splits' tasks (in the fork server, before it forks)."""
     for b in builds:
         spec = EnvSpec(b["env"], b.get("options") or {}, b.get("package"), tuple(b.get("splits") or ()))
-        env = environment(spec)
+        env = ENVIRONMENTS[spec.key] = spec.build()
         for split in spec.splits:
             env.task_ids(split)
