@@ -10,6 +10,7 @@ to each worker pickled instead.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,9 +53,15 @@ def environment(spec: EnvSpec) -> Any:
 
 
 def run_plan(builds: Sequence[Mapping[str, Any]]) -> None:
-    """Build each environment of a preload plan and list its splits' tasks (in the fork server, before it forks)."""
+    """Build each environment of a preload plan and list its splits' tasks (in the fork server, before it forks).
+    One that fails (screening built it, so it should not) is left to the workers, with its error on stderr."""
     for b in builds:
         spec = EnvSpec(b["env"], b.get("options") or {}, b.get("package"), tuple(b.get("splits") or ()))
-        env = ENVIRONMENTS[spec.key] = spec.build()
-        for split in spec.splits:
-            env.task_ids(split)
+        try:
+            env = spec.build()
+            for split in spec.splits:
+                env.task_ids(split)
+        except Exception as exc:  # noqa: BLE001 - the fork server must go on serving
+            print(f"platoon: the rollout workers' fork server could not build {spec.env}: {exc}", file=sys.stderr)
+            continue
+        ENVIRONMENTS[spec.key] = env

@@ -29,6 +29,7 @@ import json
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -110,7 +111,7 @@ def _open(plan: PreloadPlan | None, log: Logger) -> int:
             server._stop()  # one fork server per process: a run whose preload differs starts its own
         ctx.set_forkserver_preload(preload)
         main_path = spawn.get_preparation_data("ignore").get("init_main_from_path")
-        os.environ[PLAN_VARIABLE] = json.dumps({"builds": builds, "main_path": main_path})
+        os.environ[PLAN_VARIABLE] = json.dumps({"builds": builds, "main_path": main_path, "sys_path": sys.path})
         try:
             server.ensure_running()
         finally:

@@ -2,7 +2,8 @@
 
 A candidate is a module to import (``{"kind": "module", "name": ...}``) or an environment to build with its splits'
 task lists (``{"kind": "build", "name": ..., "spec": EnvSpec.to_json(), "needs": [modules]}``). ``screen`` checks
-them in a throwaway interpreter (``python -m platoon.live.workers.screen``) that imports the worker's stack once and
+them in a throwaway interpreter (``python -m platoon.live.workers.screen``, on the trainer's ``sys.path``) that
+imports the worker's stack once and
 then forks one throwaway child per candidate; each child takes its state, applies its candidate (a build's
 ``needs`` first, unmeasured), waits ``THREAD_GRACE_S`` and compares. A candidate is fork-safe when it left:
 
@@ -12,7 +13,7 @@ then forks one throwaway child per candidate; each child takes its state, applie
   interpreter or of a shared object is allowed;
 - no child process;
 - no seed drawn from the OS for a numpy generator (calls of ``secrets.randbits``, through which numpy seeds,
-  counted; numpy's own global generator, which each worker reseeds, is seeded with the stack).
+  counted; numpy's own global generator, which each worker reseeds, is seeded with the stack, by ``_stack``).
 
 ``screen`` returns, for each candidate, what it left (empty: safe) and how many modules it imported. A candidate that
 fails to import or build is not safe either ("failed: ..."), nor, when the screening interpreter itself fails, any.
@@ -56,7 +57,8 @@ def screen(candidates: Sequence[Mapping[str, Any]], *, timeout_s: float = 300.0)
 
 def _screen(candidates: Sequence[Mapping[str, Any]], timeout_s: float) -> dict[str, dict[str, Any]]:
     try:
-        done = subprocess.run([sys.executable, "-m", "platoon.live.workers.screen"], input=json.dumps(list(candidates)),
+        done = subprocess.run([sys.executable, "-m", "platoon.live.workers.screen"],
+                              input=json.dumps({"sys_path": sys.path, "candidates": list(candidates)}),
                               capture_output=True, text=True, timeout=timeout_s, env=os.environ.copy())
         if done.returncode != 0:
             raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else
@@ -68,9 +70,11 @@ def _screen(candidates: Sequence[Mapping[str, Any]], timeout_s: float) -> dict[s
 
 # ------------------------------------------------------------------------------------------------- the screening
 def _main() -> None:
-    candidates = json.loads(sys.stdin.read())
+    given = json.loads(sys.stdin.read())
+    sys.path[:] = given["sys_path"]  # the trainer's, as the fork server gets it
+    candidates = given["candidates"]
     _count_seeds()
-    for module in WORKER_STACK:
+    for module in (*WORKER_STACK, "platoon.live.workers._stack"):  # as the fork server imports them
         importlib.import_module(module)
     _count_seeds()  # numpy, imported with the stack, binds its entropy source at import
     children = []
