@@ -52,8 +52,8 @@ def main() -> None:
     asyncio.run(server.ready())
     pid = server._opening.result()
     print(f"fork server: started, screened and imported in {time.perf_counter() - began:.1f} s; "
-          f"{_memory(pid)}; {[m for _, m in server.messages][-1]}")
-    print(f"{'method':<11}{'workers':>8}{'start->agent s':>15}{'p90 s':>8}{'request->agent s':>18}"
+          f"{_memory(pid)}; {[m for level, m in server.messages if level == 'info'][0]}")
+    print(f"{'method':<11}{'workers':>8}{'start->agent s':>15}{'p90 s':>8}{'CPU s':>8}{'request->agent s':>18}"
           f"{'USS MB':>8}{'files opened':>14}{'wall s':>8}")
     for method in ("forkserver", "exec"):
         for n in args.counts:
@@ -62,7 +62,8 @@ def main() -> None:
                 continue
             pool = WorkerPool(method=method, plan=plan, env_specs=specs, scratch=_path(scratch), audit_opens=True)
             row = asyncio.run(_wave(pool, ProbeWorkflow, env, n))
-            print(f"{method:<11}{n:>8}{row['start']:>15.3f}{row['start_p90']:>8.3f}{row['request']:>18.3f}"
+            print(f"{method:<11}{n:>8}{row['start']:>15.3f}{row['start_p90']:>8.3f}{row['cpu']:>8.3f}"
+                  f"{row['request']:>18.3f}"
                   f"{row['uss_mb']:>8.1f}{row['opens']:>14.0f}{row['wall']:>8.1f}", flush=True)
 
 
@@ -78,11 +79,11 @@ async def _wave(pool, workflow_cls, env, n: int) -> dict[str, float]:
         version = 0
 
         def __init__(self) -> None:
-            self.measured: list[tuple[int, float, int]] = []
+            self.measured: list[tuple[int, float, int, float]] = []
             self.all_in = asyncio.Event()
 
-        async def measure(self, pid: int, seconds: float, uss: int) -> None:
-            self.measured.append((pid, seconds, uss))
+        async def measure(self, pid: int, seconds: float, uss: int, cpu_s: float) -> None:
+            self.measured.append((pid, seconds, uss, cpu_s))
             if len(self.measured) >= n:
                 self.all_in.set()
 
@@ -99,9 +100,10 @@ async def _wave(pool, workflow_cls, env, n: int) -> dict[str, float]:
     finally:
         await pool.aclose()
     wall = time.perf_counter() - began
-    starts = sorted(s for _, s, _ in service.measured)
+    starts = sorted(m[1] for m in service.measured)
     return {"start": statistics.median(starts), "start_p90": starts[int(0.9 * (len(starts) - 1))],
-            "request": statistics.median(pool.startup_s), "uss_mb": statistics.median(u for *_, u in
+            "cpu": statistics.median(m[3] for m in service.measured),
+            "request": statistics.median(pool.startup_s), "uss_mb": statistics.median(m[2] for m in
                                                                                        service.measured) / 2**20,
             "opens": statistics.median(pool.opens), "wall": wall}
 

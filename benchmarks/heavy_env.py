@@ -3,8 +3,8 @@ modules beyond the worker's stack): ``bench_worker_start.py``'s stand-in for an 
 harness that imports thousands of modules. Its one task ends after one model call.
 
 ``ProbeWorkflow`` runs in each rollout worker: just before its first model call it measures the worker's start-up
-(from the process's creation, ``/proc/self/stat``, to now), its own memory (USS, from ``/proc/self/smaps_rollup``) and
-reports them to the bench's service (``measure``), then makes the call.
+(from the process's creation, ``/proc/self/stat``, to now), the CPU time it spent so far (``time.process_time``: a
+figure a loaded machine does not stretch), its own memory (USS, from ``/proc/self/smaps_rollup``) and reports them to the bench's service (``measure``), then makes the call.
 """
 
 from __future__ import annotations
@@ -73,5 +73,6 @@ class ProbeWorkflow(GroupRolloutWorkflow):
     async def arun_episode_single(self, row: GroupRow) -> Rollout:
         env = self.envs[row.entry]
         env.task(row.env_task_id)
-        await self.service.measure(os.getpid(), seconds_since_created(), uss_bytes())
+        seconds, cpu_s = seconds_since_created(), time.process_time()  # before reading smaps, which takes a while
+        await self.service.measure(os.getpid(), seconds, uss_bytes(), cpu_s)
         return await super().arun_episode_single(row)

@@ -281,7 +281,7 @@ class _Worker:
 
     async def exited(self, timeout_s: float) -> bool:
         """Wait at most ``timeout_s`` for the process to end (reaping it); whether it has."""
-        if self.proc._popen is None:  # never started
+        if self.proc.pid is None:  # never started
             return True
         if self.proc.exitcode is None:
             try:
@@ -321,7 +321,7 @@ class _Worker:
                 self.chan.close()
 
     def kill(self) -> None:
-        if self.proc._popen is not None and self.proc.exitcode is None:
+        if self.proc.pid is not None and self.proc.exitcode is None:
             self.proc.kill()
 
     async def died(self) -> WorkerDied:

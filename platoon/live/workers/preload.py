@@ -97,11 +97,12 @@ def open_fork_server(plan: PreloadPlan | None, log: Logger) -> Future:
 
 def _open(plan: PreloadPlan | None, log: Logger) -> int:
     began = time.perf_counter()
+    left_out: list[str] = []
     if plan is None:
         preload: list[str] = []
         builds: list[dict[str, Any]] = []
     else:
-        kept_modules, builds = _screened(plan, log)
+        kept_modules, builds, left_out = _screened(plan)
         preload = ["platoon.live.workers._main", *WORKER_STACK, "platoon.live.workers._stack", *kept_modules,
                    "platoon.live.workers._plan"]
     ctx = multiprocessing.get_context("forkserver")
@@ -120,21 +121,24 @@ def _open(plan: PreloadPlan | None, log: Logger) -> int:
     what = "nothing" if plan is None else "the worker's stack" + (
         f" and {modules} module(s) the environments open with" if modules else "")
     log("info", f"rollout worker fork server {pid} imported {what} in {time.perf_counter() - began:.1f}s")
+    for warning in left_out:  # after its first line, which says what it did import
+        log("warning", warning)
     return pid
 
 
-def _screened(plan: PreloadPlan, log: Logger) -> tuple[list[str], list[dict[str, Any]]]:
-    """The plan's modules and builds that screening keeps; a warning for each it leaves out."""
+def _screened(plan: PreloadPlan) -> tuple[list[str], list[dict[str, Any]], list[str]]:
+    """The plan's modules and builds that screening keeps, and a warning for each it leaves out."""
     candidates = plan.candidates()
     verdicts = screen(candidates)
     left_out = {c["name"] for c in candidates if verdicts.get(c["name"], {"left": ["no verdict"]})["left"]}
+    warnings = []
     for c in candidates:
         if c["name"] in left_out:
             what, doing, does = ((f"module {c['name']}", "importing", "imports") if c["kind"] == "module"
                                  else (c["name"], "building", "builds"))
             why = "; ".join(verdicts.get(c["name"], {}).get("left", ["no verdict"]))
-            log("warning", f"the rollout workers' fork server leaves out {what}: {doing} it {why}, which is not "
-                           f"fork-safe; each worker {does} it itself")
+            warnings.append(f"the rollout workers' fork server leaves out {what}: {doing} it {why}, which is not "
+                            f"fork-safe; each worker {does} it itself")
     modules = [m for m in plan.modules if m not in left_out]
     builds = []
     for c in candidates:
@@ -142,11 +146,11 @@ def _screened(plan: PreloadPlan, log: Logger) -> tuple[list[str], list[dict[str,
             continue
         blocked = [m for m in c["needs"] if m in left_out]
         if blocked:
-            log("warning", f"the rollout workers' fork server leaves out {c['name']}: it needs "
-                           f"{', '.join(blocked)}, left out; each worker builds it itself")
+            warnings.append(f"the rollout workers' fork server leaves out {c['name']}: it needs "
+                            f"{', '.join(blocked)}, left out; each worker builds it itself")
             continue
         builds.append(c["spec"])
-    return modules, builds
+    return modules, builds, warnings
 
 
 def _warm_up(ctx: Any) -> tuple[int, int]:
