@@ -14,24 +14,5 @@ from platoon.live.workers.envs import EnvSpec
 from platoon.live.workers.pool import WorkerDied, WorkerPool, node_scratch
 from platoon.live.workers.preload import PreloadPlan, preload_plan
 
-__all__ = ["EnvSpec", "PreloadPlan", "WorkerDied", "WorkerPool", "node_scratch", "preload_plan", "rollout_workers"]
+__all__ = ["EnvSpec", "PreloadPlan", "WorkerDied", "WorkerPool", "node_scratch", "preload_plan"]
 
-
-def rollout_workers(cfg, envs, *, from_config: bool = True) -> WorkerPool | None:
-    """The worker pool of run config ``cfg`` (None under ``rollout_isolation: inprocess``), its fork server opening.
-    ``envs``: the entries' environments; ``from_config``: they were built from the config's entries (a worker builds
-    its own, or finds its fork server's), else they travel pickled."""
-    w = cfg.train.workflow_config
-    if w.rollout_isolation != "process":
-        return None
-    specs = {}
-    if from_config:
-        from platoon.live.build import entry_splits
-
-        specs = {e.label: EnvSpec(e.env, dict(e.service_kwargs), e.package, tuple(entry_splits(e, envs[e.label])))
-                 for e in cfg.environments}
-    plan = None if w.worker_python_env_isolation else preload_plan(specs, envs, w.worker_preload)
-    pool = WorkerPool(method=w.worker_start_method, plan=plan, env_specs=specs,
-                      grace_s=w.worker_termination_grace_seconds)
-    pool.open()
-    return pool
