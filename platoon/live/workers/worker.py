@@ -30,6 +30,7 @@ import faulthandler
 import json
 import os
 import pickle
+import signal
 import socket
 import sys
 import time
@@ -112,6 +113,8 @@ class ServiceProxy:
 
 def main(sock: socket.socket, job_bytes: bytes) -> None:
     """The worker's entry point (a ``multiprocessing.Process`` target)."""
+    # A Ctrl-C reaches the whole process group: the trainer decides what becomes of its rollouts (it cancels them).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     job: Job = pickle.loads(job_bytes)
     if job.audit_opens:
         sys.addaudithook(_count_opens)
