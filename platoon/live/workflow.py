@@ -244,18 +244,19 @@ class GroupRolloutWorkflow:
 
 
 class _FirstCall:
-    """A model service seen by one rollout: its first ``sample`` also signals the rollout's first model call (unless
-    ``signal_first`` is False: a rollout worker signals its own), and a traced rollout's calls are ``model_call``
-    spans (``batch`` from the ``Sample``'s ``batch_size`` when it has one)."""
+    """A model service seen by one rollout: its first ``sample`` also signals the rollout's first model call
+    (``on_first_call``; a rollout worker's calls are served with a no-op, since the worker signals its own), and a
+    traced rollout's calls are ``model_call`` spans (``batch`` from the ``Sample``'s ``batch_size`` when it has one)."""
 
-    def __init__(self, service: Any, *, signal_first: bool = True) -> None:
+    def __init__(self, service: Any, on_first_call: Callable[[], None] = first_model_call) -> None:
         self._service = service
-        self._called = not signal_first
+        self._on_first_call = on_first_call
+        self._called = False
 
     async def sample(self, *args: Any, **kwargs: Any) -> Any:
         if not self._called:
             self._called = True
-            first_model_call()
+            self._on_first_call()
         trace = rollout_trace.current()
         if trace is None:
             return await self._service.sample(*args, **kwargs)

@@ -196,7 +196,7 @@ class WorkerPool:
     async def _serve(self, w: _Worker, workflow: Any) -> tuple[Any, int]:
         from platoon.live.workflow import _FirstCall
 
-        service = _FirstCall(workflow.service, signal_first=False)
+        service = _FirstCall(workflow.service, on_first_call=lambda: None)  # the worker signals its own first call
         calls: dict[int, asyncio.Task] = {}
         assert w.chan is not None
         try:
