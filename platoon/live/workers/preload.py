@@ -13,10 +13,11 @@ it imports, once, before it forks any worker (``preload_plan``):
   so that a worker finds it built; and the trainer's main script, when it is one, run as ``__mp_main__`` as each
   worker would run it again otherwise.
 
-Every candidate beyond the stack is screened first (``platoon.live.workers.screen``); one that starts a thread or a
-process, leaves a file, socket, pipe or event loop open, or seeds a numpy generator from the OS is left out with a
-warning that says which and why, and the workers import (or build) it themselves; a build whose modules were left out
-is left out too. An environment variable a preloaded import sets is set in every worker, which the fork server forks
+Every candidate beyond the stack is screened (``platoon.live.workers.screen``), while the server imports them all
+(the two at once, since screening rarely leaves anything out); one that starts a thread or a process, leaves a file,
+socket, pipe or event loop open, or seeds a numpy generator from the OS is left out with a warning that says which and
+why, the server is killed and started again without it before it forks any worker, and the workers import (or build)
+it themselves; a build whose modules were left out is left out too. An environment variable a preloaded import sets is set in every worker, which the fork server forks
 with its own environment. The fork server's first log line counts what it imported for the environments:
 ``rollout worker fork server <pid> imported the worker's stack and N module(s) the environments open with in X.Xs``.
 
@@ -29,6 +30,7 @@ import json
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import signal
 import sys
 import threading
 import time
@@ -97,26 +99,17 @@ def open_fork_server(plan: PreloadPlan | None, log: Logger) -> Future:
 
 def _open(plan: PreloadPlan | None, log: Logger) -> int:
     began = time.perf_counter()
+    ctx = multiprocessing.get_context("forkserver")
     left_out: list[str] = []
     if plan is None:
-        preload: list[str] = []
-        builds: list[dict[str, Any]] = []
+        _serve([], [])
     else:
+        # Optimistic: the server imports everything while the candidates are screened, the two at once; when
+        # screening leaves something out, the server is killed and started again without it before it forks anyone.
+        _serve(_preload(plan.modules), [c["spec"] for c in plan.candidates() if c["kind"] == "build"])
         kept_modules, builds, left_out = _screened(plan)
-        preload = ["platoon.live.workers._main", *WORKER_STACK, "platoon.live.workers._stack", *kept_modules,
-                   "platoon.live.workers._plan"]
-    ctx = multiprocessing.get_context("forkserver")
-    server = multiprocessing.forkserver._forkserver
-    with _LOCK:
-        if server._forkserver_pid is not None and server._preload_modules != preload:
-            server._stop()  # one fork server per process: a run whose preload differs starts its own
-        ctx.set_forkserver_preload(preload)
-        main_path = spawn.get_preparation_data("ignore").get("init_main_from_path")
-        os.environ[PLAN_VARIABLE] = json.dumps({"builds": builds, "main_path": main_path, "sys_path": sys.path})
-        try:
-            server.ensure_running()
-        finally:
-            os.environ.pop(PLAN_VARIABLE, None)
+        if left_out:
+            _serve(_preload(kept_modules), builds, restart=True)
     pid, modules = _warm_up(ctx)
     what = "nothing" if plan is None else "the worker's stack" + (
         f" and {modules} module(s) the environments open with" if modules else "")
@@ -124,6 +117,33 @@ def _open(plan: PreloadPlan | None, log: Logger) -> int:
     for warning in left_out:  # after its first line, which says what it did import
         log("warning", warning)
     return pid
+
+
+def _preload(modules: Sequence[str]) -> list[str]:
+    """The fork server's preload list: the script and ``sys.path`` (``_main``), the worker's stack, the count of its
+    modules (``_stack``), ``modules``, then the builds (``_plan``)."""
+    return ["platoon.live.workers._main", *WORKER_STACK, "platoon.live.workers._stack", *modules,
+            "platoon.live.workers._plan"]
+
+
+def _serve(preload: list[str], builds: list[dict[str, Any]], *, restart: bool = False) -> None:
+    """Have the standard library's fork server running with ``preload`` and ``builds``: the one running already
+    when it has the same preload (one per process), else a new one (``restart``: always, the old one killed, as its
+    imports may have left threads that would keep it from ending)."""
+    ctx = multiprocessing.get_context("forkserver")
+    server = multiprocessing.forkserver._forkserver
+    with _LOCK:
+        if server._forkserver_pid is not None and (restart or server._preload_modules != preload):
+            if restart:
+                os.kill(server._forkserver_pid, signal.SIGKILL)
+            server._stop()
+        ctx.set_forkserver_preload(preload)
+        main_path = spawn.get_preparation_data("ignore").get("init_main_from_path")
+        os.environ[PLAN_VARIABLE] = json.dumps({"builds": builds, "main_path": main_path, "sys_path": sys.path})
+        try:
+            server.ensure_running()
+        finally:
+            os.environ.pop(PLAN_VARIABLE, None)
 
 
 def _screened(plan: PreloadPlan) -> tuple[list[str], list[dict[str, Any]], list[str]]:

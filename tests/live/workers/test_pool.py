@@ -54,6 +54,7 @@ def train(overrides):
     return events, steps, said, live
 
 
+@pytest.mark.slow
 def test_process_isolation_draws_fates_and_trains_as_in_process(tmp_path, monkeypatch):
     monkeypatch.setenv("PLATOON_NODE_SCRATCH", str(tmp_path))
     events, steps, _, _ = train([])
@@ -140,6 +141,7 @@ def test_a_worker_with_teardowns_ends_once_they_have(tmp_path):
     assert list((tmp_path / "scratch").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_exec_workers_run_a_rollout_too(tmp_path):
     workers = pool(tmp_path, method="exec")
     said = []
