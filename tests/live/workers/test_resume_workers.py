@@ -3,6 +3,7 @@ draw gets one fate, and the killed run's workers end and leave nothing in node-l
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -47,5 +48,9 @@ def test_sigkill_of_a_run_with_rollout_workers_then_resume_loses_nothing(tmp_pat
     events = read_jsonl(run / "tasks" / "events.jsonl")
     check_event_log(events, steps=8, batch_size=4)
     assert [e["start"] for e in events if e["event"] == "start"] == [1, 2]
+    # the timeline still parses; a rollout's lane holds the spans the trainer times (docs/rollout-workers.md)
+    trace = json.loads((run / "trace.json").read_text() + "]")
+    names = {e["name"] for e in trace}
+    assert names >= {"rollout", "permit_wait", "startup", "model_call", "batch"} and "env_step" not in names
     left = scratch / f"platoon-workers-{os.getuid()}"
     assert not left.exists() or list(left.iterdir()) == []  # the killed run's workers ended and removed their files
