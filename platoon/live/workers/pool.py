@@ -7,7 +7,8 @@ returns the worker's ``Rollout`` or raises its exception. Everything around it s
 the member's lease block, permit, start slot and straggler deadline. Rules it keeps:
 
 - **first call**: the worker's first model call is the member's ``first_model_call()`` here (its start slot comes back,
-  a traced rollout gets its ``startup`` span); each call is a ``model_call`` span of a traced rollout;
+  a traced rollout gets its ``startup`` span); each call is a ``model_call`` span of a traced rollout, and each step
+  the worker times an ``env_step`` span;
 - **cancellation** (a straggler cut, a failing group, a stop) of the member cancels the worker's rollout: it is sent
   ``cancel`` and given ``worker_termination_grace_seconds`` to unwind, then killed (``SIGKILL``); the member's
   ``CancelledError`` propagates once the worker is gone and its readiness and diagnostics files are removed;
@@ -38,6 +39,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from platoon.live import rollout_trace
 from platoon.live.lease import background_teardown, first_model_call
 from platoon.live.workers import worker
 from platoon.live.workers.channel import Channel, portable
@@ -161,7 +163,8 @@ class WorkerPool:
             envs={label: self.env_specs.get(label) or self._pickle(env, lambda e=env: e)
                   for label, env in workflow.envs.items()},
             row=pickle.dumps(row), service_attrs={} if version is None else {"version": version},
-            ready_file=str(files[0]), diagnostics_file=str(files[1]), audit_opens=self.audit_opens)
+            ready_file=str(files[0]), diagnostics_file=str(files[1]), audit_opens=self.audit_opens,
+            traced=rollout_trace.current() is not None)
         return pickle.dumps(job), files
 
     def _pickle(self, obj: Any, value: Callable[[], Any]) -> bytes:
@@ -218,6 +221,11 @@ class WorkerPool:
                     first_model_call()
                 elif kind == "warn":
                     workflow.warn(message[1])
+                elif kind == "env_step":
+                    trace = rollout_trace.current()
+                    if trace is not None:  # the worker's monotonic clock, read on the run's
+                        offset = trace.clock() - time.monotonic()
+                        trace.env_step(message[1] + offset, message[2] + offset)
                 elif kind == "opens":
                     self.opens.append(message[1])
                 elif kind == "result":

@@ -9,7 +9,8 @@ the worker sends:
 
 - ``("call", i, name, args, kwargs)`` / ``("drop", i)``: a service call, and its cancellation;
 - ``("first_call",)``: the rollout's first model call (``first_model_call``): its start slot comes back;
-- ``("warn", message)``: the workflow's warnings;
+- ``("warn", message)``: the workflow's warnings; ``("env_step", start, end)``: a traced rollout's step, on the
+  monotonic clock;
 - ``("result", rollout, teardowns)`` or ``("error", exc)``; with background teardowns still running
   (``teardowns`` > 0), ``("teardowns_done",)`` once they have ended.
 
@@ -49,7 +50,8 @@ _OPENS = 0
 @dataclass(frozen=True)
 class Job:
     """What a worker runs (see the module docstring). ``workflow``: pickled ``(class, attributes)``; ``envs``: by
-    entry, an ``EnvSpec`` or a pickled instance; ``row``: the pickled ``GroupRow``; ``ready_file``/``diagnostics_file``: its files in scratch."""
+    entry, an ``EnvSpec`` or a pickled instance; ``row``: the pickled ``GroupRow``; ``ready_file`` and
+    ``diagnostics_file``: its files in scratch; ``traced``: the trainer traces the rollout (``_RemoteTrace``)."""
 
     workflow: bytes
     envs: Mapping[str, Any]
@@ -58,6 +60,7 @@ class Job:
     ready_file: str
     diagnostics_file: str
     audit_opens: bool = False
+    traced: bool = False
 
 
 class ServiceProxy:
@@ -130,6 +133,7 @@ def main(sock: socket.socket, job_bytes: bytes) -> None:
 
 
 async def _serve(sock: socket.socket, job: Job) -> None:
+    from platoon.live import rollout_trace
     from platoon.live.lease import rollout_scope
 
     chan = await Channel.open(sock)
@@ -144,7 +148,10 @@ async def _serve(sock: socket.socket, job: Job) -> None:
     _write_ready(job)
     teardowns: list[asyncio.Task] = []
     with rollout_scope(lambda: chan.send("first_call"), teardowns):
+        token = rollout_trace.use(_RemoteTrace(chan)) if job.traced else None
         rollout = asyncio.ensure_future(workflow.arun_episode_single(row))
+        if token is not None:
+            rollout_trace.reset(token)
     reader = asyncio.ensure_future(proxy.read())
     await asyncio.wait({rollout, reader}, return_when=asyncio.FIRST_COMPLETED)
     if not rollout.done():  # cancelled by the trainer, or the trainer is gone
@@ -170,6 +177,23 @@ async def _serve(sock: socket.socket, job: Job) -> None:
     await chan.drain()
     reader.cancel()
     chan.close()
+
+
+class _RemoteTrace:
+    """A traced rollout's trace inside its worker: its ``env_step`` spans go to the trainer, timed on the monotonic
+    clock the two processes share; the rest of its spans the trainer times itself (every other call does nothing)."""
+
+    def __init__(self, chan: Channel) -> None:
+        self._chan = chan
+
+    def clock(self) -> float:
+        return time.monotonic()
+
+    def env_step(self, start: float) -> None:
+        self._chan.send("env_step", start, time.monotonic())
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
 
 
 def _workflow(job: Job, proxy: ServiceProxy, chan: Channel) -> Any:

@@ -48,9 +48,12 @@ def test_sigkill_of_a_run_with_rollout_workers_then_resume_loses_nothing(tmp_pat
     events = read_jsonl(run / "tasks" / "events.jsonl")
     check_event_log(events, steps=8, batch_size=4)
     assert [e["start"] for e in events if e["event"] == "start"] == [1, 2]
-    # the timeline still parses; a rollout's lane holds the spans the trainer times (docs/rollout-workers.md)
+    # the timeline still parses; a rollout's lane holds the spans it holds in process, its steps' timed in its worker
     trace = json.loads((run / "trace.json").read_text() + "]")
-    names = {e["name"] for e in trace}
-    assert names >= {"rollout", "permit_wait", "startup", "model_call", "batch"} and "env_step" not in names
+    assert {e["name"] for e in trace} >= {"rollout", "permit_wait", "startup", "model_call", "env_step", "batch"}
+    for rollout in (e for e in trace if e["name"] == "rollout"):
+        steps = [e for e in trace if e["name"] == "env_step" and e["tid"] == rollout["tid"]
+                 and rollout["ts"] <= e["ts"] <= rollout["ts"] + rollout["dur"]]
+        assert all(e["ts"] + e["dur"] <= rollout["ts"] + rollout["dur"] for e in steps)
     left = scratch / f"platoon-workers-{os.getuid()}"
     assert not left.exists() or list(left.iterdir()) == []  # the killed run's workers ended and removed their files
