@@ -207,7 +207,7 @@ def test_validate_requires_log_path_as_0_4_does(tmp_path: Path) -> None:
 def test_validate_names_every_no_effect_key_in_one_warning(tmp_path: Path) -> None:
     text = """
         tinker_base_url: http://localhost:8000
-        train: {lora_rank: 8, workflow_config: {worker_start_method: exec, worker_startup_budget_seconds: 60}}
+        train: {lora_rank: 8, workflow_config: {worker_binding_poll_seconds: 2, worker_startup_budget_seconds: 60}}
         stats: {wandb: {project: p}}
     """
     result = invoke("config", "validate", write(tmp_path, text))
@@ -216,7 +216,7 @@ def test_validate_names_every_no_effect_key_in_one_warning(tmp_path: Path) -> No
     keys = warning.removeprefix("  warning: ").split(": no effect here")[0].split(", ")
     # worker_startup_budget_seconds acts (the start limit's timer), so it is not among them
     assert sorted(keys) == ["stats.wandb", "tinker_base_url", "train.lora_rank",
-                            "train.workflow_config.worker_start_method"]
+                            "train.workflow_config.worker_binding_poll_seconds"]
 
 
 def test_validate_without_a_file_is_a_usage_error() -> None:

@@ -290,7 +290,8 @@ def config_warnings(cfg: RunConfig) -> list[str]:
     inert = no_effect_paths(cfg)
     if inert:
         out.append(f"{', '.join(inert)}: no effect here (platoon 0.4.0 keys of components this backend does not have; "
-                   "rollouts run in the trainer's process; docs/migrating-from-0.4.md)")
+                   "docs/migrating-from-0.4.md)")
+    out += preload_warnings(cfg)
     if cfg.train.model_name != "tiny" and any(core_environment(e.env) for e in cfg.environments):
         out.append(f"train.renderer_name: {cfg.train.renderer_name!r} is recorded, not used: the built-in "
                    "environments speak the model's token ids")
@@ -308,6 +309,22 @@ def config_warnings(cfg: RunConfig) -> list[str]:
         out.append(f"train.loss_fn_config: importance_sampling does not clip the ratio; {', '.join(changed)} "
                    "takes effect only under ppo or cispo")
     return out + sim_warnings(cfg)
+
+
+def preload_warnings(cfg: RunConfig) -> list[str]:
+    """``worker_preload`` set where nothing is imported ahead: in-process rollouts, ``exec`` workers, or
+    ``worker_python_env_isolation``."""
+    w = cfg.train.workflow_config
+    if not w.worker_preload:
+        return []
+    why = ("rollouts run in the trainer's process (rollout_isolation: inprocess)" if w.rollout_isolation != "process"
+           else "workers start fresh (worker_start_method: exec)" if w.worker_start_method == "exec"
+           else "each worker has its own Python environment (worker_python_env_isolation)"
+           if w.worker_python_env_isolation else None)
+    if why is None:
+        return []
+    return [f"train.workflow_config.worker_preload: nothing is imported ahead where {why}, so "
+            f"{', '.join(w.worker_preload)} is not preloaded"]
 
 
 def sim_warnings(cfg: RunConfig) -> list[str]:

@@ -124,8 +124,15 @@ _WORKER_KEYS = frozenset({
     "worker_launch_concurrent_groups", "worker_rss_soft_limit_bytes", "worker_mem_available_floor_bytes",
     "worker_binding_poll_seconds", "worker_unbounded_rollout_budget_seconds", "worker_python_env_isolation",
 })
-"""The rollout-worker keys: every rollout runs in the trainer's process in this release, so none acts yet but
-``worker_startup_budget_seconds``, which also sets the start limit's timer (``platoon.policy.start_limit``)."""
+"""The rollout-worker keys. Of them ``rollout_isolation``, ``worker_start_method``, ``worker_preload`` and
+``worker_termination_grace_seconds`` act (``platoon.live.workers``, docs/rollout-workers.md), and
+``worker_startup_budget_seconds`` sets the start limit's timer (``platoon.policy.start_limit``); the rest are
+``NO_EFFECT``."""
+
+_WORKER_KEYS_ACTING = frozenset({
+    "rollout_isolation", "worker_start_method", "worker_preload", "worker_termination_grace_seconds",
+    "worker_startup_budget_seconds",
+})
 
 
 class WorkflowConfig(ConfigModel):
@@ -135,7 +142,7 @@ class WorkflowConfig(ConfigModel):
         "max_starting_rollouts": "unknown key; platoon 0.4.0 moved it; use train.max_starting_rollouts",
         "straggler_policy_key": "unknown key; platoon 0.3.0 removed it; use train.label_by",
     }
-    NO_EFFECT: ClassVar[frozenset[str]] = _WORKFLOW_NO_EFFECT | (_WORKER_KEYS - {"worker_startup_budget_seconds"})
+    NO_EFFECT: ClassVar[frozenset[str]] = _WORKFLOW_NO_EFFECT | (_WORKER_KEYS - _WORKER_KEYS_ACTING)
 
     group_size: int = Field(8, ge=1, le=MAX_GROUP, description="Rollouts per task (a group); an entry may set its own.")
     rollout_config: RolloutConfig = Field(default_factory=RolloutConfig, description="How one rollout runs.")
@@ -175,14 +182,18 @@ class WorkflowConfig(ConfigModel):
         "nothing.",
     )
     rollout_isolation: Literal["inprocess", "process"] = Field(
-        "inprocess", description="inprocess: rollouts run in the trainer's process; process: in worker processes.",
+        "inprocess", description="inprocess: rollouts run in the trainer's process; process: each in a worker "
+        "process of its own, its model calls served by the trainer's model service.",
     )
     worker_start_method: Literal["forkserver", "exec"] = Field(
-        "forkserver", description="How rollout workers start; under exec nothing is imported ahead."
+        "forkserver", description="How rollout workers start (rollout_isolation: process): forkserver forks each "
+        "from a fork server that imported the worker's stack and what the environments open with, screened for "
+        "fork safety; exec starts a fresh interpreter each, which imports everything itself.",
     )
     worker_preload: list[str] = Field(
         default_factory=list,
-        description="Modules (dotted names) the workers' fork server imports before it forks them.",
+        description="Modules (dotted names) the workers' fork server also imports before it forks them (ones an "
+        "environment imports only as it opens); screened for fork safety like the rest.",
     )
     worker_startup_budget_seconds: float = Field(
         300.0, gt=0, le=MAX_SECONDS,
@@ -190,7 +201,10 @@ class WorkflowConfig(ConfigModel):
     )
     worker_finalize_grace_seconds: float = Field(120.0, ge=0, le=MAX_SECONDS, description="Rollout workers.")
     worker_parent_grace_seconds: float = Field(60.0, ge=0, le=MAX_SECONDS, description="Rollout workers.")
-    worker_termination_grace_seconds: float = Field(10.0, ge=0, le=MAX_SECONDS, description="Rollout workers.")
+    worker_termination_grace_seconds: float = Field(
+        10.0, ge=0, le=MAX_SECONDS,
+        description="How long a cancelled rollout worker may take to unwind its rollout before it is killed.",
+    )
     worker_launch_concurrent_groups: int = Field(2, ge=1, description="Rollout workers.")
     worker_rss_soft_limit_bytes: int = Field(24 * 1024**3, ge=0, le=INT64_MAX, description="Rollout workers.")
     worker_mem_available_floor_bytes: int = Field(0, ge=0, le=INT64_MAX, description="Rollout workers.")

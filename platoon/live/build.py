@@ -8,6 +8,8 @@ simulator calls too; only the pool differs between the two runtimes (here it lis
 - ``build_pool(cfg, envs)``: the entries' training tasks (``entry_tasks``: ``tasks``, else the listed splits', less
   ``exclude_tasks``, shuffled and limited by ``dataset_kwargs``), each row's data its task's columns
   (``train.label_by`` may name one);
+- ``rollout_workers(cfg, envs)``: under ``rollout_isolation: process``, the worker pool the workflow runs each rollout
+  in, its fork server opening as soon as the model service is up (``platoon.live.workers``);
 - ``build_live(cfg, start=)``: a ``LiveRun`` holding all of it, a trainer policy and a separate sampling copy behind
   the model service (the service's weights change only when a step publishes), and the evaluation of held-out
   pass@1 (``evaluate``: ``eval/pass@1`` with its 95% Wilson interval, and each entry's when there are several; during
@@ -30,6 +32,7 @@ from platoon.config.models import EnvironmentConfig, RunConfig
 from platoon.config.resolve import eval_concurrency, group_size, sampling, select_tasks
 from platoon.live.envs.resolve import resolve_environment
 from platoon.live.toolchain import Staging, run_toolchains
+from platoon.live.workers import EnvSpec, WorkerPool, preload_plan
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
 from platoon.policy.assemble import Policy, build_policy
 from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
@@ -59,7 +62,8 @@ shared cores, seeds 0/1: held-out pass@1 0.155/0.140 at step 0 and 0.643/0.624 a
 the objective before 0.4.0's advantages and token mean gave 0.654/0.608 (docs/live-backend.md, "Does it learn?")."""
 
 __all__ = ["EMBEDDED_DEFAULT", "EVAL_EPISODES", "LiveRun", "build_environments", "build_live", "build_model",
-           "build_pool", "entry_tasks", "evaluate_policy", "evaluate_service", "pool_rows"]
+           "build_pool", "entry_splits", "entry_tasks", "evaluate_policy", "evaluate_service", "pool_rows",
+           "rollout_workers"]
 
 
 def build_environments(cfg: RunConfig) -> dict[str, Any]:
@@ -127,6 +131,28 @@ def entry_tasks(e: EnvironmentConfig, env: Any, *, training: bool) -> list[str]:
         raise ConfigError([f"{at}: no {'training' if training else 'evaluation'} task is left (after "
                            "exclude_tasks and limit)"])
     return ids
+
+
+def entry_splits(e: EnvironmentConfig, env: Any) -> list[str]:
+    """The splits entry ``e`` lists on ``env``: its training splits, then its evaluation splits not among them."""
+    splits = list(e.dataset_kwargs.splits("train"))
+    return splits + [s for s in e.eval_dataset_kwargs.splits(getattr(env, "eval_split", "eval")) if s not in splits]
+
+
+def rollout_workers(cfg: RunConfig, envs: Mapping[str, Any], *, from_config: bool = True) -> WorkerPool | None:
+    """The rollout workers of ``cfg`` (None under ``rollout_isolation: inprocess``), their fork server opening
+    (docs/rollout-workers.md). ``from_config``: ``envs`` were built from the entries, so a worker builds its own (or
+    finds its fork server's); else they travel pickled."""
+    w = cfg.train.workflow_config
+    if w.rollout_isolation != "process":
+        return None
+    specs = {e.label: EnvSpec(e.env, dict(e.service_kwargs), e.package, tuple(entry_splits(e, envs[e.label])))
+             for e in cfg.environments} if from_config else {}
+    plan = None if w.worker_python_env_isolation else preload_plan(specs, envs, w.worker_preload)
+    pool = WorkerPool(method=w.worker_start_method, plan=plan, env_specs=specs,
+                      grace_s=w.worker_termination_grace_seconds)
+    pool.open()
+    return pool
 
 
 def pool_rows(pool: TaskPool) -> list[tuple[str, str | None, str | None]]:
@@ -207,6 +233,7 @@ class LiveRun:
     state_lost: str | None = None  # what of its checkpoint's state a resumed start could not read (its start event)
     eval_routing: RoutingIdWatch = field(default_factory=lambda: RoutingIdWatch("eval"))  # per start
     staging: Staging | None = None  # the environments' toolchains, staged since the start was built
+    workers: Any = None  # the rollout workers (rollout_isolation: process), a platoon.live.workers.WorkerPool
 
     @property
     def dispatcher(self) -> Any:
@@ -271,6 +298,7 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
     ``eval_episodes``: per ``eval/pass@1``."""
     from platoon.live.trainer import GRPOTrainer
 
+    from_config = envs is None
     envs = dict(envs) if envs is not None else build_environments(cfg)
     # the toolchains are staged in a thread while the model, the trainer and the launch save are made
     staging = Staging(run_toolchains(envs.values())).start()
@@ -285,11 +313,14 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
 
         trainer.load_state_dict(loads_state(trainer_state))
     service = (service_factory or default_service)(copy.deepcopy(model), cfg, version)
+    workers = rollout_workers(cfg, envs, from_config=from_config)  # its fork server opens as the service is up
     run = cfg.train.workflow_config
     temperature, max_tokens = sampling(cfg)
     workflow = workflow_cls(envs, service, seed=cfg.train.seed, temperature=temperature,
                             max_new_tokens=max_tokens, straggler_timeout_s=run.straggler_timeout_seconds,
                             quorum=run.straggler_quorum, leave_one_out_baseline=run.leave_one_out_baseline,
                             min_successful_group_size=run.min_successful_group_size)
+    if workers is not None:
+        workflow.rollout_workers = workers
     return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes, clock_start_s,
-                   staging=staging)
+                   staging=staging, workers=workers)

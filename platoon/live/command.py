@@ -437,6 +437,8 @@ def train(config: Path | None = None, overrides: Sequence[str] = (), *, out: Pat
                     run_dir.rd.discard()  # a new run that fails before its first step leaves nothing behind
                 raise
     finally:
+        if live.workers is not None:
+            live.workers.close()  # a worker the runtime's shutdown did not end (it ends them all when it runs)
         run_dir.release()
     return Path(path)
 

@@ -47,7 +47,8 @@ from platoon.policy.members import CancelRollout, MemberWatch
 
 Key = tuple[int, int]
 
-__all__ = ["LeaseHost", "LocalMembers", "MembersHost", "RolloutLease", "background_teardown", "first_model_call", "no_lease", "rollout_lease"]
+__all__ = ["LeaseHost", "LocalMembers", "MembersHost", "RolloutLease", "background_teardown", "first_model_call", "no_lease", "rollout_lease",
+           "rollout_scope"]
 
 
 class LeaseHost(Protocol):
@@ -293,6 +294,20 @@ def first_model_call() -> None:
     trace = rollout_trace.current()
     if trace is not None:
         trace.first_model_call()
+
+
+@contextmanager
+def rollout_scope(first_call: Callable[[], None], teardowns: list[asyncio.Task]) -> Iterator[None]:
+    """Run a rollout outside any block, as a rollout worker does (``platoon.live.workers``): its first model call
+    calls ``first_call`` and its background teardowns collect in ``teardowns`` (the trainer's block waits for them
+    through the worker)."""
+    first = _FIRST_CALL.set(first_call)
+    scope = _TEARDOWNS.set(teardowns)
+    try:
+        yield
+    finally:
+        _TEARDOWNS.reset(scope)
+        _FIRST_CALL.reset(first)
 
 
 def rollout_lease() -> RolloutLease:

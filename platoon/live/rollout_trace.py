@@ -38,6 +38,12 @@ def current() -> RolloutTrace | None:
     return _TRACE.get()
 
 
+def use(trace: Any) -> Any:
+    """Make ``trace`` the context's rollout trace (a rollout worker's stand-in, ``platoon.live.workers.worker``);
+    returns the reset token."""
+    return _TRACE.set(trace)
+
+
 def reset(token: Any) -> None:
     """Undo ``RolloutTrace.token()`` (a block's exit; one closed outside its task's context is left alone)."""
     try:
@@ -108,8 +114,9 @@ class RolloutTrace:
         else:
             self._span("model_call", start, self.clock())
 
-    def env_step(self, start: float) -> None:
-        self._span("env_step", start, self.clock())
+    def env_step(self, start: float, end: float | None = None) -> None:
+        """A step that began at ``start`` ended at ``end`` (None: now; a rollout worker's step: when it said)."""
+        self._span("env_step", start, self.clock() if end is None else end)
 
     def outcome(self, result: Any) -> None:
         trajectory = getattr(result, "trajectory", None)

@@ -145,6 +145,9 @@ class LiveRuntime:
         self._t0 = self.loop.time()
         self._settled = asyncio.Event()
         self._observe_service(self._on_batch if self.trace is not None else None)
+        workers = getattr(self.workflow, "rollout_workers", None)  # rollout_isolation: process (platoon.live.workers)
+        if workers is not None:
+            workers.attach_log(self.log)
         try:
             if self.driver.dispatcher.step < self.driver.steps:
                 decisions = self.driver.start(now=self.clock_start_s, checkpoint=self.resumed_from,
@@ -182,6 +185,9 @@ class LiveRuntime:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        workers = getattr(self.workflow, "rollout_workers", None)
+        if workers is not None:
+            await workers.aclose()
         self._drain()
         if self.run_dir is not None:
             self.run_dir.close()

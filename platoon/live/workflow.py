@@ -134,6 +134,9 @@ class GroupRolloutWorkflow:
 
     runs_rollouts_on_lease = True
     gives_verdicts = True
+    #: Where each member's rollout runs: None in this process, else a ``platoon.live.workers.WorkerPool``
+    #: (``rollout_isolation: process``; ``build_live`` sets it), which runs ``arun_episode_single`` in a worker.
+    rollout_workers: Any = None
 
     def __init__(self, envs: Mapping[str, Any] | None = None, service: Any = None, *, seed: int = 0,
                  temperature: float = 1.0, max_new_tokens: int | None = None,
@@ -196,7 +199,7 @@ class GroupRolloutWorkflow:
                     group.member_started(index, waited_s + slot_waited_s)
                 try:
                     with no_lease():
-                        result = await self.arun_episode_single(replace(row, member=index))
+                        result = await self._run_single(replace(row, member=index))
                     rollout_trace.note_result(result)
                 except asyncio.CancelledError:
                     raise
@@ -213,6 +216,13 @@ class GroupRolloutWorkflow:
             if group is not None and group.error is None:
                 group.member_ended(index, exc)
             raise
+
+    async def _run_single(self, row: GroupRow) -> Rollout:
+        """``arun_episode_single(row)``, here or, under ``rollout_isolation: process``, in a rollout worker
+        (``rollout_workers``, a ``platoon.live.workers.WorkerPool``)."""
+        if self.rollout_workers is None:
+            return await self.arun_episode_single(row)
+        return await self.rollout_workers.run(self, row)
 
     async def arun_episode_single(self, row: GroupRow) -> Rollout:
         """One rollout (member ``row.member``): a multi-turn episode of the entry's environment played with the
@@ -248,7 +258,8 @@ class GroupRolloutWorkflow:
 
 
 class _FirstCall:
-    """A model service seen by one rollout: its first ``sample`` also signals the rollout's first model call, and a
+    """A model service seen by one rollout: its first ``sample`` also signals the rollout's first model call
+    (``on_first_call``; a rollout worker's calls are served with a no-op, since the worker signals its own), and a
     traced rollout's calls are ``model_call`` spans (``batch`` from the ``Sample``'s ``batch_size`` when it has one)."""
 
     def __init__(self, service: Any, on_first_call: Callable[[], None] = first_model_call) -> None:

@@ -431,7 +431,7 @@ def test_keys_of_absent_components_load_with_one_warning_naming_each(tmp_path: P
         tinker_base_url: http://localhost:8000
         train:
           lora_rank: 8
-          workflow_config: {rollout_isolation: process, worker_start_method: exec, rollout_config: {max_steps: 3}}
+          workflow_config: {worker_launch_concurrent_groups: 4, worker_binding_poll_seconds: 2, rollout_config: {max_steps: 3}}
         stats: {wandb: {project: p}}
         watchdog: {enabled: false}
         checkpoint: {load_checkpoint_path: 'tinker://x'}
@@ -441,8 +441,8 @@ def test_keys_of_absent_components_load_with_one_warning_naming_each(tmp_path: P
     (warning,) = config_warnings(cfg)
     keys = warning.split(": no effect here")[0].split(", ")
     assert sorted(keys) == sorted([
-        "tinker_base_url", "train.lora_rank", "train.workflow_config.rollout_isolation",
-        "train.workflow_config.worker_start_method", "train.workflow_config.rollout_config.max_steps",
+        "tinker_base_url", "train.lora_rank", "train.workflow_config.worker_launch_concurrent_groups",
+        "train.workflow_config.worker_binding_poll_seconds", "train.workflow_config.rollout_config.max_steps",
         "stats.wandb", "watchdog", "checkpoint.load_checkpoint_path", "environments.0.harness",
         "environments.0.workflow_config.filter_errors",
     ])
@@ -463,10 +463,35 @@ def test_the_no_effect_warning_reaches_each_start_of_a_run() -> None:
     from platoon.policy.assemble import build_policy
     from platoon.policy.pool import EntrySpec, TaskPool
 
-    cfg = load_config(None, ["train.workflow_config.worker_start_method=exec"])
+    cfg = load_config(None, ["train.workflow_config.worker_binding_poll_seconds=2"])
     (warning,) = config_warnings(cfg)
-    assert warning.startswith("train.workflow_config.worker_start_method: no effect here")
+    assert warning.startswith("train.workflow_config.worker_binding_poll_seconds: no effect here")
     pool = TaskPool.from_entries([EntrySpec("default", ["a", "b"], group_size=8)])
     driver = build_policy(cfg, pool).driver
     driver.start(now=0.0)
     assert warning in driver.take_outbox().warnings
+
+
+@pytest.mark.parametrize(("overrides", "why"), [
+    ([], "rollouts run in the trainer's process (rollout_isolation: inprocess)"),
+    (["train.workflow_config.rollout_isolation=process", "train.workflow_config.worker_start_method=exec"],
+     "workers start fresh (worker_start_method: exec)"),
+    (["train.workflow_config.rollout_isolation=process", "train.workflow_config.worker_python_env_isolation=true"],
+     "each worker has its own Python environment (worker_python_env_isolation)"),
+])
+def test_a_worker_preload_where_nothing_is_imported_ahead_is_warned_about(overrides, why) -> None:
+    from platoon.config.resolve import config_warnings
+
+    cfg = load_config(None, ["train.workflow_config.worker_preload=[json.decoder]", *overrides])
+    assert (f"train.workflow_config.worker_preload: nothing is imported ahead where {why}, so json.decoder is not "
+            "preloaded") in config_warnings(cfg)
+
+
+def test_the_acting_worker_keys_load_without_a_warning() -> None:
+    from platoon.config.resolve import config_warnings
+
+    cfg = load_config(None, ["train.workflow_config.rollout_isolation=process",
+                             "train.workflow_config.worker_start_method=forkserver",
+                             "train.workflow_config.worker_preload=[json.decoder]",
+                             "train.workflow_config.worker_termination_grace_seconds=2"])
+    assert config_warnings(cfg) == []

@@ -8,6 +8,7 @@
 - ``ScriptedWorkflow``: a ``GroupRolloutWorkflow`` whose ``arun_episode_single`` sleeps a scripted duration and
   returns a scripted reward (or raises), optionally signalling its first model call and leaving a background
   teardown.
+- ``check_event_log``: a resumed run's event log holds every draw's fate once and every position once.
 """
 
 from __future__ import annotations
@@ -229,3 +230,32 @@ def save_tiny_llama(path, *, vocab_size: int = 64, context: int = 128):
     torch.manual_seed(0)
     transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(str(path))
     return path
+
+
+def check_event_log(events: list[dict], *, steps: int, batch_size: int) -> None:
+    """Every draw key gets exactly one fate, except a key that a later draw ``reissues`` (it gets none, and its
+    reissue carries its position on); every position of the run's order ends exactly once."""
+    drawn: dict[tuple[int, int], dict] = {}
+    reissued: set[tuple[int, int]] = set()
+    fates: dict[tuple[int, int], list[str]] = {}
+    for e in events:
+        key = (e.get("start"), e.get("seq"))
+        if e["event"] == "draw":
+            assert key not in drawn, f"draw {key} twice"
+            drawn[key] = e
+            if "reissues" in e:
+                old = tuple(e["reissues"])
+                assert old in drawn and old not in reissued, f"{key} reissues {old}, which is not an open draw"
+                assert drawn[old]["position"] == e["position"] and drawn[old]["task_id"] == e["task_id"]
+                assert old not in fates, f"{old} was reissued after its fate {fates[old]}"
+                reissued.add(old)
+        elif e["event"] == "fate":
+            assert key in drawn, f"fate of {key}, never drawn"
+            fates.setdefault(key, []).append(e["fate"])
+    for key in drawn:
+        if key in reissued:
+            assert key not in fates, f"reissued {key} has a fate {fates[key]}"
+        else:
+            assert len(fates.get(key, [])) == 1, f"{key} has fates {fates.get(key)}"
+    final = [drawn[k]["position"] for k in drawn if k not in reissued]
+    assert sorted(final) == list(range(steps * batch_size)), "a position was trained twice or never"

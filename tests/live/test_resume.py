@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from live_harness import FakeService
+from live_harness import FakeService, check_event_log
 
 from platoon.live import command
 from platoon.live.runtime import LiveRuntime
@@ -27,35 +27,6 @@ def fake_service(model, cfg, version):
     service = FakeService(vocab=model.vocab_size)
     service.version = version
     return service
-
-
-def check_event_log(events: list[dict], *, steps: int, batch_size: int) -> None:
-    """Every draw key gets exactly one fate, except a key that a later draw ``reissues`` (it gets none, and its
-    reissue carries its position on); every position of the run's order ends exactly once."""
-    drawn: dict[tuple[int, int], dict] = {}
-    reissued: set[tuple[int, int]] = set()
-    fates: dict[tuple[int, int], list[str]] = {}
-    for e in events:
-        key = (e.get("start"), e.get("seq"))
-        if e["event"] == "draw":
-            assert key not in drawn, f"draw {key} twice"
-            drawn[key] = e
-            if "reissues" in e:
-                old = tuple(e["reissues"])
-                assert old in drawn and old not in reissued, f"{key} reissues {old}, which is not an open draw"
-                assert drawn[old]["position"] == e["position"] and drawn[old]["task_id"] == e["task_id"]
-                assert old not in fates, f"{old} was reissued after its fate {fates[old]}"
-                reissued.add(old)
-        elif e["event"] == "fate":
-            assert key in drawn, f"fate of {key}, never drawn"
-            fates.setdefault(key, []).append(e["fate"])
-    for key in drawn:
-        if key in reissued:
-            assert key not in fates, f"reissued {key} has a fate {fates[key]}"
-        else:
-            assert len(fates.get(key, [])) == 1, f"{key} has fates {fates.get(key)}"
-    final = [drawn[k]["position"] for k in drawn if k not in reissued]
-    assert sorted(final) == list(range(steps * batch_size)), "a position was trained twice or never"
 
 
 def test_a_run_that_dies_mid_training_resumes_without_losing_a_step(tmp_path, monkeypatch):

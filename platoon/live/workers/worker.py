@@ -1,0 +1,253 @@
+"""A rollout worker: one rollout of a workflow (its ``arun_episode_single``), run in a process of its own.
+
+The trainer (``platoon.live.workers.pool``) starts a worker per rollout with one end of a socket pair and a pickled
+``Job``: the workflow's class and attributes, its environments (specs, or pickled instances), the row (its
+``member`` set) and the service's ``version`` at the rollout's start. The worker runs the workflow's per-rollout code
+unchanged, with a ``ServiceProxy`` for ``service``: every call of a service method goes to the trainer, which makes
+it on the real model service (batched with every other rollout's) and sends back its value or its exception. What
+the worker sends:
+
+- ``("call", i, name, args, kwargs)`` / ``("drop", i)``: a service call, and its cancellation;
+- ``("first_call",)``: the rollout's first model call (``first_model_call``): its start slot comes back;
+- ``("warn", message)``: the workflow's warnings; ``("env_step", start, end)``: a traced rollout's step, on the
+  monotonic clock;
+- ``("result", rollout, teardowns)`` or ``("error", exc)``; with background teardowns still running
+  (``teardowns`` > 0), ``("teardowns_done",)`` once they have ended.
+
+It reads ``("reply", i, ok, value)`` and ``("cancel",)``: a cancel (or its trainer gone: the connection closed)
+cancels the rollout, which unwinds as it would in the trainer, and the worker ends. The worker writes a readiness
+file once its workflow is built and keeps a diagnostics file (``faulthandler``'s output: a crash's traceback) in
+node-local scratch, and removes both when it ends; the trainer removes what a killed worker could not.
+
+This module imports nothing heavy: a worker started fresh (``exec``) imports the workflow's modules when it unpickles
+its job, after ``main`` has begun (so that ``audit_opens`` counts those imports' files). A forked worker reseeds
+numpy's and torch's generators (Python's ``random`` reseeds itself after a fork), so that no two share a stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import faulthandler
+import json
+import os
+import pickle
+import signal
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from platoon.live.workers.channel import Channel, portable
+
+__all__ = ["Job", "ServiceProxy", "main", "report", "reseed"]
+
+_OPENS = 0
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a worker runs (see the module docstring). ``workflow``: pickled ``(class, attributes)``; ``envs``: by
+    entry, an ``EnvSpec`` or a pickled instance; ``row``: the pickled ``GroupRow``; ``ready_file`` and
+    ``diagnostics_file``: its files in scratch; ``traced``: the trainer traces the rollout (``_RemoteTrace``)."""
+
+    workflow: bytes
+    envs: Mapping[str, Any]
+    row: bytes
+    service_attrs: Mapping[str, Any]
+    ready_file: str
+    diagnostics_file: str
+    audit_opens: bool = False
+    traced: bool = False
+
+
+class ServiceProxy:
+    """The model service as a worker sees it: ``service_attrs`` (``version``, as at the rollout's start) and every
+    other public name a method whose calls the trainer makes on the real service."""
+
+    def __init__(self, chan: Channel, attrs: Mapping[str, Any]) -> None:
+        self._chan = chan
+        self._attrs = dict(attrs)
+        self._calls: dict[int, asyncio.Future] = {}
+        self._next = 0
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in self._attrs:
+            return self._attrs[name]
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await self._call(name, args, kwargs)
+
+        return call
+
+    async def _call(self, name: str, args: tuple, kwargs: dict) -> Any:
+        i = self._next
+        self._next += 1
+        future = asyncio.get_running_loop().create_future()
+        self._calls[i] = future
+        self._chan.send("call", i, name, args, kwargs)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self._chan.send("drop", i)
+            raise
+        finally:
+            self._calls.pop(i, None)
+
+    async def read(self) -> None:
+        """Resolve replies until the trainer cancels the rollout or is gone."""
+        while True:
+            message = await self._chan.recv()
+            if message is None or message[0] == "cancel":
+                return
+            if message[0] == "reply":
+                _, i, ok, value = message
+                future = self._calls.get(i)
+                if future is not None and not future.done():
+                    if ok:
+                        future.set_result(value)
+                    else:
+                        future.set_exception(value)
+
+
+def main(sock: socket.socket, job_bytes: bytes) -> None:
+    """The worker's entry point (a ``multiprocessing.Process`` target)."""
+    # A Ctrl-C reaches the whole process group: the trainer decides what becomes of its rollouts (it cancels them).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    job: Job = pickle.loads(job_bytes)
+    if job.audit_opens:
+        sys.addaudithook(_count_opens)
+    reseed()
+    with open(job.diagnostics_file, "w") as diagnostics:
+        faulthandler.enable(diagnostics)
+        try:
+            asyncio.run(_serve(sock, job))
+        finally:
+            faulthandler.disable()
+    for path in (job.ready_file, job.diagnostics_file):
+        Path(path).unlink(missing_ok=True)
+
+
+async def _serve(sock: socket.socket, job: Job) -> None:
+    from platoon.live import rollout_trace
+    from platoon.live.lease import rollout_scope
+
+    chan = await Channel.open(sock)
+    proxy = ServiceProxy(chan, job.service_attrs)
+    try:
+        workflow = _workflow(job, proxy, chan)
+        row = pickle.loads(job.row)
+    except BaseException as exc:
+        chan.send("error", portable(exc))
+        await chan.drain()
+        return
+    _write_ready(job)
+    teardowns: list[asyncio.Task] = []
+    with rollout_scope(lambda: chan.send("first_call"), teardowns):
+        token = rollout_trace.use(_RemoteTrace(chan)) if job.traced else None
+        rollout = asyncio.ensure_future(workflow.arun_episode_single(row))
+        if token is not None:
+            rollout_trace.reset(token)
+    reader = asyncio.ensure_future(proxy.read())
+    await asyncio.wait({rollout, reader}, return_when=asyncio.FIRST_COMPLETED)
+    if not rollout.done():  # cancelled by the trainer, or the trainer is gone
+        rollout.cancel()
+        await asyncio.wait({rollout})
+        if not rollout.cancelled():
+            rollout.exception()
+        chan.close()
+        return
+    if rollout.cancelled():
+        chan.send("error", RuntimeError("the rollout was cancelled inside its worker"))
+    elif rollout.exception() is not None:
+        chan.send("error", portable(rollout.exception()))
+    else:
+        if job.audit_opens:
+            chan.send("opens", _OPENS)
+        pending = [t for t in teardowns if not t.done()]
+        chan.send("result", rollout.result(), len(pending))
+        if pending:
+            await asyncio.wait([reader, asyncio.gather(*pending, return_exceptions=True)],
+                               return_when=asyncio.FIRST_COMPLETED)
+            chan.send("teardowns_done")
+    await chan.drain()
+    reader.cancel()
+    chan.close()
+
+
+class _RemoteTrace:
+    """A traced rollout's trace inside its worker: its ``env_step`` spans go to the trainer, timed on the monotonic
+    clock the two processes share; the rest of its spans the trainer times itself (every other call does nothing)."""
+
+    def __init__(self, chan: Channel) -> None:
+        self._chan = chan
+
+    def clock(self) -> float:
+        return time.monotonic()
+
+    def env_step(self, start: float) -> None:
+        self._chan.send("env_step", start, time.monotonic())
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+class _RoutingCountedByTrainer:
+    """The worker's routing-id watch says nothing: the trainer counts a rollout's calls as it serves them
+    (``WorkerPool.run``), so its warnings fire once per run, not once per worker."""
+
+    def rollout_ended(self, rollout: str, *, calls: int, present: int) -> list[str]:
+        return []
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+
+def _workflow(job: Job, proxy: ServiceProxy, chan: Channel) -> Any:
+    from platoon.live.workers.envs import EnvSpec, environment
+
+    cls, state = pickle.loads(job.workflow)
+    workflow = cls.__new__(cls)
+    workflow.__dict__.update(state)
+    workflow.envs = {label: environment(e) if isinstance(e, EnvSpec) else pickle.loads(e)
+                     for label, e in job.envs.items()}
+    workflow.service = proxy
+    workflow.warn = lambda message: chan.send("warn", str(message))
+    workflow.routing = _RoutingCountedByTrainer()
+    return workflow
+
+
+def _write_ready(job: Job) -> None:
+    path = Path(job.ready_file)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "ready_at": time.time()}))
+    os.replace(tmp, path)
+
+
+def reseed() -> None:
+    """Reseed numpy's global generator and torch's CPU one from the OS (a forked worker would share its fork
+    server's streams); the fork server calls it once too, so that the lazy imports of its first call are done."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.default_generator.seed()
+
+
+def _count_opens(event: str, args: tuple) -> None:
+    global _OPENS
+    if event == "open":
+        _OPENS += 1
+
+
+def report(conn: Any) -> None:
+    """The fork server's warm-up (a ``Process`` target): send its pid and the modules it imported beyond the
+    worker's stack, then end."""
+    stack, done = sys.modules.get("platoon.live.workers._stack"), sys.modules.get("platoon.live.workers._plan")
+    conn.send((os.getppid(), done.MODULES - stack.MODULES if stack and done else 0))
+    conn.close()
