@@ -67,7 +67,7 @@ class Policy(Protocol):
 
     def sample(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int],
                temperature: float | Sequence[float], seeds: Sequence[int],
-               stop_tokens: Sequence[Collection[int]] | None = None) -> list[Generation]:
+               stop: Sequence[Collection[Sequence[int]]] | None = None) -> list[Generation]:
         ...
 
     def check_prompts(self, prompts: Sequence[Sequence[int]], limits: Sequence[int]) -> None:
@@ -127,6 +127,16 @@ def gumbel_noise(seeds: torch.Tensor, step: int, vocab_size: int) -> torch.Tenso
     return -torch.log(-torch.log(u)).to(torch.float32)
 
 
+def _not_stopped(history: list[list[int]], choice: list[int], stops: list[list[tuple[int, ...]]],
+                    device: torch.device) -> torch.Tensor:
+    """Append each row's new token to its history; False for the rows whose history now ends with a stop."""
+    keep = []
+    for row, token, seqs in zip(history, choice, stops, strict=True):
+        row.append(token)
+        keep.append(not any(len(row) >= len(s) and tuple(row[-len(s):]) == s for s in seqs))
+    return torch.tensor(keep, dtype=torch.bool, device=device)
+
+
 def pad_right(rows: Sequence[Sequence[float]], *, value: float = 0, dtype: torch.dtype = torch.long,
               device: torch.device | None = None) -> torch.Tensor:
     """Rows of different lengths as one right-padded tensor."""
@@ -163,11 +173,13 @@ class CausalPolicy:
 
     def sample(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int],
                temperature: float | Sequence[float], seeds: Sequence[int],
-               stop_tokens: Sequence[Collection[int]] | None = None) -> list[Generation]:
-        """Generate for every prompt at once (per-row limits, temperatures, seeds and stop tokens).
+               stop: Sequence[Collection[Sequence[int]]] | None = None) -> list[Generation]:
+        """Generate for every prompt at once (per-row limits, temperatures, seeds and stop sequences).
 
-        A row stops after ``max_new_tokens`` tokens or after one of its ``stop_tokens`` (which is kept). Raises
-        ``ValueError`` on an empty prompt, a token outside the vocabulary, or a prompt plus limit past ``max_len``.
+        A row stops after ``max_new_tokens`` tokens or once its tokens end with one of its ``stop`` sequences (token-id
+        sequences, kept in the completion: a renderer's end-of-turn marker may take several tokens). Raises
+        ``ValueError`` on an empty prompt, a token outside the vocabulary, a prompt plus limit past ``max_len``, or
+        an empty stop sequence.
         """
         b = len(prompts)
         if b == 0:
@@ -191,13 +203,8 @@ class CausalPolicy:
         temp_t = torch.tensor(temps, device=device)
         greedy = temp_t <= 0
         seed_t = torch.tensor([int(s) & (2**63 - 1) for s in seeds], dtype=torch.int64, device=device)
-        stop = None
-        if stop_tokens is not None and any(len(s) for s in stop_tokens):
-            stop = torch.zeros((b, self.vocab_size), dtype=torch.bool)
-            for i, row in enumerate(stop_tokens):
-                for t in row:
-                    stop[i, int(t)] = True
-            stop = stop.to(device)
+        single, multi = self._stops(stop, b)
+        history: list[list[int]] = [[] for _ in range(b)]
         alive = limit_t > 0
         lengths = torch.zeros(b, dtype=torch.long, device=device)
         chosen, chosen_lp = [], []
@@ -219,8 +226,10 @@ class CausalPolicy:
                     chosen_lp.append(logp[rows, choice])
                     lengths += alive.long()
                     alive = alive & (limit_t > t + 1)
-                    if stop is not None:
-                        alive = alive & ~stop[rows, choice]
+                    if single is not None:
+                        alive = alive & ~single[rows, choice]
+                    if multi is not None:
+                        alive = alive & _not_stopped(history, choice.tolist(), multi, device)
                     if t + 1 == max(limits) or not bool(alive.any()):
                         break
                     key_valid = torch.cat([key_valid, torch.ones((b, 1), dtype=torch.bool, device=device)], 1)
@@ -235,6 +244,29 @@ class CausalPolicy:
         lps = torch.stack(chosen_lp, 1).tolist()
         lens = lengths.tolist()
         return [Generation(tuple(toks[i][: lens[i]]), tuple(lps[i][: lens[i]])) for i in range(b)]
+
+    def _stops(self, stop: Sequence[Collection[Sequence[int]]] | None,
+               b: int) -> tuple[torch.Tensor | None, list[list[tuple[int, ...]]] | None]:
+        """Rows' stop sequences as a ``[B, V]`` mask of one-token stops (checked on the device) and the longer ones
+        per row (checked on the host, only when some row has one)."""
+        if stop is None:
+            return None, None
+        if len(stop) != b:
+            raise ValueError(f"sample: {b} prompts but {len(stop)} rows of stop sequences")
+        single = None
+        multi: list[list[tuple[int, ...]]] = [[] for _ in range(b)]
+        for i, row in enumerate(stop):
+            for seq in row:
+                seq = tuple(int(t) for t in seq)
+                if not seq or min(seq) < 0 or max(seq) >= self.vocab_size:
+                    raise ValueError(f"sample: a stop sequence must be non-empty ids in 0..{self.vocab_size - 1}")
+                if len(seq) == 1:
+                    if single is None:
+                        single = torch.zeros((b, self.vocab_size), dtype=torch.bool)
+                    single[i, seq[0]] = True
+                else:
+                    multi[i].append(seq)
+        return (None if single is None else single.to(self.device)), (multi if any(multi) else None)
 
     def check_prompts(self, prompts: Sequence[Sequence[int]], limits: Sequence[int]) -> None:
         """Raise ``ValueError`` for an empty prompt, a token outside the vocabulary, or a length past max_len."""

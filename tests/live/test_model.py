@@ -78,7 +78,7 @@ def test_sampling_frequencies_follow_the_softmax(policy):
     assert gens[0].logprobs[0] == pytest.approx(math.log(float(probs[gens[0].tokens[0]])), abs=1e-5)
 
 
-def test_greedy_per_row_limits_and_stop_tokens(policy):
+def test_greedy_per_row_limits_and_stop_sequences(policy):
     gens = policy.sample(PROMPTS, max_new_tokens=[3, 0, 5], temperature=[0.0, 1.0, 1.0], seeds=[1, 2, 3])
     assert [len(g.tokens) for g in gens] == [3, 0, 5]
     assert gens[1] == Generation((), ())
@@ -89,9 +89,21 @@ def test_greedy_per_row_limits_and_stop_tokens(policy):
     assert again.tokens == gens[0].tokens
     free = policy.sample(PROMPTS[2:], max_new_tokens=5, temperature=1.0, seeds=[3])[0]
     stop = free.tokens[1]
-    stopped = policy.sample(PROMPTS[2:], max_new_tokens=5, temperature=1.0, seeds=[3], stop_tokens=[{stop}])[0]
+    stopped = policy.sample(PROMPTS[2:], max_new_tokens=5, temperature=1.0, seeds=[3], stop=[[(stop,)]])[0]
     cut = free.tokens.index(stop) + 1
     assert stopped.tokens == free.tokens[:cut]
+
+
+def test_a_stop_sequence_of_several_tokens_ends_the_row_that_ends_with_it_and_stays_in_it(policy):
+    free = policy.sample(PROMPTS, max_new_tokens=6, temperature=1.0, seeds=[1, 2, 3])
+    pair = free[2].tokens[2:4]
+    never = (free[0].tokens[0], 39, 39, 39)
+    stopped = policy.sample(PROMPTS, max_new_tokens=6, temperature=1.0, seeds=[1, 2, 3],
+                            stop=[[never], [], [never, pair]])
+    assert stopped[2].tokens == free[2].tokens[:4] and stopped[2].logprobs == free[2].logprobs[:4]
+    assert stopped[0] == free[0] and stopped[1] == free[1]  # rows without a match run to their limit
+    with pytest.raises(ValueError, match="non-empty ids in 0..39"):
+        policy.sample(PROMPTS[:1], max_new_tokens=2, temperature=1.0, seeds=[1], stop=[[()]])
 
 
 @pytest.mark.parametrize("prompts, limit, match", [

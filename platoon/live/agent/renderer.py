@@ -10,23 +10,45 @@ only to act on it; the parsed text is never encoded again for training.
   as sampled (``messages`` ends with that assistant message): the ``new`` messages and the next generation prompt.
   ``closed`` says whether the completion ended with one of ``stop_sequences``; when it did not (the token budget
   ran out), the renderer first closes the assistant's turn;
-- ``parse(completion)``: the assistant message a completion's ids encode, its tool calls parsed. A malformed call is
-  not an error: it is left in the content, and the message has no tool call for it;
+- ``parse(completion, tools=())``: the assistant message a completion's ids encode, its tool calls parsed. A
+  malformed call is not an error: it is left in the content, and the message has no tool call for it. ``tools`` are
+  the episode's: a syntax that needs them (``role_colon``'s positional arguments) reads them; a renderer whose
+  ``parse`` takes no ``tools`` is called without (``parse_completion``);
 - ``stop_sequences``: token-id sequences that end a completion (sampling stops after one, which stays in the
   completion).
 
 A ``Tokenizer`` is the little of a tokenizer a renderer needs: ``encode``, ``decode`` and ``vocab_size``.
+
+``make_renderer(name, tokenizer, **renderer_kwargs)`` builds the renderer ``train.renderer_name`` names:
+``role_colon`` (``platoon.live.agent.role_colon``, the tiny model's) or ``chat_template`` (the tokenizer's own chat
+template, ``platoon.live.agent.chat_template``); 0.4.0's cookbook names (``qwen3``, ``llama3``, ...) read as
+``chat_template`` (``CHAT_TEMPLATE_ALIASES``).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from platoon.live.agent.messages import Message
 from platoon.live.envs.text import Tool
 
-__all__ = ["Renderer", "Tokenizer"]
+__all__ = ["CHAT_TEMPLATE_ALIASES", "RENDERER_NAMES", "Renderer", "Tokenizer", "ends_with_stop", "make_renderer",
+           "parse_completion", "renderer_name_problem"]
+
+RENDERER_NAMES = ("role_colon", "chat_template")
+"""The renderers ``train.renderer_name`` may name (besides ``CHAT_TEMPLATE_ALIASES``)."""
+
+CHAT_TEMPLATE_ALIASES = frozenset({
+    "llama3", "qwen3", "qwen3_disable_thinking", "qwen3_instruct", "qwen3_vl", "qwen3_vl_instruct", "qwen3_5",
+    "qwen3_5_disable_thinking", "deepseekv3", "deepseekv3_thinking", "deepseekv3_disable_thinking", "kimi_k2",
+    "kimi_k25", "kimi_k25_disable_thinking", "nemotron3", "nemotron3_disable_thinking",
+    "gpt_oss_no_sysprompt_reasoning", "gpt_oss_low_reasoning", "gpt_oss_medium_reasoning",
+    "gpt_oss_high_reasoning", "qwen3_6_preserve_thinking", "qwen3_6_preserve_thinking_disable_thinking",
+    "qwen3_8_preserve_thinking", "qwen3_8_preserve_thinking_disable_thinking",
+})
+"""0.4.0's renderer names for a model family's own format: here the tokenizer's chat template renders them."""
 
 
 @runtime_checkable
@@ -57,3 +79,43 @@ class Renderer(Protocol):
 
     def parse(self, completion: Sequence[int]) -> Message:
         ...
+
+
+def renderer_name_problem(name: str) -> str | None:
+    """Why ``train.renderer_name`` cannot be ``name`` (None: it can)."""
+    if name in RENDERER_NAMES or name in CHAT_TEMPLATE_ALIASES:
+        return None
+    return (f"{name!r} is not a renderer here; use role_colon (the tiny model's) or chat_template (the tokenizer's "
+            "own chat template; docs/renderers.md)")
+
+
+def make_renderer(name: str, tokenizer: Tokenizer, **renderer_kwargs: Any) -> Renderer:
+    """The renderer ``name`` over ``tokenizer`` with ``renderer_kwargs`` (``train.renderer_kwargs``). ``ValueError``
+    for an unknown name; ``ImportError`` when ``chat_template``'s module is missing; ``TypeError`` for options the
+    renderer does not take."""
+    problem = renderer_name_problem(name)
+    if problem is not None:
+        raise ValueError(f"train.renderer_name: {problem}")
+    if name == "role_colon":
+        from platoon.live.agent.role_colon import RoleColonRenderer
+
+        return RoleColonRenderer(tokenizer, **renderer_kwargs)
+    try:
+        from platoon.live.agent.chat_template import ChatTemplateRenderer
+    except ImportError as exc:
+        raise ImportError(f"train.renderer_name {name!r} renders with the tokenizer's chat template, and this "
+                          f"platoon lacks platoon.live.agent.chat_template ({exc})") from exc
+    return ChatTemplateRenderer(tokenizer, **renderer_kwargs)
+
+
+def ends_with_stop(completion: Sequence[int], stop_sequences: Sequence[Sequence[int]]) -> bool:
+    """Whether ``completion`` ends with one of ``stop_sequences`` (it was closed, not cut by its token budget)."""
+    tail = list(completion)
+    return any(len(s) and tail[-len(s):] == list(s) for s in stop_sequences)
+
+
+def parse_completion(renderer: Renderer, completion: Sequence[int], tools: Sequence[Tool]) -> Message:
+    """``renderer.parse(completion, tools=tools)``, or without ``tools`` when its ``parse`` takes none."""
+    if "tools" in inspect.signature(renderer.parse).parameters:
+        return renderer.parse(completion, tools=tools)
+    return renderer.parse(completion)
