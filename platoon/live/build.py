@@ -33,6 +33,9 @@ from platoon.live.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
 from platoon.policy.assemble import Policy, build_policy
 from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
 
+TINY_CONTEXT = 256
+"""The tiny model's positions (the context window) when ``train.context_window_length`` is null."""
+
 EVAL_EPISODES = 1024
 """Held-out episodes of one ``eval/pass@1`` measurement (shared among the entries)."""
 
@@ -56,8 +59,9 @@ LoRA on large models): ppo with the ratio clipped to [0.8, 1.28] and an entropy 
 shared cores, seeds 0/1: held-out pass@1 0.155/0.140 at step 0 and 0.643/0.624 at the end (past 0.5 by step 200);
 the objective before 0.4.0's advantages and token mean gave 0.654/0.608 (docs/live-backend.md, "Does it learn?")."""
 
-__all__ = ["EMBEDDED_DEFAULT", "EVAL_EPISODES", "LiveRun", "build_environments", "build_live", "build_model",
-           "build_pool", "entry_tasks", "evaluate_policy", "pool_rows"]
+__all__ = ["EMBEDDED_DEFAULT", "EVAL_EPISODES", "TINY_CONTEXT", "LiveRun", "build_environments", "build_live",
+           "build_model", "build_pool", "build_renderer", "context_window", "entry_tasks", "evaluate_policy",
+           "pool_rows"]
 
 
 def build_environments(cfg: RunConfig) -> dict[str, Any]:
@@ -132,11 +136,14 @@ def pool_rows(pool: TaskPool) -> list[tuple[str, str | None, str | None]]:
     return [(r.task_id, r.entry, r.label) for r in pool.rows]
 
 
-def evaluate_policy(model: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int = EVAL_EPISODES) -> dict[str, float]:
-    """Held-out pass@1 of ``model`` over ``n`` episodes shared among the entries' ``eval_split``s, sampled at the
+def evaluate_policy(model: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int = EVAL_EPISODES, *,
+                    renderer: Any = None) -> dict[str, float]:
+    """Held-out pass@1 of ``model`` over ``n`` episodes shared among the entries' ``eval_split``s, played through the
+    harness with the run's renderer (None: ``build_renderer``) and budgets, sampled at the
     run's temperature from seeds of ``train.seed`` (the same episodes at every measurement): ``eval/pass@1``, its
     95% Wilson interval (``eval/pass@1_ci_low``/``_ci_high``), ``eval/episodes`` and, with several entries, each
     entry's ``eval/environment/<entry>/pass@1``."""
+    from platoon.live.agent.harness import Limits
     from platoon.live.evaluate import evaluate, wilson_interval
 
     entries = cfg.environments
@@ -144,12 +151,15 @@ def evaluate_policy(model: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int 
     per_entry: dict[str, float] = {}
     passed = total = 0
     temperature, max_tokens = sampling(cfg)
+    renderer = renderer if renderer is not None else build_renderer(cfg, envs)
+    limits = Limits(max_new_tokens=max_tokens, max_turns=cfg.train.workflow_config.rollout_config.max_steps,
+                    context_window=context_window(cfg, model))
     for e, k in zip(entries, shares, strict=True):
         if k < 1:
             continue
         env = envs[e.label]
         r = evaluate(model, env, entry_tasks(e, env, training=False), k, temperature=temperature,
-                     seed=cfg.train.seed, batch_size=cfg.model.max_batch, max_new_tokens=max_tokens)
+                     seed=cfg.train.seed, batch_size=cfg.model.max_batch, renderer=renderer, limits=limits)
         passed += round(r.pass_at_1 * k)
         total += k
         if len(entries) > 1:
@@ -173,6 +183,7 @@ class LiveRun:
     eval_episodes: int = EVAL_EPISODES
     clock_start_s: float = 0.0  # the run's clock when this start begins (its policy's clock begins there too)
     state_lost: str | None = None  # what of its checkpoint's state a resumed start could not read (its start event)
+    renderer: Any = None  # the run's renderer (build_renderer), which evaluation plays with too
 
     @property
     def dispatcher(self) -> Any:
@@ -180,7 +191,8 @@ class LiveRun:
 
     def evaluate(self, n: int | None = None) -> dict[str, float]:
         """Held-out pass@1 of the trainer's current policy (``eval/pass@1``, its interval, each entry's)."""
-        return evaluate_policy(self.model, self.cfg, self.envs, self.eval_episodes if n is None else n)
+        return evaluate_policy(self.model, self.cfg, self.envs, self.eval_episodes if n is None else n,
+                               renderer=self.renderer)
 
     def trainer_state(self) -> bytes:
         """``trainer.pt``: the trainer's state as bytes."""
@@ -189,27 +201,85 @@ class LiveRun:
         return dumps_state(self.trainer.state_dict())
 
 
-def build_model(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
-    """The policy ``train.model_name`` names, sized for the environments' vocabularies and contexts, seeded by the run."""
-    import torch
+def build_renderer(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
+    """The renderer ``train.renderer_name`` names (with ``train.renderer_kwargs``) over the model's tokenizer: for
+    ``tiny`` the tiny tokenizer of the environments' words (``platoon.live.agent.harness.tiny_tokenizer``), for a
+    checkpoint its own tokenizer, read locally. ConfigError when it cannot be built."""
+    from platoon.live.agent.harness import tiny_tokenizer
+    from platoon.live.agent.renderer import make_renderer
 
-    from platoon.live.model_kinds import build_causal_policy
+    _check_model_name(cfg)
+    name = cfg.train.renderer_name
+    tokenizer = tiny_tokenizer(envs.values()) if cfg.train.model_name == "tiny" else _checkpoint_tokenizer(cfg, name)
+    try:
+        return make_renderer(name, tokenizer, **cfg.train.renderer_kwargs)
+    except TypeError as exc:
+        raise ConfigError([f"train.renderer_kwargs: {name} takes no such option ({exc})"]) from None
+    except (ValueError, ImportError) as exc:
+        raise ConfigError([f"train.renderer_name: {exc}"]) from None
 
+
+def _checkpoint_tokenizer(cfg: RunConfig, renderer_name: str) -> Any:
+    """A checkpoint's tokenizer (``transformers``, local files only): as it is for ``chat_template``, which applies
+    its chat template; behind the plain ``Tokenizer`` protocol (no special tokens added) for ``role_colon``."""
+    from platoon.live.hf import require_transformers
+
+    try:
+        hf = require_transformers().AutoTokenizer.from_pretrained(cfg.train.model_name, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ConfigError([f"train.model_name: no tokenizer could be read from {cfg.train.model_name!r} ({exc})"]) \
+            from None
+    return _PlainTokenizer(hf) if renderer_name == "role_colon" else hf
+
+
+class _PlainTokenizer:
+    """A Hugging Face tokenizer as ``platoon.live.agent.renderer.Tokenizer``: ``encode`` adds no special token."""
+
+    def __init__(self, hf: Any) -> None:
+        self.hf = hf
+        self.vocab_size = len(hf)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.hf.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Any) -> str:
+        return self.hf.decode(list(ids))
+
+
+def _check_model_name(cfg: RunConfig) -> None:
     name = cfg.train.model_name
     if name != "tiny" and not Path(name).expanduser().is_dir():
         raise ConfigError([f"train.model_name: {name!r} is neither tiny (the built-in model) nor a local directory "
                            "holding a Hugging Face checkpoint (the simulator takes any name; training needs the "
                            "weights here: docs/migrating-from-0.4.md)"])
+
+
+def context_window(cfg: RunConfig, model: Any) -> int | None:
+    """The tokens an episode's context may hold: ``train.context_window_length``, else the model's (None: no cap)."""
+    return cfg.train.context_window_length or getattr(model, "max_len", None)
+
+
+def build_model(cfg: RunConfig, envs: Mapping[str, Any], renderer: Any = None) -> Any:
+    """The policy ``train.model_name`` names, seeded by the run: ``tiny`` sized by the renderer's tokenizer (its
+    vocabulary and initial read-out bias) and ``train.context_window_length`` (else ``TINY_CONTEXT``) positions."""
+    import torch
+
+    from platoon.live.model_kinds import build_causal_policy
+
+    _check_model_name(cfg)
     if cfg.model.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError(["model.device: cuda, and this torch sees no CUDA device; use auto or cpu"])
     if cfg.model.device == "cpu" or not torch.cuda.is_available():
         # The model service, the trainer and evaluation each run torch in a thread of their own; with a pool of
         # spinning workers each, small batches ran ~17x slower in CPU time on two cores. One thread each.
         torch.set_num_threads(1)
-    vocab = max(len(env.vocab) for env in envs.values())
-    context = max(int(env.max_context_tokens) for env in envs.values())
-    return build_causal_policy(cfg.train.model_name, cfg.model, vocab_size=vocab, max_len=context,
-                               seed=cfg.train.seed, max_new_tokens=sampling(cfg)[1])
+    if cfg.train.model_name != "tiny":
+        return build_causal_policy(cfg.train.model_name, cfg.model, vocab_size=0, max_len=0)
+    tokenizer = (renderer if renderer is not None else build_renderer(cfg, envs)).tokenizer
+    prior = getattr(tokenizer, "logit_prior", None)
+    return build_causal_policy("tiny", cfg.model, vocab_size=tokenizer.vocab_size,
+                               max_len=cfg.train.context_window_length or TINY_CONTEXT, seed=cfg.train.seed,
+                               logit_prior=prior() if prior is not None else None)
 
 
 def default_service(model: Any, cfg: RunConfig, version: int = 0) -> Any:
@@ -236,7 +306,8 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
     policy = build_policy(cfg, pool, start=start, rolling=workflow_runs_on_lease(workflow_cls),
                           clock=time.perf_counter, runtime="live", now=clock_start_s,
                           group_workflow=issubclass(workflow_cls, GroupRolloutWorkflow))
-    model = build_model(cfg, envs)
+    renderer = build_renderer(cfg, envs)
+    model = build_model(cfg, envs, renderer)
     trainer = GRPOTrainer.from_config(model, cfg.train, cfg.model)
     if trainer_state is not None:
         from platoon.live.trainer import loads_state
@@ -248,5 +319,7 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
     workflow = workflow_cls(envs, service, seed=cfg.train.seed, temperature=temperature,
                             max_new_tokens=max_tokens, straggler_timeout_s=run.straggler_timeout_seconds,
                             quorum=run.straggler_quorum, leave_one_out_baseline=run.leave_one_out_baseline,
-                            min_successful_group_size=run.min_successful_group_size)
-    return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes, clock_start_s)
+                            min_successful_group_size=run.min_successful_group_size, renderer=renderer,
+                            max_turns=run.rollout_config.max_steps, context_window=context_window(cfg, model))
+    return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes, clock_start_s,
+                   renderer=renderer)

@@ -450,7 +450,7 @@ class EvalReport:
 
 def evaluate(target: str | os.PathLike[str], *, n: int = EVAL_EPISODES) -> EvalReport:
     """``platoon eval``: a run directory (its last full checkpoint's policy) or a config (its initial policy)."""
-    from platoon.live.build import build_environments, build_model, evaluate_policy
+    from platoon.live.build import build_environments, build_model, build_renderer, evaluate_policy
     from platoon.live.trainer import loads_state
 
     path = Path(target)
@@ -464,7 +464,8 @@ def evaluate(target: str | os.PathLike[str], *, n: int = EVAL_EPISODES) -> EvalR
         if point.trainer_state is None:
             raise TrainError(f"cannot evaluate {path}: checkpoint {point.name} holds no trainer state")
         envs = build_environments(cfg)
-        model = build_model(cfg, envs)
+        renderer = build_renderer(cfg, envs)
+        model = build_model(cfg, envs, renderer)
         model.load_state_dict(loads_state(point.trainer_state)["model"])
         what = f"{path} at step {point.step} (checkpoint {point.name})"
     else:
@@ -472,6 +473,7 @@ def evaluate(target: str | os.PathLike[str], *, n: int = EVAL_EPISODES) -> EvalR
             raise ConfigError([f"{path}: no such config file or run directory"])
         cfg = load_config(path, strict_resolve=True)
         envs = build_environments(cfg)
-        model = build_model(cfg, envs)
+        renderer = build_renderer(cfg, envs)
+        model = build_model(cfg, envs, renderer)
         what = f"{path}'s initial policy (seed {cfg.train.seed})"
-    return EvalReport(what, evaluate_policy(model, cfg, envs, n))
+    return EvalReport(what, evaluate_policy(model, cfg, envs, n, renderer=renderer))

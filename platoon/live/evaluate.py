@@ -13,8 +13,7 @@ import random
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from platoon.live.envs.base import Environment
-from platoon.live.envs.play import play_batch
+from platoon.live.envs.play import Limits, play_batch
 from platoon.live.model import derive_seed
 
 __all__ = ["EvalResult", "evaluate", "wilson_interval"]
@@ -42,10 +41,11 @@ def wilson_interval(successes: int, n: int, *, z: float = 1.96) -> tuple[float, 
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def evaluate(model: Any, env: Environment, tasks: str | Sequence[str], n: int, *, temperature: float = 1.0,
-             seed: int = 0, batch_size: int = 256, max_new_tokens: int | None = None) -> EvalResult:
+def evaluate(model: Any, env: Any, tasks: str | Sequence[str], n: int, *, temperature: float = 1.0,
+             seed: int = 0, batch_size: int = 256, renderer: Any = None, limits: Limits = Limits()) -> EvalResult:
     """pass@1 of ``model`` (a ``Policy``) over ``n`` episodes of ``tasks`` (task ids, or a split's name), with its
-    95% Wilson interval."""
+    95% Wilson interval; played through the harness with ``renderer`` (None: ``role_colon`` over the tiny
+    tokenizer of the environment's words) within ``limits``."""
     if n < 1:
         raise ValueError(f"evaluate: n must be at least 1, got {n}")
     ids = env.task_ids(tasks) if isinstance(tasks, str) else list(tasks)
@@ -58,8 +58,8 @@ def evaluate(model: Any, env: Environment, tasks: str | Sequence[str], n: int, *
         idx = range(start, min(n, start + batch_size))
         tasks = [env.task(order[j % len(order)]) for j in idx]
         trajectories = play_batch(model, env, tasks, temperature=temperature,
-                                  seeds=[derive_seed(seed, "evaluate", j) for j in idx],
-                                  max_new_tokens=max_new_tokens)
+                                  seeds=[derive_seed(seed, "evaluate", j) for j in idx], renderer=renderer,
+                                  limits=limits)
         successes += sum(t.success for t in trajectories)
     low, high = wilson_interval(successes, n)
     return EvalResult(successes / n, low, high)

@@ -18,7 +18,8 @@ Rules it keeps:
   for scoring are right-padded, where the causal mask alone keeps pads out;
 - the device is chosen once: ``auto`` is CUDA when ``torch.cuda.is_available()``, else the CPU.
 
-``TinyPolicy`` is the built-in model (2 layers, d=64: about 100k parameters for platoon-number-search's vocabulary);
+``TinyPolicy`` is the built-in model (2 layers, d=64: about 140k parameters for platoon-number-search's words and 256
+bytes, 256 positions);
 ``platoon.live.hf.HFPolicy`` is the same interface over a Hugging Face causal LM; ``platoon.live.model_kinds`` builds
 the one a ``ModelConfig`` names.
 """
@@ -233,7 +234,10 @@ class CausalPolicy:
                     if t + 1 == max(limits) or not bool(alive.any()):
                         break
                     key_valid = torch.cat([key_valid, torch.ones((b, 1), dtype=torch.bool, device=device)], 1)
-                    logits, cache = self._step(choice[:, None], next_pos[:, None], key_valid[:, None, None, :], cache)
+                    # A row past its own limit runs on with the batch (its tokens are cut off after), so its
+                    # position may pass the model's last: clamp it, its output is never read.
+                    pos = next_pos if self.max_len is None else next_pos.clamp(max=self.max_len - 1)
+                    logits, cache = self._step(choice[:, None], pos[:, None], key_valid[:, None, None, :], cache)
                     last = logits[:, -1].float()
                     next_pos = next_pos + 1
             finally:
@@ -336,10 +340,17 @@ class TinyConfig:
     n_layers: int = 2
     n_heads: int = 4
     mlp_ratio: int = 4
+    shift: int = 0
+    """Taps of a short causal convolution over the input embeddings (0: none): each position's input also holds
+    learned per-channel mixes of the ``shift`` tokens before it, so a decision can read the last few tokens without
+    having learnt to attend to them (a "canon" layer; it let the tiny model learn a multi-turn game through chat
+    markup, where the decision sits a few marker tokens after what it depends on)."""
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} must be a multiple of n_heads {self.n_heads}")
+        if self.shift < 0:
+            raise ValueError(f"shift must be at least 0, got {self.shift}")
         if self.vocab_size < 2 or self.max_len < 2:
             raise ValueError("vocab_size and max_len must be at least 2")
 
@@ -374,7 +385,8 @@ class _Block(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    """Pre-LayerNorm causal transformer with learned positions; the read-out starts at zero (a uniform policy)."""
+    """Pre-LayerNorm causal transformer with learned positions and, with ``shift``, a short causal convolution over
+    its input embeddings; the read-out's weights start at zero."""
 
     def __init__(self, cfg: TinyConfig) -> None:
         super().__init__()
@@ -382,25 +394,50 @@ class TinyTransformer(nn.Module):
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos = nn.Embedding(cfg.max_len, cfg.d_model)
         self.blocks = nn.ModuleList(_Block(cfg) for _ in range(cfg.n_layers))
+        self.shift = nn.Parameter(torch.zeros(cfg.shift, cfg.d_model)) if cfg.shift else None
         self.ln = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
                 attn_mask: torch.Tensor | None = None, cache: list | None = None) -> tuple[torch.Tensor, list]:
+        """Logits of ``tokens`` at ``positions``; ``cache`` (from the previous call) holds each block's keys and
+        values, then the last ``shift`` input embeddings."""
         if positions is None:
             positions = torch.arange(tokens.shape[1], device=tokens.device)[None]
-        x = self.tok(tokens) + self.pos(positions)
-        new_cache = []
+        x = self.tok(tokens)
+        recent = None
+        if self.shift is not None:
+            x, recent = self._shifted(x, attn_mask, None if cache is None else cache[-1])
+        x = x + self.pos(positions)
+        new_cache: list = []
         for i, block in enumerate(self.blocks):
             x, kv = block(x, attn_mask, None if cache is None else cache[i])
             new_cache.append(kv)
-        return self.head(self.ln(x)), new_cache
+        return self.head(self.ln(x)), [*new_cache, recent]
+
+    def _shifted(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
+                 recent: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x_t + sum_j shift[j - 1] * x_{t-j}`` for j in 1..shift, with the embeddings before the sequence (and of
+        left padding) taken as 0; and the last ``shift`` embeddings, for the next call."""
+        b, t, d = x.shape
+        k = self.cfg.shift
+        if attn_mask is not None:  # the last query is a real token: its row says which keys are (padding is not)
+            x = x * attn_mask[:, 0, -1, -t:, None].to(x.dtype)
+        past = torch.zeros((b, k, d), dtype=x.dtype, device=x.device) if recent is None else recent
+        seq = torch.cat([past, x], 1)  # [B, k + t, D]
+        out = x
+        for j in range(1, k + 1):
+            out = out + self.shift[j - 1] * seq[:, k - j: k - j + t]
+        return out, seq[:, -k:]
 
 
 class TinyPolicy(CausalPolicy):
-    """The built-in policy: a ``TinyTransformer`` initialised from ``seed``, on ``device``."""
+    """The built-in policy: a ``TinyTransformer`` initialised from ``seed``, on ``device``. Its read-out weights start
+    at zero, so the first policy is ``softmax(logit_prior)`` whatever the context (None: uniform); a tokenizer says
+    which of its tokens a model should start out speaking (``TinyTokenizer.logit_prior``)."""
 
-    def __init__(self, config: TinyConfig, *, device: str | torch.device = "auto", seed: int = 0) -> None:
+    def __init__(self, config: TinyConfig, *, device: str | torch.device = "auto", seed: int = 0,
+                 logit_prior: Sequence[float] | None = None) -> None:
         self.config = config
         self.vocab_size = config.vocab_size
         self.max_len = config.max_len
@@ -415,6 +452,12 @@ class TinyPolicy(CausalPolicy):
                     p.normal_(0.0, 0.02, generator=gen)
                 elif name.endswith("bias"):
                     p.zero_()
+            if module.shift is not None:  # gains of the order of the token's own: the taps are read from the start
+                module.shift.normal_(0.0, 0.5, generator=gen)
+            if logit_prior is not None:
+                if len(logit_prior) != config.vocab_size:
+                    raise ValueError(f"logit_prior has {len(logit_prior)} entries for {config.vocab_size} tokens")
+                module.head.bias.copy_(torch.tensor([float(x) for x in logit_prior]))
         self.module = module.to(self.device)
 
     def _step(self, tokens, positions, attn_mask, cache):

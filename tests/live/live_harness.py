@@ -102,7 +102,7 @@ class Sample:
 
 
 class FakeService:
-    """Answers each ``sample`` at once (or after ``delay_s``) with a token drawn from its seed."""
+    """Answers each ``sample`` at once (or after ``delay_s``) with one token drawn from its seed."""
 
     def __init__(self, vocab: int = 16, delay_s: float = 0.0) -> None:
         self.vocab, self.delay_s = vocab, delay_s
@@ -110,12 +110,12 @@ class FakeService:
         self.published: list[int] = []
         self.calls = 0
 
-    async def sample(self, context, *, max_new_tokens=1, temperature=1.0, seed=0):
+    async def sample(self, context, *, max_new_tokens=1, temperature=1.0, seed=0, stop=()):
         self.calls += 1
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         token = 7 + seed % (self.vocab - 7)
-        return Sample((token,) * max_new_tokens, (-1.0,) * max_new_tokens, self.version)
+        return Sample((token,), (-1.0,), self.version)
 
     def publish(self, weights, version: int) -> None:
         self.version = version

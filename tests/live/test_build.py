@@ -7,6 +7,7 @@ import pytest
 
 from platoon.config import load_config
 from platoon.config.errors import ConfigError
+from platoon.live.agent.harness import default_renderer
 from platoon.live.build import build_environments, build_pool, entry_tasks, evaluate_policy
 from platoon.live.envs import NumberSearch
 
@@ -70,8 +71,8 @@ def test_the_evaluation_tasks_are_the_eval_split_shaped_alike(monkeypatch):
 
     from platoon.live.model import TinyConfig, TinyPolicy
 
-    policy = TinyPolicy(TinyConfig(vocab_size=len(env.vocab), max_len=32, d_model=16, n_heads=2, n_layers=1),
-                        device="cpu")
+    policy = TinyPolicy(TinyConfig(vocab_size=default_renderer([env]).tokenizer.vocab_size, max_len=128, d_model=16,
+                                   n_heads=2, n_layers=1), device="cpu")
     row = evaluate_policy(policy, cfg, build_environments(cfg), n=12)
     assert asked == [val[1:4]] and row["eval/episodes"] == 12.0
 

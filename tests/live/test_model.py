@@ -24,9 +24,10 @@ from platoon.live.model_kinds import build_causal_policy
 PROMPTS = [[1, 10, 12, 2], [1, 5, 2], [1, 30, 31, 2, 7, 3]]
 
 
-@pytest.fixture(scope="module")
-def policy() -> TinyPolicy:
-    p = TinyPolicy(TinyConfig(vocab_size=40, max_len=32), device="cpu", seed=3)
+@pytest.fixture(scope="module", params=[0, 4], ids=["plain", "shift"])
+def policy(request) -> TinyPolicy:
+    """The tiny model, plain and with the causal-convolution taps (whose state the KV cache carries as well)."""
+    p = TinyPolicy(TinyConfig(vocab_size=40, max_len=32, shift=request.param), device="cpu", seed=3)
     # The read-out starts at zero (a uniform policy); give it shape so that tests see a peaked distribution.
     with torch.no_grad():
         p.module.head.weight.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(0))
@@ -76,6 +77,14 @@ def test_sampling_frequencies_follow_the_softmax(policy):
     chi2 = sum((counts.get(t, 0) - n * float(q)) ** 2 / (n * float(q)) for t, q in enumerate(probs) if n * q >= 5)
     assert chi2 < 75
     assert gens[0].logprobs[0] == pytest.approx(math.log(float(probs[gens[0].tokens[0]])), abs=1e-5)
+
+
+def test_rows_with_short_limits_near_the_last_position_run_on_with_a_long_one(policy):
+    # row 0 fills the model's 32 positions exactly; row 1's longer limit keeps the batch going past row 0's end
+    gens = policy.sample([[1] * 30, [1, 2]], max_new_tokens=[2, 8], temperature=1.0, seeds=[1, 2])
+    assert [len(g.tokens) for g in gens] == [2, 8]
+    alone = policy.sample([[1] * 30], max_new_tokens=2, temperature=1.0, seeds=[1])[0]
+    assert gens[0].tokens == alone.tokens
 
 
 def test_greedy_per_row_limits_and_stop_sequences(policy):
@@ -168,13 +177,20 @@ def test_device_choice(monkeypatch):
     assert resolve_device("auto") == torch.device("cuda")
 
 
-def test_build_causal_policy_sizes_the_tiny_model_from_the_config_and_the_environment():
+def test_build_causal_policy_sizes_the_tiny_model_from_the_config_and_the_tokenizer():
     cfg = ModelConfig(d_model=32, n_layers=1, n_heads=2, device="cpu")
     p = build_causal_policy("tiny", cfg, vocab_size=31, max_len=20, seed=5)
     assert isinstance(p, TinyPolicy)
     assert (p.config.vocab_size, p.config.d_model, p.config.n_layers, p.config.n_heads) == (31, 32, 1, 2)
-    assert p.config.max_len >= 20 + 8
-    assert build_causal_policy("tiny", cfg, vocab_size=31, max_len=20, max_new_tokens=16).config.max_len >= 20 + 16
+    assert p.config.max_len == 20
+    prior = [0.0] * 30 + [-3.0]
+    biased = build_causal_policy("tiny", cfg, vocab_size=31, max_len=20, logit_prior=prior)
+    (gen,) = biased.sample([[1, 2]], max_new_tokens=1, temperature=1.0, seeds=[0])
+    # the read-out starts at zero weights: the first policy is softmax(prior) whatever the context
+    expected = torch.log_softmax(torch.tensor(prior), -1)[gen.tokens[0]]
+    assert gen.logprobs[0] == pytest.approx(float(expected), abs=1e-5)
+    with pytest.raises(ValueError, match="logit_prior has 2 entries"):
+        build_causal_policy("tiny", cfg, vocab_size=31, max_len=20, logit_prior=[0.0, 0.0])
     with pytest.raises(FileNotFoundError, match="train.model_name 'no/such/dir' is not a local directory"):
         build_causal_policy("no/such/dir", cfg, vocab_size=31, max_len=20)
     with pytest.raises(ValueError, match="multiple of n_heads"):

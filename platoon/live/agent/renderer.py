@@ -31,25 +31,12 @@ import inspect
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from platoon.config.components import CHAT_TEMPLATE_ALIASES, RENDERER_NAMES, renderer_name_problem
 from platoon.live.agent.messages import Message
 from platoon.live.envs.text import Tool
 
 __all__ = ["CHAT_TEMPLATE_ALIASES", "RENDERER_NAMES", "Renderer", "Tokenizer", "ends_with_stop", "make_renderer",
            "parse_completion", "renderer_name_problem"]
-
-RENDERER_NAMES = ("role_colon", "chat_template")
-"""The renderers ``train.renderer_name`` may name (besides ``CHAT_TEMPLATE_ALIASES``)."""
-
-CHAT_TEMPLATE_ALIASES = frozenset({
-    "llama3", "qwen3", "qwen3_disable_thinking", "qwen3_instruct", "qwen3_vl", "qwen3_vl_instruct", "qwen3_5",
-    "qwen3_5_disable_thinking", "deepseekv3", "deepseekv3_thinking", "deepseekv3_disable_thinking", "kimi_k2",
-    "kimi_k25", "kimi_k25_disable_thinking", "nemotron3", "nemotron3_disable_thinking",
-    "gpt_oss_no_sysprompt_reasoning", "gpt_oss_low_reasoning", "gpt_oss_medium_reasoning",
-    "gpt_oss_high_reasoning", "qwen3_6_preserve_thinking", "qwen3_6_preserve_thinking_disable_thinking",
-    "qwen3_8_preserve_thinking", "qwen3_8_preserve_thinking_disable_thinking",
-})
-"""0.4.0's renderer names for a model family's own format: here the tokenizer's chat template renders them."""
-
 
 @runtime_checkable
 class Tokenizer(Protocol):
@@ -79,14 +66,6 @@ class Renderer(Protocol):
 
     def parse(self, completion: Sequence[int]) -> Message:
         ...
-
-
-def renderer_name_problem(name: str) -> str | None:
-    """Why ``train.renderer_name`` cannot be ``name`` (None: it can)."""
-    if name in RENDERER_NAMES or name in CHAT_TEMPLATE_ALIASES:
-        return None
-    return (f"{name!r} is not a renderer here; use role_colon (the tiny model's) or chat_template (the tokenizer's "
-            "own chat template; docs/renderers.md)")
 
 
 def make_renderer(name: str, tokenizer: Tokenizer, **renderer_kwargs: Any) -> Renderer:

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from platoon.live.agent.messages import Message
-from platoon.live.agent.renderer import Tokenizer
 from platoon.live.envs.text import Tool, ToolCall
+
+if TYPE_CHECKING:  # make_renderer (in renderer) imports this module when it builds one
+    from platoon.live.agent.renderer import Tokenizer
 
 __all__ = ["RoleColonRenderer", "call_text", "parse_calls"]
 
