@@ -229,3 +229,17 @@ def save_tiny_llama(path, *, vocab_size: int = 64, context: int = 128):
     torch.manual_seed(0)
     transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(str(path))
     return path
+
+
+def save_word_tokenizer(path, words):
+    """Write a word-level Hugging Face tokenizer of ``words`` (and ``[UNK]``, id 0) to the directory ``path``, built
+    here (no downloads): a checkpoint's own tokenizer for ``role_colon``."""
+    import tokenizers
+    import transformers
+
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(dict.fromkeys(words))}}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok.decoder = tokenizers.decoders.WordPiece(prefix="##")  # joins words with spaces
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(str(path))
+    return path
