@@ -18,10 +18,14 @@ import time
 
 import torch
 
+from platoon.live.agent.harness import default_renderer
 from platoon.live.envs import NumberSearch
-from platoon.live.envs.play import play_episode
+from platoon.live.envs.play import Limits, play_episode
 from platoon.live.model import TinyConfig, TinyPolicy
 from platoon.live.service import BatchingModelService
+
+DEMO_LIMITS = Limits(max_new_tokens=2, context_window=256)
+"""The demo's budgets (``platoon train`` with no config): two tokens a turn, the tiny model's 256 positions."""
 
 
 async def measure(policy: TinyPolicy, env: NumberSearch, *, max_batch: int, rollouts: int,
@@ -34,7 +38,8 @@ async def measure(policy: TinyPolicy, env: NumberSearch, *, max_batch: int, roll
     async def worker() -> None:
         nonlocal tokens
         for i in started:
-            t = await play_episode(service, env, env.task(ids[i % len(ids)]), temperature=1.0, seed=i)
+            t = await play_episode(service, env, env.task(ids[i % len(ids)]), temperature=1.0, seed=i,
+                                   limits=DEMO_LIMITS)
             tokens += t.output_tokens
 
     # Warm the worker thread's kernels up before timing.
@@ -57,7 +62,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     env = NumberSearch()
-    policy = TinyPolicy(TinyConfig(vocab_size=len(env.vocab), max_len=32), device="cpu", seed=0)
+    tokenizer = default_renderer([env]).tokenizer
+    policy = TinyPolicy(TinyConfig(vocab_size=tokenizer.vocab_size, max_len=256), device="cpu", seed=0,
+                        logit_prior=tokenizer.logit_prior())
     batched = asyncio.run(measure(policy, env, max_batch=args.concurrency, rollouts=args.rollouts,
                                   concurrency=args.concurrency))
     single = asyncio.run(measure(policy, env, max_batch=1, rollouts=max(args.concurrency, args.rollouts // 4),

@@ -151,6 +151,9 @@ class NumberSearchOptions(BaseModel):
     reward: Literal["partial", "binary"] = Field("partial", description="partial credit, or 1 for a find else 0.")
     partial_weight: float = Field(0.5, ge=0, lt=1, description="The weight of partial credit.")
     show_range: bool = Field(False, description="Each answer also names the range still open.")
+    action_tokens: int = Field(2, ge=1, le=65_536, description="The tokens one assistant message may take (a task's "
+                                                              "max_action_tokens; a chat model's JSON call needs "
+                                                              "some 64).")
 
     @model_validator(mode="after")
     def _grid(self) -> NumberSearchOptions:
@@ -206,3 +209,27 @@ def core_options(kind: str, name: str, options: Mapping[str, Any]) -> dict[str, 
             raise ValueError(f"'{name}' takes no options")
         return {}
     return schema.model_validate(dict(options)).model_dump(mode="json")
+
+
+# --- renderers (train.renderer_name; built by platoon.live.agent.renderer.make_renderer) ---------------------
+
+RENDERER_NAMES = ("role_colon", "chat_template")
+"""The renderers ``train.renderer_name`` may name (besides ``CHAT_TEMPLATE_ALIASES``)."""
+
+CHAT_TEMPLATE_ALIASES = frozenset({
+    "llama3", "qwen3", "qwen3_disable_thinking", "qwen3_instruct", "qwen3_vl", "qwen3_vl_instruct", "qwen3_5",
+    "qwen3_5_disable_thinking", "deepseekv3", "deepseekv3_thinking", "deepseekv3_disable_thinking", "kimi_k2",
+    "kimi_k25", "kimi_k25_disable_thinking", "nemotron3", "nemotron3_disable_thinking",
+    "gpt_oss_no_sysprompt_reasoning", "gpt_oss_low_reasoning", "gpt_oss_medium_reasoning",
+    "gpt_oss_high_reasoning", "qwen3_6_preserve_thinking", "qwen3_6_preserve_thinking_disable_thinking",
+    "qwen3_8_preserve_thinking", "qwen3_8_preserve_thinking_disable_thinking",
+})
+"""0.4.0's renderer names for a model family's own format: here the tokenizer's chat template renders them."""
+
+
+def renderer_name_problem(name: str) -> str | None:
+    """Why ``train.renderer_name`` cannot be ``name`` (None: it can)."""
+    if name in RENDERER_NAMES or name in CHAT_TEMPLATE_ALIASES:
+        return None
+    return (f"{name!r} is not a renderer here; use role_colon (the tiny model's) or chat_template (the tokenizer's "
+            "own chat template; docs/renderers.md)")

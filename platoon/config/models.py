@@ -109,7 +109,7 @@ class OptimizerConfig(_Config):
 
 
 _TINKER_NO_EFFECT = frozenset({
-    "renderer_kwargs", "sample_timeout_seconds", "context_window_length", "num_microbatches", "lora_rank",
+    "sample_timeout_seconds", "num_microbatches", "lora_rank",
     "forward_backward_timeout_seconds", "optim_step_timeout_seconds",
 })
 
@@ -144,12 +144,20 @@ class TrainConfig(_Config):
     )
     renderer_name: str = Field(
         ..., min_length=1,
-        description="How conversations become tokens (0.4.0's renderer); the built-in environments speak token "
-        "ids, so it is recorded, not used, by them.",
+        description="How conversations become the model's tokens and completions become tool calls: role_colon "
+        "(the tiny model's), or chat_template (the tokenizer's own chat template; 0.4.0's model-family names such "
+        "as qwen3 read as it). docs/renderers.md.",
     )
-    renderer_kwargs: dict[str, Any] = Field(default_factory=dict, description="Renderer attributes (no effect here).")
+    renderer_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="The renderer's options (chat_template: tool_call_parser, ...; role_colon "
+        "takes none).",
+    )
     sample_timeout_seconds: float | None = Field(None, description="Tinker sampling calls (no effect here).")
-    context_window_length: int | None = Field(None, description="No effect here.")
+    context_window_length: int | None = Field(
+        None, ge=2, le=1_048_576,
+        description="The tokens an episode's context may hold (an episode that fills it ends, graded); the tiny "
+        "model's positions. Null: the model's own (the tiny model's: 256).",
+    )
     batch_size: int = Field(32, ge=1, le=MAX_BATCH, description="Groups per step.")
     num_epochs: int | None = Field(
         None, ge=1, le=MAX_STEPS,

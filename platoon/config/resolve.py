@@ -34,6 +34,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from platoon.config import registry
 from platoon.config.base import no_effect_paths
 from platoon.config.components import (
+    CHAT_TEMPLATE_ALIASES,
     CORE_CLASS_PATHS,
     CORE_GROUP_ADMISSIONS,
     CORE_OPTIONS,
@@ -283,7 +284,7 @@ def entry_summary(cfg: RunConfig, i: int) -> str:
 def config_warnings(cfg: RunConfig) -> list[str]:
     """Warnings of a valid config (printed as ``warning: ...`` by ``config validate``, failed on by ``--strict``, and
     logged at each start of a run): the keys it sets that have no effect here (0.4.0's keys of components this backend
-    does not have, and the rollout-worker keys); an HF model's renderer, which the built-in environments do not use;
+    does not have, and the rollout-worker keys); a 0.4.0 renderer name that the chat template renders here;
     in rule mode, a loss that is not zero at zero advantages; clip thresholds set for importance_sampling, which does
     not clip."""
     out: list[str] = []
@@ -292,9 +293,9 @@ def config_warnings(cfg: RunConfig) -> list[str]:
         out.append(f"{', '.join(inert)}: no effect here (platoon 0.4.0 keys of components this backend does not have; "
                    "docs/migrating-from-0.4.md)")
     out += preload_warnings(cfg)
-    if cfg.train.model_name != "tiny" and any(core_environment(e.env) for e in cfg.environments):
-        out.append(f"train.renderer_name: {cfg.train.renderer_name!r} is recorded, not used: the built-in "
-                   "environments speak the model's token ids")
+    if cfg.train.renderer_name in CHAT_TEMPLATE_ALIASES:
+        out.append(f"train.renderer_name: {cfg.train.renderer_name!r} is 0.4.0's renderer for a model family; here "
+                   "the tokenizer's own chat template renders it (chat_template; docs/renderers.md)")
     loss = loss_settings(cfg.train.loss_fn, cfg.train.loss_fn_config)
     if is_rule_mode(cfg) and not zero_at_zero_advantages(cfg.train.loss_fn_config):
         out.append(

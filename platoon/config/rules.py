@@ -30,6 +30,7 @@ from platoon.config.components import (
     ENTRY_TASK_SAMPLERS,
     core_environment,
     core_option_problems,
+    renderer_name_problem,
 )
 from platoon.config.errors import ExtensionError
 from platoon.config.losses import loss_fn_config_problems
@@ -371,6 +372,14 @@ def _environment_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
 
 def _model_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
     mdl = cfg.model
+    out: list[Problem] = []
     if cfg.train.model_name == "tiny" and mdl.d_model % mdl.n_heads and ok("model.d_model", "model.n_heads"):
-        return [Problem("model.d_model", f"{mdl.d_model} is not a multiple of n_heads ({mdl.n_heads})")]
-    return []
+        out.append(Problem("model.d_model", f"{mdl.d_model} is not a multiple of n_heads ({mdl.n_heads})"))
+    renderer = cfg.train.renderer_name
+    problem = renderer_name_problem(renderer)
+    if problem is not None and ok("train.renderer_name"):
+        out.append(Problem("train.renderer_name", problem))
+    if renderer == "role_colon" and cfg.train.renderer_kwargs and ok("train.renderer_kwargs"):
+        out.append(Problem("train.renderer_kwargs", f"role_colon takes no options, got "
+                                                    f"{', '.join(sorted(cfg.train.renderer_kwargs))}"))
+    return out

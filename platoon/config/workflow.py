@@ -3,7 +3,8 @@
 The names and defaults are platoon 0.4.0's (docs/configuration.md, "train.workflow_config"). What acts here:
 ``group_size``, the straggler keys (``straggler_timeout_seconds``, ``straggler_quorum``, ``straggler_policies`` by
 label), ``min_successful_group_size``, ``leave_one_out_baseline``, ``filter_zero_advantage_datums`` and, of
-``rollout_config.inference_params``, ``temperature`` and ``max_completion_tokens``. The rest are typed as 0.4.0
+``rollout_config.inference_params``, ``temperature`` and ``max_completion_tokens``, and ``rollout_config.max_steps``.
+The rest are typed as 0.4.0
 types them and marked ``NO_EFFECT`` (``platoon.config.base``): a config that sets them loads with one warning.
 
 An entry's ``workflow_config`` holds only the keys a mixture may set per entry (0.4.0's ``EntryWorkflowSettings``);
@@ -65,17 +66,21 @@ _ROLLOUT_NO_EFFECT = frozenset({
 
 
 class RolloutConfig(ConfigModel):
-    """``train.workflow_config.rollout_config``: how one rollout runs. Of it, ``inference_params`` acts here; the
-    rest steers 0.4.0's agent harnesses, which this backend does not have."""
+    """``train.workflow_config.rollout_config``: how one rollout runs. Of it, ``inference_params`` and
+    ``max_steps`` act here (the tool-calling harness's budgets); the rest steers 0.4.0's agent harnesses, which this
+    backend does not have."""
 
     UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {
         "propogate_root_success": "unknown key; platoon 0.3.0 removed it; use propagate_root_success",
     }
-    NO_EFFECT: ClassVar[frozenset[str]] = _ROLLOUT_NO_EFFECT
+    NO_EFFECT: ClassVar[frozenset[str]] = _ROLLOUT_NO_EFFECT - {"max_steps"}
 
     model_name: str | None = Field(None, description="Set by the trainer (no effect here).")
     train: bool = Field(False, description="Set by the trainer (no effect here).")
-    max_steps: int | None = Field(None, description="The root agent's step budget (no effect here).")
+    max_steps: int | None = Field(
+        None, ge=1, le=1_000_000, description="The most turns (assistant messages) an episode may take, besides its "
+        "task's own max_turns; null: the task's.",
+    )
     output_dir: str = Field("rollout_results", description="Where a harness writes rollouts (no effect here).")
     verbose: bool = Field(True, description="Harness logging (no effect here).")
     timeout: float | None = Field(None, description="The root agent's time limit, seconds (no effect here).")

@@ -38,6 +38,9 @@ from platoon.policy.assemble import Policy, build_policy
 from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
 from platoon.policy.routing_ids import RoutingIdWatch
 
+TINY_CONTEXT = 256
+"""The tiny model's positions (the context window) when ``train.context_window_length`` is null."""
+
 EVAL_EPISODES = 1024
 """Held-out episodes of one ``eval/pass@1`` measurement (shared among the entries)."""
 
@@ -57,13 +60,14 @@ EMBEDDED_DEFAULT: list[str] = [
 """Overrides of the config defaults that make ``platoon train`` with no config the CPU demo: the tiny model on
 ``platoon-number-search`` (groups of 8; each answer shows the range still open), 300 steps of 32 groups, and a
 learning rate, loss and clip range for the tiny model (0.4.0's defaults, cispo at learning rate 3e-5, are tuned for
-LoRA on large models): ppo with the ratio clipped to [0.8, 1.28] and an entropy bonus of 0.003. Measured on two
-shared cores, seeds 0/1: held-out pass@1 0.155/0.140 at step 0 and 0.643/0.624 at the end (past 0.5 by step 200);
-the objective before 0.4.0's advantages and token mean gave 0.654/0.608 (docs/live-backend.md, "Does it learn?")."""
+LoRA on large models): ppo with the ratio clipped to [0.8, 1.28] and an entropy bonus of 0.003. Through the
+tool-calling harness and ``role_colon`` (seed 0, shared cores): held-out pass@1 0.000 at step 0 (it has to learn to
+call the tool first), 0.535 at step 200 and 0.652 at the end, where the token-level game it replaced gave 0.155,
+0.516 and 0.626 (docs/live-backend.md, "Does it learn?")."""
 
-__all__ = ["EMBEDDED_DEFAULT", "EVAL_EPISODES", "LiveRun", "build_environments", "build_live", "build_model",
-           "build_pool", "entry_splits", "entry_tasks", "evaluate_policy", "evaluate_service", "pool_rows",
-           "rollout_workers"]
+__all__ = ["EMBEDDED_DEFAULT", "EVAL_EPISODES", "TINY_CONTEXT", "LiveRun", "build_environments", "build_live",
+           "build_model", "build_pool", "build_renderer", "context_window", "entry_splits", "entry_tasks",
+           "evaluate_policy", "evaluate_service", "pool_rows", "rollout_workers"]
 
 
 def build_environments(cfg: RunConfig) -> dict[str, Any]:
@@ -183,32 +187,48 @@ def _eval_metrics(cfg: RunConfig, results: list[tuple[Any, int, Any]]) -> dict[s
             "eval/episodes": float(total), **per_entry}
 
 
-def evaluate_policy(model: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int = EVAL_EPISODES) -> dict[str, float]:
-    """Held-out pass@1 of ``model`` over ``n`` episodes shared among the entries' ``eval_split``s, sampled at the
-    run's temperature from seeds of ``train.seed`` (the same episodes at every measurement): ``eval/pass@1``, its
-    95% Wilson interval (``eval/pass@1_ci_low``/``_ci_high``), ``eval/episodes`` and, with several entries, each
-    entry's ``eval/environment/<entry>/pass@1``."""
+def _eval_limits(cfg: RunConfig, model: Any) -> Any:
+    """The harness's budgets for an evaluation episode: the run's, as its training rollouts have them."""
+    from platoon.live.agent.harness import Limits
+
+    return Limits(max_new_tokens=sampling(cfg)[1], max_turns=cfg.train.workflow_config.rollout_config.max_steps,
+                  context_window=context_window(cfg, model))
+
+
+def evaluate_policy(model: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int = EVAL_EPISODES, *,
+                    renderer: Any = None) -> dict[str, float]:
+    """Held-out pass@1 of ``model`` over ``n`` episodes shared among the entries' ``eval_split``s, played through the
+    harness with the run's renderer (None: ``build_renderer``) and budgets, sampled at the run's temperature from
+    seeds of ``train.seed`` (the same episodes at every measurement): ``eval/pass@1``, its 95% Wilson interval
+    (``eval/pass@1_ci_low``/``_ci_high``), ``eval/episodes`` and, with several entries, each entry's
+    ``eval/environment/<entry>/pass@1``."""
     from platoon.live.evaluate import evaluate
 
-    temperature, max_tokens = sampling(cfg)
+    renderer = renderer if renderer is not None else build_renderer(cfg, envs)
+    temperature, _ = sampling(cfg)
+    limits = _eval_limits(cfg, model)
     return _eval_metrics(cfg, [(e, k, evaluate(model, env, ids, k, temperature=temperature, seed=cfg.train.seed,
-                                                batch_size=eval_concurrency(cfg), max_new_tokens=max_tokens))
+                                                batch_size=eval_concurrency(cfg), renderer=renderer, limits=limits))
                                for e, env, ids, k in _eval_entries(cfg, envs, n)])
 
 
 async def evaluate_service(service: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int = EVAL_EPISODES, *,
-                           slots: Any = None, routing: Any = None) -> dict[str, float]:
+                           renderer: Any = None, model: Any = None, slots: Any = None,
+                           routing: Any = None) -> dict[str, float]:
     """``evaluate_policy``'s metrics from the same episodes played as rollouts against the model ``service`` (at most
     ``eval_concurrency`` at once), each taking a start slot from ``slots`` (``platoon.live.evaluate.EvalSlots``),
-    their routing ids counted by ``routing`` (a ``RoutingIdWatch``, whose coverage is added)."""
+    their routing ids counted by ``routing`` (a ``RoutingIdWatch``, whose coverage is added). ``model`` gives the
+    context window when ``train.context_window_length`` does not."""
     from platoon.live.evaluate import evaluate_rollouts
 
-    temperature, max_tokens = sampling(cfg)
+    renderer = renderer if renderer is not None else build_renderer(cfg, envs)
+    temperature, _ = sampling(cfg)
+    limits = _eval_limits(cfg, model)
     results, first = [], 0
     for e, env, ids, k in _eval_entries(cfg, envs, n):
         r = await evaluate_rollouts(service, env, ids, k, temperature=temperature, seed=cfg.train.seed,
-                                    max_new_tokens=max_tokens, concurrency=eval_concurrency(cfg), slots=slots,
-                                    first_index=first, routing=routing)
+                                    renderer=renderer, limits=limits, concurrency=eval_concurrency(cfg),
+                                    slots=slots, first_index=first, routing=routing)
         results.append((e, k, r))
         first += k
     metrics = _eval_metrics(cfg, results)
@@ -234,6 +254,7 @@ class LiveRun:
     eval_routing: RoutingIdWatch = field(default_factory=lambda: RoutingIdWatch("eval"))  # per start
     staging: Staging | None = None  # the environments' toolchains, staged since the start was built
     workers: Any = None  # the rollout workers (rollout_isolation: process), a platoon.live.workers.WorkerPool
+    renderer: Any = None  # the run's renderer (build_renderer), which evaluation plays with too
 
     @property
     def dispatcher(self) -> Any:
@@ -241,14 +262,15 @@ class LiveRun:
 
     def evaluate(self, n: int | None = None) -> dict[str, float]:
         """Held-out pass@1 of the trainer's current policy (``eval/pass@1``, its interval, each entry's)."""
-        return evaluate_policy(self.model, self.cfg, self.envs, self.eval_episodes if n is None else n)
+        return evaluate_policy(self.model, self.cfg, self.envs, self.eval_episodes if n is None else n,
+                               renderer=self.renderer)
 
     async def evaluate_in_training(self, slots: Any) -> dict[str, float]:
         """``evaluate``'s metrics during training: the episodes are rollouts against the model service (which serves
         the trainer's current policy whenever the runtime evaluates), taking start slots from ``slots`` (the
         runtime's, scope ``eval``), with ``eval/rollout_worker_routing_id_coverage``."""
-        return await evaluate_service(self.service, self.cfg, self.envs, self.eval_episodes, slots=slots,
-                                      routing=self.eval_routing)
+        return await evaluate_service(self.service, self.cfg, self.envs, self.eval_episodes, renderer=self.renderer,
+                                      model=self.model, slots=slots, routing=self.eval_routing)
 
     def trainer_state(self) -> bytes:
         """``trainer.pt``: the trainer's state as bytes."""
@@ -257,8 +279,57 @@ class LiveRun:
         return dumps_state(self.trainer.state_dict())
 
 
-def build_model(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
-    """The policy ``train.model_name`` names, sized for the environments' vocabularies and contexts, seeded by the run."""
+def build_renderer(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
+    """The renderer ``train.renderer_name`` names (with ``train.renderer_kwargs``) over the model's tokenizer: for
+    ``tiny`` the tiny tokenizer of the environments' words (``platoon.live.agent.harness.tiny_tokenizer``), for a
+    checkpoint its own tokenizer, read locally. ConfigError when it cannot be built."""
+    from platoon.live.agent.harness import tiny_tokenizer
+    from platoon.live.agent.renderer import make_renderer
+
+    _check_model_name(cfg)
+    name = cfg.train.renderer_name
+    tokenizer = tiny_tokenizer(envs.values()) if cfg.train.model_name == "tiny" else _checkpoint_tokenizer(cfg, name)
+    try:
+        return make_renderer(name, tokenizer, **cfg.train.renderer_kwargs)
+    except TypeError as exc:
+        raise ConfigError([f"train.renderer_kwargs: {name} takes no such option ({exc})"]) from None
+    except (ValueError, ImportError) as exc:
+        raise ConfigError([f"train.renderer_name: {exc}"]) from None
+
+
+def _checkpoint_tokenizer(cfg: RunConfig, renderer_name: str) -> Any:
+    """A checkpoint's tokenizer (``transformers``, local files only): as it is for ``chat_template``, which applies
+    its chat template; behind the plain ``Tokenizer`` protocol (no special tokens added) for ``role_colon``."""
+    from platoon.live.hf import load_tokenizer
+
+    try:
+        hf = load_tokenizer(cfg.train.model_name)
+    except (OSError, ValueError) as exc:
+        raise ConfigError([f"train.model_name: no tokenizer could be read from {cfg.train.model_name!r} ({exc})"]) \
+            from None
+    if renderer_name != "role_colon":
+        return hf
+    from platoon.live.agent.chat_template import HFTokenizer
+
+    return HFTokenizer(hf)
+
+
+def _check_model_name(cfg: RunConfig) -> None:
+    from platoon.live.hf import model_name_problem
+
+    problem = model_name_problem(cfg.train.model_name)
+    if problem:
+        raise ConfigError([problem])
+
+
+def context_window(cfg: RunConfig, model: Any) -> int | None:
+    """The tokens an episode's context may hold: ``train.context_window_length``, else the model's (None: no cap)."""
+    return cfg.train.context_window_length or getattr(model, "max_len", None)
+
+
+def build_model(cfg: RunConfig, envs: Mapping[str, Any], renderer: Any = None) -> Any:
+    """The policy ``train.model_name`` names, seeded by the run: ``tiny`` sized by the renderer's tokenizer (its
+    vocabulary and initial read-out bias) and ``train.context_window_length`` (else ``TINY_CONTEXT``) positions."""
     import torch
 
     from platoon.live.hf import model_name_problem
@@ -273,10 +344,13 @@ def build_model(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
         # The model service, the trainer and evaluation each run torch in a thread of their own; with a pool of
         # spinning workers each, small batches ran ~17x slower in CPU time on two cores. One thread each.
         torch.set_num_threads(1)
-    vocab = max(len(env.vocab) for env in envs.values())
-    context = max(int(env.max_context_tokens) for env in envs.values())
-    return build_causal_policy(cfg.train.model_name, cfg.model, vocab_size=vocab, max_len=context,
-                               seed=cfg.train.seed, max_new_tokens=sampling(cfg)[1])
+    if cfg.train.model_name != "tiny":
+        return build_causal_policy(cfg.train.model_name, cfg.model, vocab_size=0, max_len=0)
+    tokenizer = (renderer if renderer is not None else build_renderer(cfg, envs)).tokenizer
+    prior = getattr(tokenizer, "logit_prior", None)
+    return build_causal_policy("tiny", cfg.model, vocab_size=tokenizer.vocab_size,
+                               max_len=cfg.train.context_window_length or TINY_CONTEXT, seed=cfg.train.seed,
+                               logit_prior=prior() if prior is not None else None)
 
 
 def default_service(model: Any, cfg: RunConfig, version: int = 0) -> Any:
@@ -306,7 +380,8 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
     policy = build_policy(cfg, pool, start=start, rolling=workflow_runs_on_lease(workflow_cls),
                           clock=time.perf_counter, runtime="live", now=clock_start_s,
                           group_workflow=issubclass(workflow_cls, GroupRolloutWorkflow))
-    model = build_model(cfg, envs)
+    renderer = build_renderer(cfg, envs)
+    model = build_model(cfg, envs, renderer)
     trainer = GRPOTrainer.from_config(model, cfg.train, cfg.model)
     if trainer_state is not None:
         from platoon.live.trainer import loads_state
@@ -319,8 +394,9 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
     workflow = workflow_cls(envs, service, seed=cfg.train.seed, temperature=temperature,
                             max_new_tokens=max_tokens, straggler_timeout_s=run.straggler_timeout_seconds,
                             quorum=run.straggler_quorum, leave_one_out_baseline=run.leave_one_out_baseline,
-                            min_successful_group_size=run.min_successful_group_size)
+                            min_successful_group_size=run.min_successful_group_size, renderer=renderer,
+                            max_turns=run.rollout_config.max_steps, context_window=context_window(cfg, model))
     if workers is not None:
         workflow.rollout_workers = workers
     return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes, clock_start_s,
-                   staging=staging, workers=workers)
+                   staging=staging, workers=workers, renderer=renderer)

@@ -459,7 +459,7 @@ class EvalReport:
 
 def evaluate(target: str | os.PathLike[str], *, n: int = EVAL_EPISODES) -> EvalReport:
     """``platoon eval``: a run directory (its last full checkpoint's policy) or a config (its initial policy)."""
-    from platoon.live.build import build_environments, build_model, evaluate_policy
+    from platoon.live.build import build_environments, build_model, build_renderer, evaluate_policy
     from platoon.live.trainer import loads_state
 
     path = Path(target)
@@ -474,7 +474,8 @@ def evaluate(target: str | os.PathLike[str], *, n: int = EVAL_EPISODES) -> EvalR
             raise TrainError(f"cannot evaluate {path}: checkpoint {point.name} holds no trainer state")
         envs = build_environments(cfg)
         staging = _stage_for_eval(envs)
-        model = build_model(cfg, envs)
+        renderer = build_renderer(cfg, envs)
+        model = build_model(cfg, envs, renderer)
         model.load_state_dict(loads_state(point.trainer_state)["model"])
         what = f"{path} at step {point.step} (checkpoint {point.name})"
     else:
@@ -483,10 +484,11 @@ def evaluate(target: str | os.PathLike[str], *, n: int = EVAL_EPISODES) -> EvalR
         cfg = load_config(path, strict_resolve=True)
         envs = build_environments(cfg)
         staging = _stage_for_eval(envs)
-        model = build_model(cfg, envs)
+        renderer = build_renderer(cfg, envs)
+        model = build_model(cfg, envs, renderer)
         what = f"{path}'s initial policy (seed {cfg.train.seed})"
     staging.wait_blocking()
-    return EvalReport(what, evaluate_policy(model, cfg, envs, n))
+    return EvalReport(what, evaluate_policy(model, cfg, envs, n, renderer=renderer))
 
 
 def _stage_for_eval(envs: dict[str, Any]) -> Staging:

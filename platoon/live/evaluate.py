@@ -20,8 +20,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from platoon.live.envs.base import Environment
-from platoon.live.envs.play import play_batch, play_episode
+from platoon.live.envs.play import Limits, play_batch, play_episode
 from platoon.live.model import derive_seed
 from platoon.live.workflow import _FirstCall
 from platoon.policy.routing_ids import RoutingIdWatch
@@ -51,22 +50,23 @@ def wilson_interval(successes: int, n: int, *, z: float = 1.96) -> tuple[float, 
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def evaluate(model: Any, env: Environment, tasks: str | Sequence[str], n: int, *, temperature: float = 1.0,
-             seed: int = 0, batch_size: int = 256, max_new_tokens: int | None = None) -> EvalResult:
+def evaluate(model: Any, env: Any, tasks: str | Sequence[str], n: int, *, temperature: float = 1.0,
+             seed: int = 0, batch_size: int = 256, renderer: Any = None, limits: Limits = Limits()) -> EvalResult:
     """pass@1 of ``model`` (a ``Policy``) over ``n`` episodes of ``tasks`` (task ids, or a split's name), with its
-    95% Wilson interval."""
+    95% Wilson interval; played through the harness with ``renderer`` (None: ``role_colon`` over the tiny
+    tokenizer of the environment's words) within ``limits``."""
     plan = eval_plan(env, tasks, n, seed)
     successes = 0
     for start in range(0, n, batch_size):
         batch = plan[start:start + batch_size]
         trajectories = play_batch(model, env, [env.task(t) for t, _ in batch], temperature=temperature,
-                                  seeds=[s for _, s in batch], max_new_tokens=max_new_tokens)
+                                  seeds=[s for _, s in batch], renderer=renderer, limits=limits)
         successes += sum(t.success for t in trajectories)
     low, high = wilson_interval(successes, n)
     return EvalResult(successes / n, low, high)
 
 
-def eval_plan(env: Environment, tasks: str | Sequence[str], n: int, seed: int) -> list[tuple[str, int]]:
+def eval_plan(env: Any, tasks: str | Sequence[str], n: int, seed: int) -> list[tuple[str, int]]:
     """The ``n`` episodes of an evaluation: ``(task id, sampling seed)`` each, round the tasks in a seeded order."""
     if n < 1:
         raise ValueError(f"evaluate: n must be at least 1, got {n}")
@@ -93,11 +93,12 @@ class EvalSlots(Protocol):
         ...
 
 
-async def evaluate_rollouts(service: Any, env: Environment, tasks: str | Sequence[str], n: int, *,
-                            temperature: float = 1.0, seed: int = 0, max_new_tokens: int | None = None,
+async def evaluate_rollouts(service: Any, env: Any, tasks: str | Sequence[str], n: int, *,
+                            temperature: float = 1.0, seed: int = 0, renderer: Any = None, limits: Limits = Limits(),
                             concurrency: int = 256, slots: EvalSlots | None = None, first_index: int = 0,
                             routing: RoutingIdWatch | None = None) -> EvalResult:
-    """pass@1 over the same episodes as ``evaluate``, each a rollout against ``service`` (see the module docstring);
+    """pass@1 over the same episodes as ``evaluate`` (the same ``renderer`` and ``limits``), each a rollout against
+    ``service`` (see the module docstring);
     ``first_index``: the slot index of its first rollout (an evaluation of several entries numbers them on)."""
     plan = eval_plan(env, tasks, n, seed)
     gate = asyncio.Semaphore(concurrency)
@@ -111,7 +112,7 @@ async def evaluate_rollouts(service: Any, env: Environment, tasks: str | Sequenc
             counted = _FirstCall(service, (lambda: slots.release(index, "first_call")) if slots else lambda: None)
             try:
                 trajectory = await play_episode(counted, env, env.task(task_id), temperature=temperature,
-                                                seed=episode_seed, max_new_tokens=max_new_tokens)
+                                                seed=episode_seed, renderer=renderer, limits=limits)
             except BaseException as exc:
                 if slots is not None:
                     slots.release(index, "cancelled" if isinstance(exc, asyncio.CancelledError) else "end")

@@ -18,7 +18,8 @@ Rules it keeps:
   for scoring are right-padded, where the causal mask alone keeps pads out;
 - the device is chosen once: ``auto`` is CUDA when ``torch.cuda.is_available()``, else the CPU.
 
-``TinyPolicy`` is the built-in model (2 layers, d=64: about 100k parameters for platoon-number-search's vocabulary);
+``TinyPolicy`` is the built-in model (2 layers, d=64: about 140k parameters for platoon-number-search's words and 256
+bytes, 256 positions);
 ``platoon.live.hf.HFPolicy`` is the same interface over a Hugging Face causal LM; ``platoon.live.model_kinds`` builds
 the one a ``ModelConfig`` names.
 """
@@ -67,7 +68,7 @@ class Policy(Protocol):
 
     def sample(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int],
                temperature: float | Sequence[float], seeds: Sequence[int],
-               stop_tokens: Sequence[Collection[int]] | None = None) -> list[Generation]:
+               stop: Sequence[Collection[Sequence[int]]] | None = None) -> list[Generation]:
         ...
 
     def check_prompts(self, prompts: Sequence[Sequence[int]], limits: Sequence[int]) -> None:
@@ -127,6 +128,16 @@ def gumbel_noise(seeds: torch.Tensor, step: int, vocab_size: int) -> torch.Tenso
     return -torch.log(-torch.log(u)).to(torch.float32)
 
 
+def _not_stopped(history: list[list[int]], choice: list[int], stops: list[list[tuple[int, ...]]],
+                    device: torch.device) -> torch.Tensor:
+    """Append each row's new token to its history; False for the rows whose history now ends with a stop."""
+    keep = []
+    for row, token, seqs in zip(history, choice, stops, strict=True):
+        row.append(token)
+        keep.append(not any(len(row) >= len(s) and tuple(row[-len(s):]) == s for s in seqs))
+    return torch.tensor(keep, dtype=torch.bool, device=device)
+
+
 def pad_right(rows: Sequence[Sequence[float]], *, value: float = 0, dtype: torch.dtype = torch.long,
               device: torch.device | None = None) -> torch.Tensor:
     """Rows of different lengths as one right-padded tensor."""
@@ -163,11 +174,13 @@ class CausalPolicy:
 
     def sample(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int | Sequence[int],
                temperature: float | Sequence[float], seeds: Sequence[int],
-               stop_tokens: Sequence[Collection[int]] | None = None) -> list[Generation]:
-        """Generate for every prompt at once (per-row limits, temperatures, seeds and stop tokens).
+               stop: Sequence[Collection[Sequence[int]]] | None = None) -> list[Generation]:
+        """Generate for every prompt at once (per-row limits, temperatures, seeds and stop sequences).
 
-        A row stops after ``max_new_tokens`` tokens or after one of its ``stop_tokens`` (which is kept). Raises
-        ``ValueError`` on an empty prompt, a token outside the vocabulary, or a prompt plus limit past ``max_len``.
+        A row stops after ``max_new_tokens`` tokens or once its tokens end with one of its ``stop`` sequences (token-id
+        sequences, kept in the completion: a renderer's end-of-turn marker may take several tokens). Raises
+        ``ValueError`` on an empty prompt, a token outside the vocabulary, a prompt plus limit past ``max_len``, or
+        an empty stop sequence.
         """
         b = len(prompts)
         if b == 0:
@@ -191,13 +204,8 @@ class CausalPolicy:
         temp_t = torch.tensor(temps, device=device)
         greedy = temp_t <= 0
         seed_t = torch.tensor([int(s) & (2**63 - 1) for s in seeds], dtype=torch.int64, device=device)
-        stop = None
-        if stop_tokens is not None and any(len(s) for s in stop_tokens):
-            stop = torch.zeros((b, self.vocab_size), dtype=torch.bool)
-            for i, row in enumerate(stop_tokens):
-                for t in row:
-                    stop[i, int(t)] = True
-            stop = stop.to(device)
+        single, multi = self._stops(stop, b)
+        history: list[list[int]] = [[] for _ in range(b)]
         alive = limit_t > 0
         lengths = torch.zeros(b, dtype=torch.long, device=device)
         chosen, chosen_lp = [], []
@@ -219,12 +227,17 @@ class CausalPolicy:
                     chosen_lp.append(logp[rows, choice])
                     lengths += alive.long()
                     alive = alive & (limit_t > t + 1)
-                    if stop is not None:
-                        alive = alive & ~stop[rows, choice]
+                    if single is not None:
+                        alive = alive & ~single[rows, choice]
+                    if multi is not None:
+                        alive = alive & _not_stopped(history, choice.tolist(), multi, device)
                     if t + 1 == max(limits) or not bool(alive.any()):
                         break
                     key_valid = torch.cat([key_valid, torch.ones((b, 1), dtype=torch.bool, device=device)], 1)
-                    logits, cache = self._step(choice[:, None], next_pos[:, None], key_valid[:, None, None, :], cache)
+                    # A row past its own limit runs on with the batch (its tokens are cut off after), so its
+                    # position may pass the model's last: clamp it, its output is never read.
+                    pos = next_pos if self.max_len is None else next_pos.clamp(max=self.max_len - 1)
+                    logits, cache = self._step(choice[:, None], pos[:, None], key_valid[:, None, None, :], cache)
                     last = logits[:, -1].float()
                     next_pos = next_pos + 1
             finally:
@@ -235,6 +248,29 @@ class CausalPolicy:
         lps = torch.stack(chosen_lp, 1).tolist()
         lens = lengths.tolist()
         return [Generation(tuple(toks[i][: lens[i]]), tuple(lps[i][: lens[i]])) for i in range(b)]
+
+    def _stops(self, stop: Sequence[Collection[Sequence[int]]] | None,
+               b: int) -> tuple[torch.Tensor | None, list[list[tuple[int, ...]]] | None]:
+        """Rows' stop sequences as a ``[B, V]`` mask of one-token stops (checked on the device) and the longer ones
+        per row (checked on the host, only when some row has one)."""
+        if stop is None:
+            return None, None
+        if len(stop) != b:
+            raise ValueError(f"sample: {b} prompts but {len(stop)} rows of stop sequences")
+        single = None
+        multi: list[list[tuple[int, ...]]] = [[] for _ in range(b)]
+        for i, row in enumerate(stop):
+            for seq in row:
+                seq = tuple(int(t) for t in seq)
+                if not seq or min(seq) < 0 or max(seq) >= self.vocab_size:
+                    raise ValueError(f"sample: a stop sequence must be non-empty ids in 0..{self.vocab_size - 1}")
+                if len(seq) == 1:
+                    if single is None:
+                        single = torch.zeros((b, self.vocab_size), dtype=torch.bool)
+                    single[i, seq[0]] = True
+                else:
+                    multi[i].append(seq)
+        return (None if single is None else single.to(self.device)), (multi if any(multi) else None)
 
     def check_prompts(self, prompts: Sequence[Sequence[int]], limits: Sequence[int]) -> None:
         """Raise ``ValueError`` for an empty prompt, a token outside the vocabulary, or a length past max_len."""
@@ -304,10 +340,17 @@ class TinyConfig:
     n_layers: int = 2
     n_heads: int = 4
     mlp_ratio: int = 4
+    shift: int = 0
+    """Taps of a short causal convolution over the input embeddings (0: none): each position's input also holds
+    learned per-channel mixes of the ``shift`` tokens before it, so a decision can read the last few tokens without
+    having learnt to attend to them (a "canon" layer; it let the tiny model learn a multi-turn game through chat
+    markup, where the decision sits a few marker tokens after what it depends on)."""
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} must be a multiple of n_heads {self.n_heads}")
+        if self.shift < 0:
+            raise ValueError(f"shift must be at least 0, got {self.shift}")
         if self.vocab_size < 2 or self.max_len < 2:
             raise ValueError("vocab_size and max_len must be at least 2")
 
@@ -342,7 +385,8 @@ class _Block(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    """Pre-LayerNorm causal transformer with learned positions; the read-out starts at zero (a uniform policy)."""
+    """Pre-LayerNorm causal transformer with learned positions and, with ``shift``, a short causal convolution over
+    its input embeddings; the read-out's weights start at zero."""
 
     def __init__(self, cfg: TinyConfig) -> None:
         super().__init__()
@@ -350,25 +394,50 @@ class TinyTransformer(nn.Module):
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos = nn.Embedding(cfg.max_len, cfg.d_model)
         self.blocks = nn.ModuleList(_Block(cfg) for _ in range(cfg.n_layers))
+        self.shift = nn.Parameter(torch.zeros(cfg.shift, cfg.d_model)) if cfg.shift else None
         self.ln = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
                 attn_mask: torch.Tensor | None = None, cache: list | None = None) -> tuple[torch.Tensor, list]:
+        """Logits of ``tokens`` at ``positions``; ``cache`` (from the previous call) holds each block's keys and
+        values, then the last ``shift`` input embeddings."""
         if positions is None:
             positions = torch.arange(tokens.shape[1], device=tokens.device)[None]
-        x = self.tok(tokens) + self.pos(positions)
-        new_cache = []
+        x = self.tok(tokens)
+        recent = None
+        if self.shift is not None:
+            x, recent = self._shifted(x, attn_mask, None if cache is None else cache[-1])
+        x = x + self.pos(positions)
+        new_cache: list = []
         for i, block in enumerate(self.blocks):
             x, kv = block(x, attn_mask, None if cache is None else cache[i])
             new_cache.append(kv)
-        return self.head(self.ln(x)), new_cache
+        return self.head(self.ln(x)), [*new_cache, recent]
+
+    def _shifted(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
+                 recent: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x_t + sum_j shift[j - 1] * x_{t-j}`` for j in 1..shift, with the embeddings before the sequence (and of
+        left padding) taken as 0; and the last ``shift`` embeddings, for the next call."""
+        b, t, d = x.shape
+        k = self.cfg.shift
+        if attn_mask is not None:  # the last query is a real token: its row says which keys are (padding is not)
+            x = x * attn_mask[:, 0, -1, -t:, None].to(x.dtype)
+        past = torch.zeros((b, k, d), dtype=x.dtype, device=x.device) if recent is None else recent
+        seq = torch.cat([past, x], 1)  # [B, k + t, D]
+        out = x
+        for j in range(1, k + 1):
+            out = out + self.shift[j - 1] * seq[:, k - j: k - j + t]
+        return out, seq[:, -k:]
 
 
 class TinyPolicy(CausalPolicy):
-    """The built-in policy: a ``TinyTransformer`` initialised from ``seed``, on ``device``."""
+    """The built-in policy: a ``TinyTransformer`` initialised from ``seed``, on ``device``. Its read-out weights start
+    at zero, so the first policy is ``softmax(logit_prior)`` whatever the context (None: uniform); a tokenizer says
+    which of its tokens a model should start out speaking (``TinyTokenizer.logit_prior``)."""
 
-    def __init__(self, config: TinyConfig, *, device: str | torch.device = "auto", seed: int = 0) -> None:
+    def __init__(self, config: TinyConfig, *, device: str | torch.device = "auto", seed: int = 0,
+                 logit_prior: Sequence[float] | None = None) -> None:
         self.config = config
         self.vocab_size = config.vocab_size
         self.max_len = config.max_len
@@ -383,6 +452,12 @@ class TinyPolicy(CausalPolicy):
                     p.normal_(0.0, 0.02, generator=gen)
                 elif name.endswith("bias"):
                     p.zero_()
+            if module.shift is not None:  # gains of the order of the token's own: the taps are read from the start
+                module.shift.normal_(0.0, 0.5, generator=gen)
+            if logit_prior is not None:
+                if len(logit_prior) != config.vocab_size:
+                    raise ValueError(f"logit_prior has {len(logit_prior)} entries for {config.vocab_size} tokens")
+                module.head.bias.copy_(torch.tensor([float(x) for x in logit_prior]))
         self.module = module.to(self.device)
 
     def _step(self, tokens, positions, attn_mask, cache):

@@ -77,7 +77,7 @@ class ModelService(Protocol):
         ...
 
     async def sample(self, prompt_tokens: Sequence[int], *, max_new_tokens: int, temperature: float,
-                     seed: int | None = None, stop_tokens: Collection[int] = ()) -> Sample:
+                     seed: int | None = None, stop: Collection[Sequence[int]] = ()) -> Sample:
         ...
 
     async def publish(self, state_dict: Mapping[str, Any], version: int) -> None:
@@ -94,7 +94,7 @@ class _Request:
     max_new_tokens: int
     temperature: float
     seed: int
-    stop_tokens: tuple[int, ...]
+    stop: tuple[tuple[int, ...], ...]
     future: asyncio.Future = field(repr=False)
 
 
@@ -145,8 +145,10 @@ class BatchingModelService:
                 "largest_batch": float(self.largest_batch), "busy_s": self.busy_s}
 
     async def sample(self, prompt_tokens: Sequence[int], *, max_new_tokens: int, temperature: float,
-                     seed: int | None = None, stop_tokens: Collection[int] = ()) -> Sample:
-        """Queue one request and wait for its batch. Raises ``ValueError`` for a request the model cannot serve
+                     seed: int | None = None, stop: Collection[Sequence[int]] = ()) -> Sample:
+        """Queue one request and wait for its batch. The completion ends after ``max_new_tokens`` tokens or once it
+        ends with one of the ``stop`` sequences (token ids, kept in the completion). Raises ``ValueError`` for a
+        request the model cannot serve
         and ``RuntimeError`` once the service is closed."""
         if self._closed:
             raise RuntimeError("sample: the model service is closed")
@@ -156,6 +158,9 @@ class BatchingModelService:
         if not temperature >= 0:
             raise ValueError(f"sample: temperature must be at least 0, got {temperature!r}")
         self.policy.check_prompts([prompt], [max_new_tokens])
+        stop = tuple(tuple(int(t) for t in seq) for seq in stop)
+        if any(not seq or min(seq) < 0 or max(seq) >= self.policy.vocab_size for seq in stop):
+            raise ValueError(f"sample: a stop sequence must be non-empty ids in 0..{self.policy.vocab_size - 1}")
         if seed is None:
             seed = derive_seed(self.seed, "request", self._arrivals)
         self._arrivals += 1
@@ -163,7 +168,7 @@ class BatchingModelService:
         self._start(loop)
         future = loop.create_future()
         self._queue.append(_Request(prompt, max_new_tokens, float(temperature), int(seed),
-                                    tuple(int(t) for t in stop_tokens), future))
+                                    stop, future))
         self._wake.set()
         return await future
 
@@ -241,7 +246,7 @@ class BatchingModelService:
             max_new_tokens=[r.max_new_tokens for r in batch],
             temperature=[r.temperature for r in batch],
             seeds=[r.seed for r in batch],
-            stop_tokens=[r.stop_tokens for r in batch],
+            stop=[r.stop for r in batch],
         )
         ended = clock() if observed else 0.0
         self.busy_s += time.perf_counter() - started
@@ -262,10 +267,10 @@ class BatchingModelService:
 
 class FakeModelService:
     """A scripted service for tests: ``script(prompt, seed)`` gives the tokens of each request, or ``script`` is a
-    sequence of token lists handed out in call order. Each token's log-probability is ``logprob``; ``delay_s``
-    makes each request take that long (``asyncio.sleep``). ``routing_ids(prompt, seed)`` gives each request's
-    routing id (None: none; default: none for any). ``calls`` records every request; ``published`` every version
-    published."""
+    sequence of token lists handed out in call order (cut at ``max_new_tokens`` and after a ``stop`` sequence). Each
+    token's log-probability is ``logprob``; ``delay_s`` makes each request take that long (``asyncio.sleep``).
+    ``routing_ids(prompt, seed)`` gives each request's routing id (None: none; default: none for any). ``calls``
+    records every request; ``published`` every version published."""
 
     def __init__(self, script: Callable[[tuple[int, ...], int | None], Sequence[int]] | Sequence[Sequence[int]],
                  *, logprob: float = -1.0, version: int = 0, delay_s: float = 0.0,
@@ -285,12 +290,12 @@ class FakeModelService:
         return self._version
 
     async def sample(self, prompt_tokens: Sequence[int], *, max_new_tokens: int, temperature: float,
-                     seed: int | None = None, stop_tokens: Collection[int] = ()) -> Sample:
+                     seed: int | None = None, stop: Collection[Sequence[int]] = ()) -> Sample:
         if self.closed:
             raise RuntimeError("sample: the model service is closed")
         prompt = tuple(prompt_tokens)
         self.calls.append({"prompt": prompt, "max_new_tokens": max_new_tokens, "temperature": temperature,
-                           "seed": seed})
+                           "seed": seed, "stop": tuple(tuple(s) for s in stop)})
         version = self._version
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
@@ -300,7 +305,7 @@ class FakeModelService:
             tokens = self._scripted.popleft()
         else:
             tokens = tuple(self._script(prompt, seed))
-        tokens = tuple(tokens)[:max_new_tokens]
+        tokens = _cut_at_stop(tuple(tokens)[:max_new_tokens], stop)
         routing_id = self._routing_ids(prompt, seed) if self._routing_ids is not None else None
         return Sample(tokens, (self.logprob,) * len(tokens), version, routing_id=routing_id)
 
@@ -310,3 +315,11 @@ class FakeModelService:
 
     async def aclose(self) -> None:
         self.closed = True
+
+
+def _cut_at_stop(tokens: tuple[int, ...], stop: Collection[Sequence[int]]) -> tuple[int, ...]:
+    """``tokens`` up to and including the first place where they end with a stop sequence."""
+    for end in range(1, len(tokens) + 1):
+        if any(len(s) and tuple(tokens[max(0, end - len(s)):end]) == tuple(s) for s in stop):
+            return tokens[:end]
+    return tokens

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from platoon.live import rollout_trace
+from platoon.live.agent.harness import Limits, default_renderer
 from platoon.live.datums import Trajectory, group_advantages, member_fields, trajectory_datums
 from platoon.live.envs.play import play_episode
 from platoon.live.lease import LocalMembers, MembersHost, first_model_call, no_lease, rollout_lease
@@ -126,10 +127,13 @@ _GROUP: ContextVar[_Group | None] = ContextVar("platoon_group", default=None)
 class GroupRolloutWorkflow:
     """Runs one training group's rollouts (see the module docstring).
 
-    ``envs`` maps each entry's name to its environment; ``service`` is the model service rollouts sample from
-    (``await service.sample(context, max_new_tokens=, temperature=, seed=)``). ``seed`` is the run's: member ``i`` of
-    group ``key`` samples with seeds derived from ``(seed, key, i)``, so a rollout samples the same tokens whatever
-    the order it runs in.
+    ``envs`` maps each entry's name to its text environment; ``service`` is the model service rollouts sample from
+    (``await service.sample(context, max_new_tokens=, temperature=, seed=, stop=)``). A member plays its episode
+    through the tool-calling harness (``platoon.live.agent.harness``) with ``renderer`` (None: ``role_colon`` over
+    the tiny tokenizer of the environments' words), each turn at most ``max_new_tokens`` tokens, at most
+    ``max_turns`` turns, its context at most ``context_window`` tokens (None: no cap of that kind). ``seed`` is the
+    run's: member ``i`` of group ``key`` samples with seeds derived from ``(seed, key, i)``, so a rollout samples the
+    same tokens whatever the order it runs in.
     """
 
     runs_rollouts_on_lease = True
@@ -142,8 +146,11 @@ class GroupRolloutWorkflow:
                  temperature: float = 1.0, max_new_tokens: int | None = None,
                  straggler_timeout_s: float | None = None, quorum: int | None = None,
                  warn: Callable[[str], None] | None = None, leave_one_out_baseline: bool = False,
-                 min_successful_group_size: int = 1) -> None:
+                 min_successful_group_size: int = 1, renderer: Any = None, max_turns: int | None = None,
+                 context_window: int | None = None) -> None:
         self.envs = dict(envs or {})
+        self.renderer = renderer if renderer is not None else default_renderer(self.envs.values())
+        self.limits = Limits(max_new_tokens=max_new_tokens, max_turns=max_turns, context_window=context_window)
         self.service = service
         self.seed = seed
         self.temperature = temperature
@@ -232,7 +239,7 @@ class GroupRolloutWorkflow:
         seed = derive_seed(self.seed, row.key[0], row.key[1], row.member)
         service = _FirstCall(self.service)
         trajectory = await play_episode(service, env, task, temperature=self.temperature,
-                                        seed=seed, max_new_tokens=self.max_new_tokens)
+                                        seed=seed, renderer=self.renderer, limits=self.limits)
         for warning in self.routing.rollout_ended(f"rollout {row.member} of task {row.task_id} (group {row.key})",
                                                   calls=service.calls, present=service.routed):
             self.warn(warning)

@@ -103,7 +103,7 @@ class Sample:
 
 
 class FakeService:
-    """Answers each ``sample`` at once (or after ``delay_s``) with a token drawn from its seed."""
+    """Answers each ``sample`` at once (or after ``delay_s``) with one token drawn from its seed."""
 
     def __init__(self, vocab: int = 16, delay_s: float = 0.0) -> None:
         self.vocab, self.delay_s = vocab, delay_s
@@ -111,12 +111,12 @@ class FakeService:
         self.published: list[int] = []
         self.calls = 0
 
-    async def sample(self, context, *, max_new_tokens=1, temperature=1.0, seed=0):
+    async def sample(self, context, *, max_new_tokens=1, temperature=1.0, seed=0, stop=()):
         self.calls += 1
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         token = 7 + seed % (self.vocab - 7)
-        return Sample((token,) * max_new_tokens, (-1.0,) * max_new_tokens, self.version)
+        return Sample((token,), (-1.0,), self.version)
 
     def publish(self, weights, version: int) -> None:
         self.version = version
@@ -259,3 +259,17 @@ def check_event_log(events: list[dict], *, steps: int, batch_size: int) -> None:
             assert len(fates.get(key, [])) == 1, f"{key} has fates {fates.get(key)}"
     final = [drawn[k]["position"] for k in drawn if k not in reissued]
     assert sorted(final) == list(range(steps * batch_size)), "a position was trained twice or never"
+
+
+def save_word_tokenizer(path, words):
+    """Write a word-level Hugging Face tokenizer of ``words`` (and ``[UNK]``, id 0) to the directory ``path``, built
+    here (no downloads): a checkpoint's own tokenizer for ``role_colon``."""
+    import tokenizers
+    import transformers
+
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(dict.fromkeys(words))}}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok.decoder = tokenizers.decoders.WordPiece(prefix="##")  # joins words with spaces
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(str(path))
+    return path

@@ -7,6 +7,7 @@ import pytest
 
 from platoon.config import load_config
 from platoon.config.errors import ConfigError
+from platoon.live.agent.harness import default_renderer
 from platoon.live.build import build_environments, build_pool, entry_tasks, evaluate_policy
 from platoon.live.envs import NumberSearch
 
@@ -70,8 +71,8 @@ def test_the_evaluation_tasks_are_the_eval_split_shaped_alike(monkeypatch):
 
     from platoon.live.model import TinyConfig, TinyPolicy
 
-    policy = TinyPolicy(TinyConfig(vocab_size=len(env.vocab), max_len=32, d_model=16, n_heads=2, n_layers=1),
-                        device="cpu")
+    policy = TinyPolicy(TinyConfig(vocab_size=default_renderer([env]).tokenizer.vocab_size, max_len=128, d_model=16,
+                                   n_heads=2, n_layers=1), device="cpu")
     row = evaluate_policy(policy, cfg, build_environments(cfg), n=12)
     assert asked == [val[1:4]] and row["eval/episodes"] == 12.0
 
@@ -96,3 +97,27 @@ def test_eval_at_start_evaluates_step_0_and_every_the_steps_after(overrides, eva
     cfg = config("train.max_training_steps=5", "model.d_model=16", "model.n_layers=1", *overrides)
     driver = build_live(cfg).policy.driver
     assert [s for s in range(driver.steps + 1) if driver.eval_due(s)] == evaluated
+
+
+def test_the_renderer_and_the_harness_budgets_come_from_the_config():
+    from platoon.live.agent.harness import Limits
+    from platoon.live.agent.role_colon import RoleColonRenderer
+    from platoon.live.build import build_live
+
+    cfg = config("train.workflow_config.rollout_config.max_steps=2", "train.context_window_length=96",
+                 "train.workflow_config.rollout_config.inference_params.max_completion_tokens=3",
+                 "model.d_model=16", "model.n_heads=2", "model.n_layers=1")
+    live = build_live(cfg)
+    assert isinstance(live.renderer, RoleColonRenderer) and live.workflow.renderer is live.renderer
+    assert live.workflow.limits == Limits(max_new_tokens=3, max_turns=2, context_window=96)
+    assert live.model.max_len == 96 and live.model.vocab_size == live.renderer.tokenizer.vocab_size
+
+
+@pytest.mark.parametrize("override, problem", [
+    ("train.renderer_name=nope", "train.renderer_name: 'nope' is not a renderer here"),
+    ("train.renderer_kwargs={tool_call_parser: hermes}", "train.renderer_kwargs: role_colon takes no options"),
+])
+def test_a_renderer_the_config_cannot_have_is_refused_when_it_loads(override, problem):
+    with pytest.raises(ConfigError) as info:
+        config(override)
+    assert any(problem in p for p in info.value.problems)

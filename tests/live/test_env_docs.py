@@ -1,4 +1,5 @@
-"""The example of docs/live-backend.md runs as written, and the names it documents exist."""
+"""The example of docs/writing-a-text-environment.md runs as written, and what docs/live-backend.md documents of the
+built-in environment holds."""
 
 import re
 from pathlib import Path
@@ -8,6 +9,7 @@ import pytest
 from platoon.config import registry
 
 DOC = Path(__file__).parents[2] / "docs" / "live-backend.md"
+EXAMPLE = Path(__file__).parents[2] / "docs" / "writing-a-text-environment.md"
 
 
 @pytest.fixture
@@ -17,12 +19,13 @@ def clean_registry():
 
 
 def test_the_environment_example_runs(capsys, clean_registry):
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
-    exec(compile(blocks[-1], str(DOC), "exec"), {"__name__": "docs_example"})
+    text = EXAMPLE.read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    exec(compile(blocks[-1], str(EXAMPLE), "exec"), {"__name__": "docs_example"})
     out = capsys.readouterr().out.strip().splitlines()
-    assert out[-1] == "[False, False, False, False, False, True, False, False] trained 8 1.0 1"
-    assert out[-2].startswith("EvalResult(pass_at_1=")
-    assert out[-1] in DOC.read_text()
+    assert out[0] == "system: say word <eot> user: repeat blue <eot> assistant:" and f"`{out[0]}`" in text
+    assert out[1].startswith("EvalResult(pass_at_1=")
+    assert f"`{out[2]}`" in text
 
 
 def test_the_defaults_it_documents():
@@ -31,5 +34,5 @@ def test_the_defaults_it_documents():
     text = DOC.read_text()
     env = NumberSearch()
     assert f"{len(env.task_ids('train'))} training and {len(env.task_ids('val'))} held-out" in text
-    assert f"{len(env.vocab)}-token vocabulary and contexts of at most {env.max_context_tokens} tokens" in text
+    assert f"{len(env.words)} words" in text
     assert "`[4, 8, 12, 16, 24]`" in text and "`[-1, 0, 1, 2]`" in text

@@ -12,35 +12,33 @@ import pytest
 from platoon.config import registry
 from platoon.config.errors import ExtensionError
 from platoon.live.envs import (
-    Environment,
-    Episode,
     NumberSearch,
     Outcome,
-    Step,
     Task,
-    astep,
+    TextEnvironment,
+    TextEpisode,
+    ToolCall,
+    ToolResult,
+    acall,
+    is_text_environment,
     resolve_environment,
 )
-from platoon.live.envs.number_search import (
-    FIRST_NUMBER,
-    FOUND,
-    HIGHER,
-    INVALID,
-    LOWER,
-    guarantee,
-    optimal_success,
-)
+from platoon.live.envs.number_search import GUESS, guarantee, optimal_success
 
 
-def play(env: NumberSearch, task: Task, guesses: list[int]) -> tuple[list[Step], Outcome]:
+def guess(k: object) -> ToolCall:
+    return ToolCall("guess", {"number": k})
+
+
+def play(env: NumberSearch, task: Task, guesses: list[int]) -> tuple[list[ToolResult], Outcome]:
     ep = env.episode(task)
     ep.reset()
-    steps = []
+    results = []
     for g in guesses:
-        steps.append(ep.step([env.number_token(g)]))
-        if steps[-1].done:
+        results.append(ep.call(guess(g)))
+        if results[-1].done:
             break
-    return steps, ep.outcome()
+    return results, ep.outcome()
 
 
 def binary_search(env: NumberSearch, task: Task) -> Outcome:
@@ -49,19 +47,21 @@ def binary_search(env: NumberSearch, task: Task) -> Outcome:
     lo, hi = 1, task.columns["range"]
     while True:
         mid = (lo + hi) // 2
-        step = ep.step([env.number_token(mid)])
-        if step.done:
+        result = ep.call(guess(mid))
+        if result.done:
             return ep.outcome()
-        if step.observation[0] == HIGHER:
+        if result.text == "higher":
             lo = mid + 1
         else:
             hi = mid - 1
 
 
-def test_it_satisfies_the_protocols():
+def test_it_is_a_text_environment_with_one_tool():
     env = NumberSearch()
-    assert isinstance(env, Environment)
-    assert isinstance(env.episode(env.task(env.task_ids("train")[0])), Episode)
+    assert isinstance(env, TextEnvironment) and is_text_environment(env)
+    episode = env.episode(env.task(env.task_ids("train")[0]))
+    assert isinstance(episode, TextEpisode) and tuple(episode.tools) == (GUESS,)
+    assert list(GUESS.parameters["properties"]) == ["number"] and not GUESS.terminal
 
 
 def test_the_grid_spans_ranges_and_guess_offsets():
@@ -72,9 +72,11 @@ def test_the_grid_spans_ranges_and_guess_offsets():
     assert cells == {(4, 2), (4, 3), (4, 4), (8, 3), (8, 4), (8, 5)}
     task = env.task("n8-g3-t5")
     assert task.columns == {"range": 8, "guesses": 3, "target": 5, "offset": -1, "optimal": 7 / 8}
-    assert (task.max_turns, task.max_action_tokens) == (3, 1)
-    assert env.max_context_tokens == 4 + 2 * 5
-    assert env.vocab[FIRST_NUMBER] == "1" and env.vocab[-1] == "8" and len(env.vocab) == FIRST_NUMBER + 8
+    assert (task.max_turns, task.max_action_tokens) == (3, 2)
+    assert NumberSearch(action_tokens=64).task("n8-g3-t5").max_action_tokens == 64
+    numbers = [w for w in env.words if w.isdigit()]
+    assert numbers == [str(k) for k in range(1, 9)]  # up to the largest range (and the most guesses)
+    assert {"guess", "number", "higher", "lower", "found", "invalid"} <= set(env.words)
 
 
 def test_guarantee_is_the_binary_search_bound():
@@ -113,22 +115,24 @@ def test_unknown_split_and_task_are_key_errors_naming_what_exists():
 def test_answers_and_a_find():
     env = NumberSearch(ranges=(16,))
     task = env.task("n16-g5-t11")
-    steps, outcome = play(env, task, [8, 12, 17 - 6, 3])
-    assert [s.observation for s in steps[:2]] == [(HIGHER,), (LOWER,)]
-    assert steps[2].done and steps[2].observation == () and steps[2].info["answer"] == env.vocab[FOUND]
-    assert len(steps) == 3
+    ep = env.episode(task)
+    assert ep.reset() == "guess the number from 1 to 16 in 5 guesses"
+    results, outcome = play(env, task, [8, 12, 17 - 6, 3])
+    assert [r.text for r in results] == ["higher", "lower", "found"]
+    assert [r.done for r in results] == [False, False, True] and results[2].content == {"answer": "found",
+                                                                                       "range_left": 1}
     assert outcome == Outcome(1.0, True, {"guesses": 3, "range_left": 1})
 
 
-def test_an_invalid_guess_is_spent_and_answered_with_a_question_mark():
+@pytest.mark.parametrize("call", [guess(9), guess(0), guess("3"), guess(True), guess(2.0), ToolCall("guess"),
+                                  ToolCall("look", {"number": 3})])
+def test_a_bad_call_is_answered_invalid_and_changes_nothing(call):
     env = NumberSearch(ranges=(8,))
     ep = env.episode(env.task("n8-g4-t3"))
     ep.reset()
-    assert ep.step([2]).observation == (INVALID,)          # a special token, not a number
-    assert ep.step([env.number_token(8) + 0]).observation == (LOWER,)
-    assert ep.step([]).observation == (INVALID,)           # an empty action
-    last = ep.step([env.number_token(1)])
-    assert last.done and not ep.outcome().success
+    result = ep.call(call)
+    assert result == ToolResult("invalid", content={"answer": "invalid"}, error=True)
+    assert ep.call(guess(8)).text == "lower" and ep.guesses == [8] and ep.guesses_left == 3
 
 
 def test_partial_credit_for_narrowing_and_binary_reward():
@@ -162,27 +166,35 @@ def test_binary_search_wins_every_task_it_can_and_rewards_stay_in_range():
         assert 0 < sum(wins[-1]) < len(wins[-1])
 
 
-def test_the_episode_refuses_calls_out_of_order():
+def test_the_episode_refuses_calls_out_of_order_and_grades_whenever_asked():
     env = NumberSearch()
     ep = env.episode(env.task("n4-g2-t1"))
     with pytest.raises(RuntimeError, match="reset first"):
-        ep.step([env.number_token(1)])
-    assert ep.reset()[1:3] == (env.number_token(4), env.number_token(2))
+        ep.call(guess(1))
+    with pytest.raises(RuntimeError, match="not started"):
+        ep.outcome()
+    assert ep.reset() == "guess the number from 1 to 4 in 2 guesses"
     with pytest.raises(RuntimeError, match="already started"):
         ep.reset()
-    with pytest.raises(RuntimeError, match="not ended"):
-        ep.outcome()
-    assert ep.step([env.number_token(1)]).done
+    assert ep.outcome() == Outcome(0.0, False, {"guesses": 0, "range_left": 4})  # the turns ran out: no credit
+    assert ep.call(guess(1)).done
     with pytest.raises(RuntimeError, match="over"):
-        ep.step([env.number_token(1)])
+        ep.call(guess(1))
+
+
+def test_the_guesses_running_out_end_the_episode():
+    env = NumberSearch(ranges=(8,))
+    results, outcome = play(env, env.task("n8-g3-t5"), [1, 2, 3])
+    assert [r.done for r in results] == [False, False, True] and not outcome.success
 
 
 def test_show_range_adds_the_consistent_range_to_each_answer():
     env = NumberSearch(ranges=(16,), show_range=True)
     ep = env.episode(env.task("n16-g5-t11"))
     ep.reset()
-    assert ep.step([env.number_token(8)]).observation == (HIGHER, env.number_token(9), env.number_token(16))
-    assert env.max_context_tokens == 4 + 4 * 7  # guesses up to L(16) + 2 = 7
+    assert ep.call(guess(8)).text == "higher 9 16"
+    assert ep.call(guess(99)).text == "invalid 9 16"
+    assert ep.call(guess(11)).text == "found"
 
 
 @pytest.mark.parametrize("options, match", [
@@ -191,6 +203,7 @@ def test_show_range_adds_the_consistent_range_to_each_answer():
     ({"val_fraction": 1.0}, "strictly between"),
     ({"reward": "dense"}, "'partial' or 'binary'"),
     ({"partial_weight": 1.0}, r"\[0, 1\)"),
+    ({"action_tokens": 0}, "at least 1"),
 ])
 def test_bad_options_are_value_errors(options, match):
     with pytest.raises(ValueError, match=match):
@@ -209,11 +222,13 @@ def test_resolve_by_name_by_reference_and_unknown():
         resolve_environment("platoon-number-search", {"no_such_option": 1})
 
 
-class _AsyncCoin:
-    """A one-task environment whose steps are awaitables (an environment that does I/O)."""
+FLIP = ToolCall("flip", {"side": "heads"})
 
-    vocab = ("<pad>", "heads", "tails")
-    max_context_tokens = 4
+
+class _AsyncCoin:
+    """A one-task text environment whose calls are awaitables (an environment that does I/O)."""
+
+    speaks_text = True
 
     def task_ids(self, split):
         return ["coin"]
@@ -226,22 +241,24 @@ class _AsyncCoin:
 
 
 class _AsyncCoinEpisode:
+    tools = ()
+
     def reset(self):
-        return (0,)
+        return "call heads"
 
-    async def _answer(self, action):
+    async def _answer(self, call):
         await asyncio.sleep(0)
-        self.won = list(action) == [1]
-        return Step((), float(self.won), True)
+        self.won = call.arguments.get("side") == "heads"
+        return ToolResult("won" if self.won else "lost", done=True)
 
-    def step(self, action):
-        return self._answer(action)
+    def call(self, call):
+        return self._answer(call)
 
     def outcome(self):
         return Outcome(float(self.won), self.won)
 
 
-def test_a_package_registers_an_environment_with_awaitable_steps(monkeypatch):
+def test_a_package_registers_an_environment_with_awaitable_calls(monkeypatch):
     module = types.ModuleType("coin_env_pkg")
 
     def register():
@@ -254,10 +271,15 @@ def test_a_package_registers_an_environment_with_awaitable_steps(monkeypatch):
         env = resolve_environment("coin", {}, package="coin_env_pkg")
         ep = env.episode(env.task("coin"))
         ep.reset()
-        step = asyncio.run(astep(ep, [1]))
-        assert step.done and ep.outcome() == Outcome(1.0, True)
+        result = asyncio.run(acall(ep, FLIP))
+        assert result.done and ep.outcome() == Outcome(1.0, True)
     finally:
         registry.unregister("environment", "coin")
+
+
+def test_a_class_that_does_not_speak_text_is_refused():
+    with pytest.raises(ExtensionError, match="does not speak the text protocol"):
+        resolve_environment("collections:OrderedDict")
 
 
 def test_outcome_reward_outside_unit_interval_is_refused():

@@ -24,9 +24,10 @@ from platoon.live.model_kinds import build_causal_policy
 PROMPTS = [[1, 10, 12, 2], [1, 5, 2], [1, 30, 31, 2, 7, 3]]
 
 
-@pytest.fixture(scope="module")
-def policy() -> TinyPolicy:
-    p = TinyPolicy(TinyConfig(vocab_size=40, max_len=32), device="cpu", seed=3)
+@pytest.fixture(scope="module", params=[0, 4], ids=["plain", "shift"])
+def policy(request) -> TinyPolicy:
+    """The tiny model, plain and with the causal-convolution taps (whose state the KV cache carries as well)."""
+    p = TinyPolicy(TinyConfig(vocab_size=40, max_len=32, shift=request.param), device="cpu", seed=3)
     # The read-out starts at zero (a uniform policy); give it shape so that tests see a peaked distribution.
     with torch.no_grad():
         p.module.head.weight.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(0))
@@ -78,7 +79,15 @@ def test_sampling_frequencies_follow_the_softmax(policy):
     assert gens[0].logprobs[0] == pytest.approx(math.log(float(probs[gens[0].tokens[0]])), abs=1e-5)
 
 
-def test_greedy_per_row_limits_and_stop_tokens(policy):
+def test_rows_with_short_limits_near_the_last_position_run_on_with_a_long_one(policy):
+    # row 0 fills the model's 32 positions exactly; row 1's longer limit keeps the batch going past row 0's end
+    gens = policy.sample([[1] * 30, [1, 2]], max_new_tokens=[2, 8], temperature=1.0, seeds=[1, 2])
+    assert [len(g.tokens) for g in gens] == [2, 8]
+    alone = policy.sample([[1] * 30], max_new_tokens=2, temperature=1.0, seeds=[1])[0]
+    assert gens[0].tokens == alone.tokens
+
+
+def test_greedy_per_row_limits_and_stop_sequences(policy):
     gens = policy.sample(PROMPTS, max_new_tokens=[3, 0, 5], temperature=[0.0, 1.0, 1.0], seeds=[1, 2, 3])
     assert [len(g.tokens) for g in gens] == [3, 0, 5]
     assert gens[1] == Generation((), ())
@@ -89,9 +98,21 @@ def test_greedy_per_row_limits_and_stop_tokens(policy):
     assert again.tokens == gens[0].tokens
     free = policy.sample(PROMPTS[2:], max_new_tokens=5, temperature=1.0, seeds=[3])[0]
     stop = free.tokens[1]
-    stopped = policy.sample(PROMPTS[2:], max_new_tokens=5, temperature=1.0, seeds=[3], stop_tokens=[{stop}])[0]
+    stopped = policy.sample(PROMPTS[2:], max_new_tokens=5, temperature=1.0, seeds=[3], stop=[[(stop,)]])[0]
     cut = free.tokens.index(stop) + 1
     assert stopped.tokens == free.tokens[:cut]
+
+
+def test_a_stop_sequence_of_several_tokens_ends_the_row_that_ends_with_it_and_stays_in_it(policy):
+    free = policy.sample(PROMPTS, max_new_tokens=6, temperature=1.0, seeds=[1, 2, 3])
+    pair = free[2].tokens[2:4]
+    never = (free[0].tokens[0], 39, 39, 39)
+    stopped = policy.sample(PROMPTS, max_new_tokens=6, temperature=1.0, seeds=[1, 2, 3],
+                            stop=[[never], [], [never, pair]])
+    assert stopped[2].tokens == free[2].tokens[:4] and stopped[2].logprobs == free[2].logprobs[:4]
+    assert stopped[0] == free[0] and stopped[1] == free[1]  # rows without a match run to their limit
+    with pytest.raises(ValueError, match="non-empty ids in 0..39"):
+        policy.sample(PROMPTS[:1], max_new_tokens=2, temperature=1.0, seeds=[1], stop=[[()]])
 
 
 @pytest.mark.parametrize("prompts, limit, match", [
@@ -156,13 +177,20 @@ def test_device_choice(monkeypatch):
     assert resolve_device("auto") == torch.device("cuda")
 
 
-def test_build_causal_policy_sizes_the_tiny_model_from_the_config_and_the_environment():
+def test_build_causal_policy_sizes_the_tiny_model_from_the_config_and_the_tokenizer():
     cfg = ModelConfig(d_model=32, n_layers=1, n_heads=2, device="cpu")
     p = build_causal_policy("tiny", cfg, vocab_size=31, max_len=20, seed=5)
     assert isinstance(p, TinyPolicy)
     assert (p.config.vocab_size, p.config.d_model, p.config.n_layers, p.config.n_heads) == (31, 32, 1, 2)
-    assert p.config.max_len >= 20 + 8
-    assert build_causal_policy("tiny", cfg, vocab_size=31, max_len=20, max_new_tokens=16).config.max_len >= 20 + 16
+    assert p.config.max_len == 20
+    prior = [0.0] * 30 + [-3.0]
+    biased = build_causal_policy("tiny", cfg, vocab_size=31, max_len=20, logit_prior=prior)
+    (gen,) = biased.sample([[1, 2]], max_new_tokens=1, temperature=1.0, seeds=[0])
+    # the read-out starts at zero weights: the first policy is softmax(prior) whatever the context
+    expected = torch.log_softmax(torch.tensor(prior), -1)[gen.tokens[0]]
+    assert gen.logprobs[0] == pytest.approx(float(expected), abs=1e-5)
+    with pytest.raises(ValueError, match="logit_prior has 2 entries"):
+        build_causal_policy("tiny", cfg, vocab_size=31, max_len=20, logit_prior=[0.0, 0.0])
     with pytest.raises(FileNotFoundError, match="'no/such/dir' is neither a local directory holding a checkpoint nor a model id in the Hugging Face cache"):
         build_causal_policy("no/such/dir", cfg, vocab_size=31, max_len=20)
     with pytest.raises(ValueError, match="multiple of n_heads"):

@@ -30,7 +30,7 @@ def snapshot(run):
 
 
 def slow_service(model, cfg, version):
-    service = FakeService(vocab=model.vocab_size, delay_s=0.05)  # groups still run while a step trains and saves
+    service = FakeService(vocab=model.vocab_size, delay_s=0.2)  # groups still run while a step trains and saves
     service.version = version
     return service
 

@@ -199,6 +199,8 @@ def test_bad_requests_are_refused_up_front_and_a_closed_service_refuses_all():
             await service.sample(PROMPT, max_new_tokens=1, temperature=-1.0)
         with pytest.raises(ValueError, match="max_new_tokens"):
             await service.sample(PROMPT, max_new_tokens=1.5, temperature=1.0)
+        with pytest.raises(ValueError, match="stop sequence"):
+            await service.sample(PROMPT, max_new_tokens=1, temperature=1.0, stop=[(3,), (20,)])
         running = asyncio.ensure_future(service.sample(PROMPT, max_new_tokens=1, temperature=1.0))
         await wait_entered(model)
         queued = asyncio.ensure_future(service.sample(PROMPT, max_new_tokens=1, temperature=1.0))
@@ -245,6 +247,25 @@ def test_a_collection_window_gathers_requests_that_arrive_apart():
     assert run_virtual(run(0.5))[0] == 1
 
 
+def test_a_completion_stops_after_a_stop_sequence_which_it_keeps():
+    policy = tiny()
+
+    async def main():
+        service = BatchingModelService(policy)
+        free = await service.sample(PROMPT, max_new_tokens=6, temperature=1.0, seed=5)
+        pair = free.tokens[1:3]
+        cut = await service.sample(PROMPT, max_new_tokens=6, temperature=1.0, seed=5, stop=[pair])
+        await service.aclose()
+        fake = FakeModelService([[4, 5, 6, 5, 6]])
+        scripted = await fake.sample([1], max_new_tokens=9, temperature=1.0, stop=[(5, 6), (9,)])
+        return free, pair, cut, scripted
+
+    free, pair, cut, scripted = asyncio.run(main())
+    end = next(i + 2 for i in range(len(free.tokens) - 1) if free.tokens[i:i + 2] == pair)
+    assert cut.tokens == free.tokens[:end] and cut.tokens[-2:] == pair
+    assert scripted.tokens == (4, 5, 6)
+
+
 def test_the_fake_service_follows_its_script():
     async def main():
         fake = FakeModelService(lambda prompt, seed: [len(prompt), seed % 7], logprob=-0.5, version=2)
@@ -262,7 +283,7 @@ def test_the_fake_service_follows_its_script():
 
     fake, got = asyncio.run(main())
     assert fake.published == [3] and fake.version == 3
-    assert fake.calls == [{"prompt": (1, 2, 3), "max_new_tokens": 1, "temperature": 1.0, "seed": 10}]
+    assert fake.calls == [{"prompt": (1, 2, 3), "max_new_tokens": 1, "temperature": 1.0, "seed": 10, "stop": ()}]
     assert [g.tokens for g in got] == [(4, 5), (6,)] and got[0].logprobs == (-1.0, -1.0)
 
 

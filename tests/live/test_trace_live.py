@@ -210,7 +210,8 @@ def test_a_small_live_run_traces_the_trainer_the_model_service_and_every_rollout
         lane = [s for s in lanes[e["tid"]] if inside(s, e)]
         calls = [s for s in lane if s["name"] == "model_call"]
         assert len(calls) == args["turns"] and all(s["args"]["batch"] in sizes for s in calls)
-        assert len([s for s in lane if s["name"] == "env_step"]) == args["turns"]
+        # a tool call is an env_step span; a turn without a call makes none
+        assert len([s for s in lane if s["name"] == "env_step"]) <= args["turns"]
         assert [s["name"] for s in lane if s["name"] in ("permit_wait", "startup")] == ["permit_wait", "startup"]
     # the run's clock: a step's train span ends before its metrics row is written
     times = {r["step"]: r["time"] for r in read_jsonl(run / "metrics.jsonl")}

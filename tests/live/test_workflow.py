@@ -16,7 +16,9 @@ from live_harness import (
     run_virtual,
 )
 
-from platoon.live.envs.number_search import NumberSearch
+from platoon.live.agent.harness import default_renderer
+from platoon.live.agent.messages import Message
+from platoon.live.envs.number_search import GUESS, NumberSearch
 from platoon.live.workflow import (
     GroupRolloutWorkflow,
     GroupRow,
@@ -115,16 +117,17 @@ def test_verdicts_members_and_datums():
 
 def test_the_default_rollout_plays_the_environment_with_the_model_service():
     env = NumberSearch(ranges=(4,))
-    service = FakeService(vocab=len(env.vocab))
+    service = FakeService(vocab=default_renderer([env]).tokenizer.vocab_size)
     wf = GroupRolloutWorkflow({"ns": env}, service, seed=5, max_new_tokens=1)
     task_id = env.task_ids("train")[0]
     # a mixture's row: the pool's id for events and logs, the environment's own for the environment
     out = run_virtual(wf.arun_episode(GroupRow((1, 0), f"ns::{task_id}", "ns", 3, env_task_id=task_id)))
     assert len(out.members) == 3 and all(m.valid and m.steps >= 1 for m in out.members)
     assert len(out.datums) == 3
+    prompt = wf.renderer.prompt([Message("user", env.episode(env.task(task_id)).reset())], (GUESS,))
     for datum, member in zip(out.datums, out.members, strict=True):
-        assert datum["tokens"][:4] == list(env.episode(env.task(task_id)).reset())
-        assert sum(datum["mask"]) == member.steps  # one token per guess
+        assert datum["tokens"][: len(prompt)] == prompt
+        assert sum(datum["mask"]) == member.steps  # one token per turn (the service's)
     assert service.calls == sum(m.steps for m in out.members)
 
 

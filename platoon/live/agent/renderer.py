@@ -10,24 +10,33 @@ only to act on it; the parsed text is never encoded again for training.
   as sampled (``messages`` ends with that assistant message): the ``new`` messages and the next generation prompt.
   ``closed`` says whether the completion ended with one of ``stop_sequences``; when it did not (the token budget
   ran out), the renderer first closes the assistant's turn;
-- ``parse(completion)``: the assistant message a completion's ids encode, its tool calls parsed. A malformed call is
-  not an error: it is left in the content, and the message has no tool call for it;
+- ``parse(completion, tools=())``: the assistant message a completion's ids encode, its tool calls parsed. A
+  malformed call is not an error: it is left in the content, and the message has no tool call for it. ``tools`` are
+  the episode's: a syntax that needs them (``role_colon``'s positional arguments) reads them; a renderer whose
+  ``parse`` takes no ``tools`` is called without (``parse_completion``);
 - ``stop_sequences``: token-id sequences that end a completion (sampling stops after one, which stays in the
   completion).
 
 A ``Tokenizer`` is the little of a tokenizer a renderer needs: ``encode``, ``decode`` and ``vocab_size``.
+
+``make_renderer(name, tokenizer, **renderer_kwargs)`` builds the renderer ``train.renderer_name`` names:
+``role_colon`` (``platoon.live.agent.role_colon``, the tiny model's) or ``chat_template`` (the tokenizer's own chat
+template, ``platoon.live.agent.chat_template``); 0.4.0's cookbook names (``qwen3``, ``llama3``, ...) read as
+``chat_template`` (``CHAT_TEMPLATE_ALIASES``).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from platoon.config.components import CHAT_TEMPLATE_ALIASES, RENDERER_NAMES, renderer_name_problem
 from platoon.live.agent.messages import Message
 from platoon.live.envs.text import Tool
 
-__all__ = ["Renderer", "Tokenizer"]
-
+__all__ = ["CHAT_TEMPLATE_ALIASES", "RENDERER_NAMES", "Renderer", "Tokenizer", "ends_with_stop", "make_renderer",
+           "parse_completion", "renderer_name_problem"]
 
 @runtime_checkable
 class Tokenizer(Protocol):
@@ -57,3 +66,35 @@ class Renderer(Protocol):
 
     def parse(self, completion: Sequence[int]) -> Message:
         ...
+
+
+def make_renderer(name: str, tokenizer: Tokenizer, **renderer_kwargs: Any) -> Renderer:
+    """The renderer ``name`` over ``tokenizer`` with ``renderer_kwargs`` (``train.renderer_kwargs``). ``ValueError``
+    for an unknown name; ``ImportError`` when ``chat_template``'s module is missing; ``TypeError`` for options the
+    renderer does not take."""
+    problem = renderer_name_problem(name)
+    if problem is not None:
+        raise ValueError(f"train.renderer_name: {problem}")
+    if name == "role_colon":
+        from platoon.live.agent.role_colon import RoleColonRenderer
+
+        return RoleColonRenderer(tokenizer, **renderer_kwargs)
+    try:
+        from platoon.live.agent.chat_template import ChatTemplateRenderer
+    except ImportError as exc:
+        raise ImportError(f"train.renderer_name {name!r} renders with the tokenizer's chat template, and this "
+                          f"platoon lacks platoon.live.agent.chat_template ({exc})") from exc
+    return ChatTemplateRenderer(tokenizer, **renderer_kwargs)
+
+
+def ends_with_stop(completion: Sequence[int], stop_sequences: Sequence[Sequence[int]]) -> bool:
+    """Whether ``completion`` ends with one of ``stop_sequences`` (it was closed, not cut by its token budget)."""
+    tail = list(completion)
+    return any(len(s) and tail[-len(s):] == list(s) for s in stop_sequences)
+
+
+def parse_completion(renderer: Renderer, completion: Sequence[int], tools: Sequence[Tool]) -> Message:
+    """``renderer.parse(completion, tools=tools)``, or without ``tools`` when its ``parse`` takes none."""
+    if "tools" in inspect.signature(renderer.parse).parameters:
+        return renderer.parse(completion, tools=tools)
+    return renderer.parse(completion)

@@ -1,9 +1,11 @@
 """``number_search``: find a hidden number from higher/lower answers within a limited number of guesses.
 
-A task is a triple (range N, guesses allowed g, target t with 1 <= t <= N). The prompt is ``<bos> N g |``; each
-action is one token, a guess; the environment answers ``=`` (found: the episode ends with success), ``>`` (the
-target is higher), ``<`` (lower) or ``?`` (not a number in 1..N; the guess is spent). The episode ends when the
-target is found or the guesses run out.
+A text environment (``platoon.live.envs.text``). A task is a triple (range N, guesses allowed g, target t with
+1 <= t <= N). The instruction reads ``guess the number from 1 to N in g guesses``; the one tool, ``guess(number)``,
+answers ``found`` (the episode ends with success), ``higher`` (the target is higher) or ``lower``; a number outside
+1..N, or an argument that is not an integer, is answered ``invalid`` and changes nothing. Each turn spends a guess
+(``max_turns`` is g): a turn with a bad call, or with no call at all, spends it as well, so the game is the one it
+was when actions were tokens. ``words`` declares every word the game writes (the tiny tokenizer's vocabulary).
 
 Difficulty is graded by N and by how g compares with ``L(N) = ceil(log2(N + 1))``, the guesses with which binary
 search always wins: with g guesses the best play wins with probability ``min(1, (2**g - 1) / N)``. The grid holds
@@ -21,8 +23,10 @@ Rewards (``reward``): ``partial`` (default) gives 1 for a find and otherwise par
 binary reward leaves all-fail (a prototype's held-out pass@1 stalled at 0.39-0.47 with binary reward on ranges up
 to 64, and reached 0.70-0.77 with partial credit).
 
-``show_range: true`` makes each answer also name the range still consistent with the answers (``> lo hi``): an
-easier, Markov game, off by default.
+``show_range: true`` makes each answer also name the range still consistent with the answers (``higher 9 16``): an
+easier, Markov game, off by default. ``action_tokens`` is a task's ``max_action_tokens``, the tokens one assistant
+message may take: 2 by default, the tiny tokenizer's ``guess 8`` (the turn ends there, closed by the renderer); a
+chat model's call in its template's JSON takes a few dozen, so give it ``action_tokens: 64``.
 """
 
 from __future__ import annotations
@@ -33,14 +37,19 @@ from collections.abc import Sequence
 from typing import Literal
 
 from platoon.config.registry import environment
-from platoon.live.envs.base import Outcome, Step, Task
+from platoon.live.envs.base import Outcome, Task
+from platoon.live.envs.text import Tool, ToolCall, ToolResult
 
-PAD, BOS, SEP, LOWER, HIGHER, FOUND, INVALID = range(7)
-SPECIALS = ("<pad>", "<bos>", "|", "<", ">", "=", "?")
-FIRST_NUMBER = len(SPECIALS)
 SPLITS = ("train", "val")
+ANSWERS = ("higher", "lower", "found", "invalid")
+GUESS = Tool(
+    "guess", "Guess the hidden number; the answer says whether it is higher or lower.",
+    {"type": "object", "properties": {"number": {"type": "integer", "description": "your guess"}},
+     "required": ["number"]},
+)
+INSTRUCTION = "guess the number from 1 to {n} in {g} guesses"
 
-__all__ = ["NumberSearch", "NumberSearchEpisode", "optimal_success"]
+__all__ = ["GUESS", "NumberSearch", "NumberSearchEpisode", "optimal_success"]
 
 
 def guarantee(n: int) -> int:
@@ -57,6 +66,7 @@ def optimal_success(n: int, guesses: int) -> float:
 class NumberSearch:
     """The built-in environment (see the module's doc). Options are the entry's ``service_kwargs``."""
 
+    speaks_text = True
     eval_split = "val"
     """The split an entry evaluates on when its ``eval_dataset_kwargs.split_name`` is null."""
 
@@ -70,6 +80,7 @@ class NumberSearch:
         reward: Literal["partial", "binary"] = "partial",
         partial_weight: float = 0.5,
         show_range: bool = False,
+        action_tokens: int = 2,
     ) -> None:
         ranges = sorted({int(n) for n in ranges})
         if not ranges or ranges[0] < 2:
@@ -82,11 +93,12 @@ class NumberSearch:
             raise ValueError(f"reward must be 'partial' or 'binary', got {reward!r}")
         if not 0.0 <= partial_weight < 1.0:
             raise ValueError(f"partial_weight must lie in [0, 1), got {partial_weight!r}")
+        if int(action_tokens) < 1:
+            raise ValueError(f"action_tokens must be at least 1, got {action_tokens!r}")
         self.reward = reward
         self.partial_weight = float(partial_weight)
         self.show_range = bool(show_range)
         self.max_range = ranges[-1]
-        self.vocab: tuple[str, ...] = SPECIALS + tuple(str(k) for k in range(1, self.max_range + 1))
         self._tasks: dict[str, Task] = {}
         self._splits: dict[str, list[str]] = {s: [] for s in SPLITS}
         max_guesses = 1
@@ -105,12 +117,16 @@ class NumberSearch:
                         columns={"range": n, "guesses": g, "target": t, "offset": g - guarantee(n),
                                  "optimal": optimal_success(n, g)},
                         max_turns=g,
-                        max_action_tokens=1,
+                        max_action_tokens=int(action_tokens),
                     )
                     self._tasks[task.task_id] = task
                     self._splits[split].append(task.task_id)
         self.max_guesses = max_guesses
-        self.max_context_tokens = 4 + (4 if self.show_range else 2) * max_guesses
+        self.words: tuple[str, ...] = tuple(dict.fromkeys([
+            *INSTRUCTION.replace("{n}", "").replace("{g}", "").split(), GUESS.name, *GUESS.parameters["properties"],
+            *ANSWERS, *(str(k) for k in range(1, max(self.max_range, max_guesses) + 1)),
+        ]))
+        """Every word the game writes, for a word-level tokenizer (``platoon.live.agent.tokenizer``)."""
 
     # --- tasks -----------------------------------------------------------------------------------------------
 
@@ -129,22 +145,6 @@ class NumberSearch:
     def episode(self, task: Task) -> NumberSearchEpisode:
         return NumberSearchEpisode(self, task)
 
-    # --- tokens ----------------------------------------------------------------------------------------------
-
-    def number_token(self, k: int) -> int:
-        if not 1 <= k <= self.max_range:
-            raise ValueError(f"{k} is outside 1..{self.max_range}")
-        return FIRST_NUMBER + k - 1
-
-    def token_number(self, token: int) -> int | None:
-        """The number a token names, or None for a special token or an id outside the vocabulary."""
-        k = token - FIRST_NUMBER + 1
-        return k if 1 <= k <= self.max_range else None
-
-    def decode(self, tokens: Sequence[int]) -> str:
-        return " ".join(self.vocab[t] if 0 <= t < len(self.vocab) else f"#{t}" for t in tokens)
-
-
 class NumberSearchEpisode:
     """One game: the range still consistent with the answers, the guesses left, found or not."""
 
@@ -158,49 +158,47 @@ class NumberSearchEpisode:
         self.found = False
         self.done = False
         self.started = False
-        self.guesses: list[int | None] = []
+        self.guesses: list[int] = []
 
-    def reset(self) -> tuple[int, ...]:
+    tools = (GUESS,)
+
+    def reset(self) -> str:
         if self.started:
             raise RuntimeError("reset: the episode has already started")
         self.started = True
-        env = self.env
-        return (BOS, env.number_token(self.n), env.number_token(int(self.task.columns["guesses"])), SEP)
+        return INSTRUCTION.format(n=self.n, g=int(self.task.columns["guesses"]))
 
-    def step(self, action: Sequence[int]) -> Step:
+    def call(self, call: ToolCall) -> ToolResult:
         if not self.started:
-            raise RuntimeError("step: call reset first")
+            raise RuntimeError("call: call reset first")
         if self.done:
-            raise RuntimeError("step: the episode is over")
-        guess = self.env.token_number(action[0]) if len(action) else None
-        if guess is not None and guess > self.n:
-            guess = None
+            raise RuntimeError("call: the episode is over")
+        guess = call.arguments.get("number") if call.name == GUESS.name else None
+        if isinstance(guess, bool) or not isinstance(guess, int) or not 1 <= guess <= self.n:
+            return ToolResult(self._answer("invalid"), content={"answer": "invalid"}, error=True)
         self.guesses.append(guess)
         self.guesses_left -= 1
-        if guess is None:
-            answer = INVALID
-        elif guess == self.target:
-            answer = FOUND
+        if guess == self.target:
+            answer = "found"
             self.found = True
             self.lo = self.hi = guess
         elif guess < self.target:
-            answer = HIGHER
+            answer = "higher"
             self.lo = max(self.lo, guess + 1)
         else:
-            answer = LOWER
+            answer = "lower"
             self.hi = min(self.hi, guess - 1)
         self.done = self.found or self.guesses_left <= 0
-        info = {"answer": self.env.vocab[answer], "range_left": self.hi - self.lo + 1}
-        if self.done:
-            return Step(observation=(), reward=self._reward(), done=True, info=info)
-        observation = (answer,)
-        if self.env.show_range:
-            observation += (self.env.number_token(self.lo), self.env.number_token(self.hi))
-        return Step(observation=observation, reward=0.0, done=False, info=info)
+        return ToolResult(self._answer(answer), content={"answer": answer, "range_left": self.hi - self.lo + 1},
+                          done=self.done)
+
+    def _answer(self, answer: str) -> str:
+        return f"{answer} {self.lo} {self.hi}" if self.env.show_range and answer != "found" else answer
 
     def outcome(self) -> Outcome:
-        if not self.done:
-            raise RuntimeError("outcome: the episode has not ended")
+        """The grade so far: the episode ends when the target is found or the turns (guesses) run out."""
+        if not self.started:
+            raise RuntimeError("outcome: the episode has not started")
         return Outcome(reward=self._reward(), success=self.found,
                        info={"guesses": len(self.guesses), "range_left": self.hi - self.lo + 1})
 

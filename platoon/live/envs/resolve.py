@@ -12,6 +12,7 @@ from typing import Any
 import platoon.live.envs.number_search  # noqa: F401  (registers the built-in)
 from platoon.config import registry
 from platoon.config.errors import ExtensionError
+from platoon.live.envs.text import is_text_environment
 
 __all__ = ["resolve_environment"]
 
@@ -21,7 +22,8 @@ def resolve_environment(env: str, options: Mapping[str, Any] | None = None, *, p
     ``service_kwargs``.
 
     ``package`` is imported first (it may register the name). An unknown name raises ``ExtensionError`` with the
-    registry's did-you-mean message; options the class does not take raise ``TypeError`` from its constructor.
+    registry's did-you-mean message, and so does a class that is not a text environment (``is_text_environment``);
+    options the class does not take raise ``TypeError`` from its constructor.
     """
     if package:
         registry.import_package(package)
@@ -32,4 +34,8 @@ def resolve_environment(env: str, options: Mapping[str, Any] | None = None, *, p
         cls = registry.lookup("environment", name)
         if cls is None:
             raise ExtensionError(registry.unknown_name_message("environment", name))
-    return cls(**dict(options or {}))
+    instance = cls(**dict(options or {}))
+    if not is_text_environment(instance):
+        raise ExtensionError(f"environment {env!r} does not speak the text protocol (its class sets no "
+                             "speaks_text = True; docs/writing-a-text-environment.md)")
+    return instance

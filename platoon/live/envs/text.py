@@ -14,10 +14,14 @@ outcome = episode.outcome()            # reward in [0, 1] and success
 ```
 
 Rules it keeps:
-- ``task_ids(split)``, ``task(task_id)`` and an optional ``eval_split`` are as in the token protocol
-  (``platoon.live.envs.base``): splits list tasks in a fixed order and ``task`` rebuilds the same ``Task``. A task's
-  ``max_turns`` is the episode's turn budget (assistant messages), ``max_action_tokens`` the tokens one assistant
-  message may take;
+- ``task_ids(split)`` lists a split's tasks in a fixed order (an unknown split raises ``KeyError`` naming the
+  known); ``task(task_id)`` rebuilds the same ``Task`` (``platoon.live.envs.base``) every time (a resume, a worker,
+  an evaluation ask again); an optional ``eval_split`` names the split evaluation lists by default (else ``eval``).
+  A task's ``max_turns`` is the episode's turn budget (assistant messages), ``max_action_tokens`` the tokens one
+  assistant message may take;
+- an optional ``words`` attribute declares the words the environment writes (its instructions, its tools' and
+  parameters' names, its answers, the names it expects back): the tiny model's tokenizer
+  (``platoon.live.agent.tokenizer``) gives each one token, and spells anything else in bytes;
 - ``reset()`` is called once, first, and returns the instruction;
 - ``tools`` is fixed for the episode. Arguments are checked by the environment, not the harness: a call with a
   bad or missing argument, or of an unknown tool, returns a ``ToolResult`` whose text says what was wrong and
@@ -28,7 +32,8 @@ Rules it keeps:
   or the context running out. Its reward is in [0, 1], ``success`` the environment's own pass flag.
 
 Environments plug in by name (``@environment("name")`` from ``platoon.config.registry``), as ``module:Class``, or
-through an entry's ``package`` / an extension's entry point; ``is_text_environment`` tells the two protocols apart.
+through an entry's ``package`` / an extension's entry point; ``is_text_environment`` tells an environment of this
+protocol from anything else a name may resolve to.
 """
 
 from __future__ import annotations
@@ -122,8 +127,8 @@ class TextEnvironment(Protocol):
 
 
 def is_text_environment(env: Any) -> bool:
-    """True when ``env`` speaks text: its class says ``speaks_text = True``. (Both protocols share ``task_ids``,
-    ``task`` and ``episode``, so structure alone cannot tell them apart; a token environment has ``vocab``.)"""
+    """True when ``env`` speaks text: its class says ``speaks_text = True`` (an environment written for the token
+    protocol of earlier releases shares ``task_ids``, ``task`` and ``episode``, so structure alone cannot tell)."""
     return bool(getattr(env, "speaks_text", False))
 
 
