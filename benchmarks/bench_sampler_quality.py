@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -171,8 +172,18 @@ def ceiling(p: np.ndarray, cap: int = 3) -> float:
     return float(q[: int(np.ceil(len(q) / cap))].mean())
 
 
-def run(sampler: str, pop: Population, options: dict | None = None, seed: int = SEED) -> tuple[float, float]:
-    """``(share over all groups, share over the second half)`` of one run."""
+@dataclass(frozen=True)
+class Result:
+    """One run: the informative share over all groups, over the second half, and per draw reason
+    (``explore``/``exploit``/...: that reason's share of the draws and the share of those draws that trained)."""
+
+    share: float
+    second_half: float
+    by_reason: dict[str, tuple[float, float]]
+
+
+def run(sampler: str, pop: Population, options: dict | None = None, seed: int = SEED) -> Result:
+    """One run of ``sampler`` (with ``options``) on ``pop``."""
     ORACLE_POP[:] = [pop]
     ids = [f"t{i}" for i in range(len(pop.rates))]
     pool = TaskPool.from_entries([EntrySpec("synthetic", ids, GROUP, 1.0, 0)])
@@ -189,6 +200,7 @@ def run(sampler: str, pop: Population, options: dict | None = None, seed: int = 
     rng = np.random.default_rng(seed + 1)
     open_: list[tuple[tuple[int, int], Bound, int]] = []
     informative: list[bool] = []
+    reasons: list[str] = []
     seq = 0
     version = 0
 
@@ -239,13 +251,17 @@ def run(sampler: str, pop: Population, options: dict | None = None, seed: int = 
         )
         rec.fate(*key, "consumed")
         informative.append(trains)
+        reasons.append(bound.reason)
         if len(informative) % OPEN == 0:
             version += 1
             pop.publish()
             rec.flush()
         draw()
-    share = np.array(informative)
-    return float(share.mean()), float(share[len(share) // 2 :].mean())
+    share, why = np.array(informative), np.array(reasons)
+    by_reason = {
+        r: (float(np.mean(why == r)), float(share[why == r].mean())) for r in sorted(set(reasons))
+    }
+    return Result(float(share.mean()), float(share[len(share) // 2 :].mean()), by_reason)
 
 
 def _cell(values: list[float]) -> str:
@@ -279,12 +295,12 @@ def main() -> None:
     for name, make in populations(np.random.default_rng(SEED)).items():
         if only is not None and name not in only:
             continue
-        uniform = [run("uniform", make(), seed=s)[0] for s in seeds]
-        oracle = [run("oracle", make(), seed=s)[0] for s in seeds]
+        uniform = [run("uniform", make(), seed=s).share for s in seeds]
+        oracle = [run("oracle", make(), seed=s).share for s in seeds]
         cells: dict[str, tuple[list[float], list[float]]] = {}
         for label, options in SETTINGS.items():
             results = [run("pass_rate", make(), options, seed=s) for s in seeds]
-            cells[label] = ([r[0] for r in results], [r[1] for r in results])
+            cells[label] = ([r.share for r in results], [r.second_half for r in results])
         ratio = [d / v for d, v in zip(cells["default"][0], cells["0.4.0"][0], strict=True)]
         pop = make()
         top = f"{ceiling(pop.rates):.3f}" if pop.fixed else "-"
