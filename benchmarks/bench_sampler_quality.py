@@ -19,7 +19,9 @@ is informative when it trains: with a binary reward, when it mixes passes and fa
 Printed per population: the informative share of uniform, of pass_rate with platoon 0.4.0's evidence
 (``evidence: versions``) and with the default (``evidence: drift``), each over all groups and over the second half
 (once pass_rate has evidence), the default's ratio to 0.4.0's, the oracle's (pass_rate's contract and spread, with
-every task's true chance to train: the most any pass_rate gets, exploration included), and for fixed rates the
+every task's true chance to train: the most any pass_rate gets, exploration included), the oracle's blind to a task
+until its first group settled (the most a pass_rate that learns a task's chance from one group gets), and for fixed
+rates the
 ceiling: what an oracle that knows every p gets under pass_rate's cap of 3 draws per task per pool-sized window
 with no exploration (the top third of the tasks, each drawn three times).
 
@@ -127,6 +129,19 @@ class Oracle(PassRateSampler):
         u0 = Graded.ALIKE if isinstance(pop, Graded) else 1.0
         sharp = 1e9  # a posterior this sharp samples the rate itself
         return p * sharp, (1.0 - p) * sharp, np.ones(len(idx)), np.full(len(idx), u0), np.zeros(len(idx))
+
+
+@task_sampler("oracle-one-look", options=PassRateOptions)
+class OracleAfterOneLook(Oracle):
+    """The oracle, blind to a task until its first group settles (until then it reads the default's prior): what a
+    pass_rate that learned a task's exact chance from one group would get. The default's own inference is bounded
+    by it."""
+
+    def _read(self, stats, idx):
+        a, b, u1, u0, w = super()._read(stats, idx)
+        seen = self._model.seen(idx)
+        prior_a, prior_b = self._model.prior(idx)
+        return np.where(seen, a, prior_a), np.where(seen, b, prior_b), u1, u0, w
 
 
 def populations(rng: np.random.Generator) -> dict[str, Callable[[], Population]]:
@@ -288,6 +303,7 @@ def main() -> None:
         "2nd half",
         "ratio",
         "oracle",
+        "after one look",
         "ceiling",
     ]
     print(" | ".join(head))
@@ -297,6 +313,7 @@ def main() -> None:
             continue
         uniform = [run("uniform", make(), seed=s).share for s in seeds]
         oracle = [run("oracle", make(), seed=s).share for s in seeds]
+        one_look = [run("oracle-one-look", make(), seed=s).share for s in seeds]
         cells: dict[str, tuple[list[float], list[float]]] = {}
         for label, options in SETTINGS.items():
             results = [run("pass_rate", make(), options, seed=s) for s in seeds]
@@ -313,6 +330,7 @@ def main() -> None:
             _cell(cells["default"][1]),
             _cell(ratio),
             _cell(oracle),
+            _cell(one_look),
             top,
         ]
         print(" | ".join(row), flush=True)
