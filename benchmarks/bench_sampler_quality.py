@@ -19,7 +19,9 @@ is informative when it trains: with a binary reward, when it mixes passes and fa
 Printed per population: the informative share of uniform, of pass_rate with platoon 0.4.0's evidence
 (``evidence: versions``) and with the default (``evidence: drift``), each over all groups and over the second half
 (once pass_rate has evidence), the default's ratio to 0.4.0's, the oracle's (pass_rate's contract and spread, with
-every task's true chance to train: the most any pass_rate gets, exploration included), and for fixed rates the
+every task's true chance to train: the most any pass_rate gets, exploration included), the oracle's blind to a task
+until its first group settled (the most a pass_rate that learns a task's chance from one group gets), and for fixed
+rates the
 ceiling: what an oracle that knows every p gets under pass_rate's cap of 3 draws per task per pool-sized window
 with no exploration (the top third of the tasks, each drawn three times).
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -128,6 +131,19 @@ class Oracle(PassRateSampler):
         return p * sharp, (1.0 - p) * sharp, np.ones(len(idx)), np.full(len(idx), u0), np.zeros(len(idx))
 
 
+@task_sampler("oracle-one-look", options=PassRateOptions)
+class OracleAfterOneLook(Oracle):
+    """The oracle, blind to a task until its first group settles (until then it reads the default's prior): what a
+    pass_rate that learned a task's exact chance from one group would get. The default's own inference is bounded
+    by it."""
+
+    def _read(self, stats, idx):
+        a, b, u1, u0, w = super()._read(stats, idx)
+        seen = self._model.seen(idx)
+        prior_a, prior_b = self._model.prior(idx)
+        return np.where(seen, a, prior_a), np.where(seen, b, prior_b), u1, u0, w
+
+
 def populations(rng: np.random.Generator) -> dict[str, Callable[[], Population]]:
     """Each population's constructor (a fresh one per run: the learning one changes as it is trained)."""
     n = N_TASKS
@@ -171,8 +187,18 @@ def ceiling(p: np.ndarray, cap: int = 3) -> float:
     return float(q[: int(np.ceil(len(q) / cap))].mean())
 
 
-def run(sampler: str, pop: Population, options: dict | None = None, seed: int = SEED) -> tuple[float, float]:
-    """``(share over all groups, share over the second half)`` of one run."""
+@dataclass(frozen=True)
+class Result:
+    """One run: the informative share over all groups, over the second half, and per draw reason
+    (``explore``/``exploit``/...: that reason's share of the draws and the share of those draws that trained)."""
+
+    share: float
+    second_half: float
+    by_reason: dict[str, tuple[float, float]]
+
+
+def run(sampler: str, pop: Population, options: dict | None = None, seed: int = SEED) -> Result:
+    """One run of ``sampler`` (with ``options``) on ``pop``."""
     ORACLE_POP[:] = [pop]
     ids = [f"t{i}" for i in range(len(pop.rates))]
     pool = TaskPool.from_entries([EntrySpec("synthetic", ids, GROUP, 1.0, 0)])
@@ -189,6 +215,7 @@ def run(sampler: str, pop: Population, options: dict | None = None, seed: int = 
     rng = np.random.default_rng(seed + 1)
     open_: list[tuple[tuple[int, int], Bound, int]] = []
     informative: list[bool] = []
+    reasons: list[str] = []
     seq = 0
     version = 0
 
@@ -239,13 +266,17 @@ def run(sampler: str, pop: Population, options: dict | None = None, seed: int = 
         )
         rec.fate(*key, "consumed")
         informative.append(trains)
+        reasons.append(bound.reason)
         if len(informative) % OPEN == 0:
             version += 1
             pop.publish()
             rec.flush()
         draw()
-    share = np.array(informative)
-    return float(share.mean()), float(share[len(share) // 2 :].mean())
+    share, why = np.array(informative), np.array(reasons)
+    by_reason = {
+        r: (float(np.mean(why == r)), float(share[why == r].mean())) for r in sorted(set(reasons))
+    }
+    return Result(float(share.mean()), float(share[len(share) // 2 :].mean()), by_reason)
 
 
 def _cell(values: list[float]) -> str:
@@ -272,6 +303,7 @@ def main() -> None:
         "2nd half",
         "ratio",
         "oracle",
+        "after one look",
         "ceiling",
     ]
     print(" | ".join(head))
@@ -279,12 +311,13 @@ def main() -> None:
     for name, make in populations(np.random.default_rng(SEED)).items():
         if only is not None and name not in only:
             continue
-        uniform = [run("uniform", make(), seed=s)[0] for s in seeds]
-        oracle = [run("oracle", make(), seed=s)[0] for s in seeds]
+        uniform = [run("uniform", make(), seed=s).share for s in seeds]
+        oracle = [run("oracle", make(), seed=s).share for s in seeds]
+        one_look = [run("oracle-one-look", make(), seed=s).share for s in seeds]
         cells: dict[str, tuple[list[float], list[float]]] = {}
         for label, options in SETTINGS.items():
             results = [run("pass_rate", make(), options, seed=s) for s in seeds]
-            cells[label] = ([r[0] for r in results], [r[1] for r in results])
+            cells[label] = ([r.share for r in results], [r.second_half for r in results])
         ratio = [d / v for d, v in zip(cells["default"][0], cells["0.4.0"][0], strict=True)]
         pop = make()
         top = f"{ceiling(pop.rates):.3f}" if pop.fixed else "-"
@@ -297,6 +330,7 @@ def main() -> None:
             _cell(cells["default"][1]),
             _cell(ratio),
             _cell(oracle),
+            _cell(one_look),
             top,
         ]
         print(" | ".join(row), flush=True)

@@ -152,15 +152,14 @@ def test_a_graded_reward_makes_all_fail_tasks_worth_drawing(graded):
 
 
 def test_spread_covers_equally_good_tasks_before_drawing_one_again():
-    """Thirty tasks alike and informative, thirty never solved: within a window, exploitation draws every good task
-    once before it draws any twice, and never a hopeless one; 0.4.0's evidence draws some good tasks three times
-    while others wait."""
-    rng = np.random.default_rng(3)
+    """Thirty tasks alike and informative (four passes of eight, three times), thirty never solved: within a window,
+    exploitation draws every good task once before it draws any twice, and never a hopeless one; 0.4.0's evidence
+    draws some good tasks three times while others wait."""
     spread, versions = Run(60, {"explore": 0.0}), Run(60, {"explore": 0.0, "evidence": "versions"})
     for run in (spread, versions):
         for _ in range(3):
             for i, t in enumerate(run.ids):
-                run.settle(t, int((rng.random(G) < 0.5).sum()) if i < 30 else 0, 0)
+                run.settle(t, 4 if i < 30 else 0, 0)
     first = [spread.ask().task_id for _ in range(30)]
     assert sorted(first) == sorted(spread.ids[:30])
     again = Counter(versions.ask().task_id for _ in range(30))
@@ -176,6 +175,28 @@ def test_spread_does_not_hand_a_draw_to_a_worse_task():
             run.settle(t, int((rng.random(G) < (0.5 if i == 0 else 0.01)).sum()), 0)
     assert [run.ask().task_id for _ in range(3)] == ["t0"] * 3
     assert SPREAD < informative_chance(np.array([20.0]), np.array([20.0]), G, 1.0, 1.0)[0] - 0.5
+
+
+def test_exploitation_draws_among_the_near_best_not_the_luckiest_sample():
+    """Forty tasks known to mix half the time (four passes of eight, five times), two hundred seen once with two
+    passes (a wide posterior, expected chance well below): over a window's first eighty draws exploitation draws
+    only the near-best, each up to the cap, though a wide posterior often samples the highest score. 0.4.0's pure
+    Thompson sampling hands some of those draws to the wide posteriors."""
+    near, versions = Run(240, {"explore": 0.0}), Run(240, {"explore": 0.0, "evidence": "versions"})
+    for run in (near, versions):
+        for t in run.ids[:40]:
+            for _ in range(5):
+                run.settle(t, 4, 0)
+        for t in run.ids[40:]:
+            run.settle(t, 2, 0)
+    model = near.sampler._model
+    good, wide = np.array([0]), np.array([40])
+    assert informative_chance(*model.posterior(good, 0), G, 1.0, 1.0)[0] - SPREAD > informative_chance(
+        *model.posterior(wide, 0), G, 1.0, 1.0
+    )[0]
+    drawn = Counter(near.ask().task_id for _ in range(80))
+    assert all(int(t[1:]) < 40 for t in drawn) and max(drawn.values()) <= 3
+    assert any(int(versions.ask().task_id[1:]) >= 40 for _ in range(80))
 
 
 def test_versions_is_0_4_0s_evidence_and_ignores_observe():

@@ -18,9 +18,10 @@ That is ``evidence: versions``, 0.4.0's: ``(alpha, beta)`` is the statistics' po
 versions. Under ``evidence: drift`` (the default) step 4 differs in three ways (``platoon.policy.samplers.drift``):
 ``(alpha, beta)`` is the drift model's posterior, fed by `observe` (a task it has not seen reads the statistics'
 where they hold evidence of it); the score is ``1 - u1 p^G - u0 (1 - p)^G``, ``u1``/``u0`` the entry's recent share
-of all-pass/all-fail groups that came out uniform (1 and 1 with a binary reward: 0.4.0's score); and *spread*: the
-Thompson winner's draw goes to the task drawn fewest times in this window among those whose expected chance
-(`informative_chance`) is within ``SPREAD`` of the winner's, the best sampled score among them (`_spread`).
+of all-pass/all-fail groups that came out uniform (1 and 1 with a binary reward: 0.4.0's score); and *near-best
+spread*: the Thompson sample competes only among the candidates whose expected chance (`informative_chance`) is
+within ``SPREAD`` of the best candidate's, and among those only the ones drawn fewest times in this window: the
+best sampled score of that set is drawn (`_spread`).
 
 Departure from platoon 0.4.0 (documented, deliberate): 0.4.0 draws its coin, sample and Beta variates from
 ``random.Random(key)`` one task at a time. Here they come from ``numpy.random.default_rng(key)`` in whole arrays,
@@ -47,8 +48,8 @@ from platoon.policy.stats import PRIOR_STRENGTH, GroupRecord, informative_at
 
 _NEVER = np.iinfo(np.int64).max
 SPREAD = 0.05
-"""``evidence: drift``'s exploit hands the Thompson winner to a task drawn fewer times in this window whose expected
-chance to train is within this of the winner's (see `PassRateSampler._spread`)."""
+"""``evidence: drift``'s exploit draws among the candidates whose expected chance to train is within this of the best
+candidate's, those drawn fewest times in this window first (see `PassRateSampler._spread`)."""
 _STATE_KEYS = ("last_drawn", "window", "window_draws", "previous_window_draws")
 
 
@@ -262,11 +263,14 @@ class PassRateSampler(Sampler):
         return Draw(self.ids[chosen], reason, score_out)
 
     def _spread(self, cand: np.ndarray, score: np.ndarray, expected: np.ndarray) -> np.ndarray:
-        """The Thompson scores, with the winner handed to a task that is as good in expectation (within
-        ``SPREAD`` of the winner's expected chance) and drawn fewer times in this window: those come first, by
-        their own sampled score."""
-        w = int(np.argmax(score))
-        close = expected >= expected[w] - SPREAD
+        """The Thompson scores of the *near-best* candidates drawn fewest times in this window, -1 for the others.
+        Near-best: an expected chance (`informative_chance`) within ``SPREAD`` of the best candidate's.
+
+        Why not the plain Thompson winner: over hundreds of candidates, the highest sampled score nearly always
+        belongs to a task whose posterior is wide (one seen once, or never), not to one that is likely to train;
+        trying such tasks is what the ``explore`` share is for. Among the near-best, the sampled score still
+        decides, after coverage (every near-best task once before any twice)."""
+        close = expected >= expected.max() - SPREAD
         draws = np.where(close, self._window_draws[cand], np.iinfo(np.int64).max)
         fewest = close & (draws == draws.min())
         return np.where(fewest, score, -1.0)
