@@ -13,7 +13,7 @@ from platoon.live.service import FakeModelService
 from platoon.live.workflow import GroupRolloutWorkflow, GroupRow
 from platoon.policy.routing_ids import RoutingIdWatch
 
-ENV = NumberSearch(ranges=[8])  # every episode here: three model calls (prompts of 4, 6 and 8 tokens)
+ENV = NumberSearch(ranges=[8])  # every episode here: three model calls (prompts of 17, 25 and 33 tokens)
 TASKS = ENV.task_ids("train")
 
 
@@ -53,7 +53,7 @@ def test_rollouts_with_some_ids_or_none_after_some_are_warned_about_each():
 
     def routing(prompt, seed):
         mode = sends["mode"]
-        return None if mode == "none" or (mode == "first" and len(prompt) > 4) else "rid"
+        return None if mode == "none" or (mode == "first" and len(prompt) > 17) else "rid"
 
     warnings = []
     wf = GroupRolloutWorkflow({"e": ENV}, FakeModelService(lambda p, s: [5], routing_ids=routing),

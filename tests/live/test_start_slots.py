@@ -16,6 +16,7 @@ from live_harness import (
     run_virtual,
 )
 
+from platoon.live.agent.harness import tiny_tokenizer
 from platoon.live.envs.number_search import NumberSearch
 from platoon.live.evaluate import evaluate, evaluate_rollouts
 from platoon.live.model import TinyConfig, TinyPolicy
@@ -123,7 +124,8 @@ def test_an_evaluation_rollout_cancelled_while_it_waits_takes_nothing():
 
 def test_evaluation_as_rollouts_scores_as_evaluation_in_batches(one_torch_thread):
     env = NumberSearch()
-    policy = TinyPolicy(TinyConfig(vocab_size=len(env.vocab), max_len=32), device="cpu", seed=3)
+    tokenizer = tiny_tokenizer([env])
+    policy = TinyPolicy(TinyConfig(vocab_size=tokenizer.vocab_size, max_len=256), device="cpu", seed=3)
 
     async def as_rollouts():
         service = BatchingModelService(policy, max_batch=16)
