@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from platoon.runs.atomic import fsync_dir, json_bytes
+from platoon.runs.atomic import fsync_dir, json_bytes, write_atomic
 
 log = logging.getLogger("platoon.live")
 
@@ -279,17 +279,7 @@ def _write_stamp(copy: Path, digest: TreeDigest, session: str) -> None:
     stamp = {"tree_hash": digest.hash, "files": digest.files, "bytes": digest.bytes,
              "sessions": [*sessions, session][-KEPT_SESSIONS:], "checked_at": time.time()}
     target = _stamp_path(copy)
-    tmp = copy.parent / f"{target.name}.{secrets.token_hex(4)}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(json_bytes(stamp))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(copy.parent)
+    write_atomic(target, json_bytes(stamp), partial=copy.parent / f"{target.name}.{secrets.token_hex(4)}.tmp")
     _serve(copy, session)
 
 

@@ -71,17 +71,17 @@ def fsync_dir(path: PathLike) -> None:
         os.close(fd)
 
 
-def write_atomic(path: PathLike, data: bytes | str) -> None:
+def write_atomic(path: PathLike, data: bytes | str, *, partial: PathLike | None = None) -> None:
     """Replace the file at ``path`` with ``data`` atomically and durably.
 
-    Writes ``.<name>.partial`` in the same directory (creating the directory if needed), fsyncs it, renames it onto
-    ``path`` and fsyncs the directory. ``str`` data is encoded as UTF-8. On any error the target is untouched and
-    the partial file is removed.
+    Writes ``partial`` (default ``.<name>.partial``; a writer that may race another process names its own) in the
+    same directory (creating the directory if needed), fsyncs it, renames it onto ``path`` and fsyncs the directory.
+    ``str`` data is encoded as UTF-8. On any error the target is untouched and the partial file is removed.
     """
     target = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.partial")
+    partial = Path(partial) if partial is not None else target.with_name(f".{target.name}.partial")
     try:
         with open(partial, "wb") as f:
             f.write(payload)
