@@ -6,7 +6,7 @@ Under ``rollout_isolation: process`` with ``worker_start_method: forkserver`` (t
 thread of its own, so that it imports while the run opens and saves at launch; the first rollout waits for it. What
 it imports, once, before it forks any worker (``preload_plan``):
 
-- the worker's stack (``screen.WORKER_STACK``: the workflow, the environments' protocol, the worker);
+- the worker's stack (``screen.WORKER_STACK``: the workflow, the environments' protocol, evaluation, the worker);
 - each entry's ``package`` (what it registers) and its environment's module (the registry lookup's);
 - ``train.workflow_config.worker_preload`` (modules an environment imports only as it opens);
 - builds: each entry's environment, built from its spec, with the task lists of the run's splits (``envs.run_plan``),
