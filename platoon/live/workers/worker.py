@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from platoon.live.workers.channel import Channel, portable
 
-__all__ = ["Episode", "Job", "ServiceProxy", "WorkflowEpisode", "main", "report", "reseed"]
+__all__ = ["Episode", "Job", "ServiceProxy", "WorkflowEpisode", "cuda_started", "main", "report", "reseed"]
 
 _OPENS = 0
 
@@ -262,6 +262,13 @@ def reseed() -> None:
         torch.default_generator.seed()
 
 
+def cuda_started() -> bool:
+    """Whether this process started the CUDA driver (through torch, when imported): a process forked from it would
+    hold a driver state it cannot use."""
+    torch = sys.modules.get("torch")
+    return torch is not None and bool(torch.cuda.is_initialized())
+
+
 def _count_opens(event: str, args: tuple) -> None:
     global _OPENS
     if event == "open":
@@ -269,8 +276,9 @@ def _count_opens(event: str, args: tuple) -> None:
 
 
 def report(conn: Any) -> None:
-    """The fork server's warm-up (a ``Process`` target): send its pid and the modules it imported beyond the
-    worker's stack, then end."""
+    """The fork server's warm-up (a ``Process`` target): send its pid, the modules it imported beyond the worker's
+    stack and whether its imports started the CUDA driver, then end."""
     stack, done = sys.modules.get("platoon.live.workers._stack"), sys.modules.get("platoon.live.workers._plan")
-    conn.send((os.getppid(), done.MODULES - stack.MODULES if stack and done else 0))
+    conn.send((os.getppid(), done.MODULES - stack.MODULES if stack and done else 0,
+               bool(done and done.CUDA_STARTED)))
     conn.close()
