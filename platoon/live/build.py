@@ -9,7 +9,7 @@ simulator calls too; only the pool differs between the two runtimes (here it lis
   ``exclude_tasks``, shuffled and limited by ``dataset_kwargs``), each row's data its task's columns
   (``train.label_by`` may name one);
 - ``rollout_workers(cfg, envs)``: under ``rollout_isolation: process``, the worker pool the workflow runs each rollout
-  in, its fork server opening as soon as the model service is up (``platoon.live.workers``);
+  in (and evaluation during training each of its episodes), its fork server opening as soon as the model service is up (``platoon.live.workers``);
 - ``build_live(cfg, start=)``: a ``LiveRun`` holding all of it, a trainer policy and a separate sampling copy behind
   the model service (the service's weights change only when a step publishes), and the evaluation of held-out
   pass@1 (``evaluate``: ``eval/pass@1`` with its 95% Wilson interval, and each entry's when there are several; during
@@ -214,11 +214,12 @@ def evaluate_policy(model: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int 
 
 async def evaluate_service(service: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int = EVAL_EPISODES, *,
                            renderer: Any = None, model: Any = None, slots: Any = None,
-                           routing: Any = None) -> dict[str, float]:
+                           routing: Any = None, workers: Any = None) -> dict[str, float]:
     """``evaluate_policy``'s metrics from the same episodes played as rollouts against the model ``service`` (at most
     ``eval_concurrency`` at once), each taking a start slot from ``slots`` (``platoon.live.evaluate.EvalSlots``),
-    their routing ids counted by ``routing`` (a ``RoutingIdWatch``, whose coverage is added). ``model`` gives the
-    context window when ``train.context_window_length`` does not."""
+    their routing ids counted by ``routing`` (a ``RoutingIdWatch``, whose coverage is added), each played in a
+    rollout worker of ``workers`` (``rollout_workers``; None: in this process). ``model`` gives the context window
+    when ``train.context_window_length`` does not."""
     from platoon.live.evaluate import evaluate_rollouts
 
     renderer = renderer if renderer is not None else build_renderer(cfg, envs)
@@ -228,7 +229,8 @@ async def evaluate_service(service: Any, cfg: RunConfig, envs: Mapping[str, Any]
     for e, env, ids, k in _eval_entries(cfg, envs, n):
         r = await evaluate_rollouts(service, env, ids, k, temperature=temperature, seed=cfg.train.seed,
                                     renderer=renderer, limits=limits, concurrency=eval_concurrency(cfg),
-                                    slots=slots, first_index=first, routing=routing)
+                                    slots=slots, first_index=first, routing=routing, workers=workers,
+                                    entry=e.label)
         results.append((e, k, r))
         first += k
     metrics = _eval_metrics(cfg, results)
@@ -268,9 +270,10 @@ class LiveRun:
     async def evaluate_in_training(self, slots: Any) -> dict[str, float]:
         """``evaluate``'s metrics during training: the episodes are rollouts against the model service (which serves
         the trainer's current policy whenever the runtime evaluates), taking start slots from ``slots`` (the
-        runtime's, scope ``eval``), with ``eval/rollout_worker_routing_id_coverage``."""
+        runtime's, scope ``eval``), with ``eval/rollout_worker_routing_id_coverage``; under ``rollout_isolation:
+        process`` each plays in a rollout worker, as training's rollouts do."""
         return await evaluate_service(self.service, self.cfg, self.envs, self.eval_episodes, renderer=self.renderer,
-                                      model=self.model, slots=slots, routing=self.eval_routing)
+                                      model=self.model, slots=slots, routing=self.eval_routing, workers=self.workers)
 
     def trainer_state(self) -> bytes:
         """``trainer.pt``: the trainer's state as bytes."""

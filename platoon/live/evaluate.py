@@ -10,14 +10,19 @@ Two ways to play them, with the same outcomes (sampling is a function of each re
 rollout against a model service, at most ``concurrency`` at once (evaluation during ``platoon train``): each takes a
 start slot of the run's start limit once it may run, scope ``eval``, and gives it back at its first model call or
 its end (``EvalSlots``; docs/start-limit.md), and its routing ids are counted (``platoon.policy.routing_ids``).
+Under ``rollout_isolation: process`` each of those rollouts plays in a rollout worker (``workers``, a
+``platoon.live.workers.WorkerPool``; ``EvalEpisode``), its slot, cancellation and routing ids kept here as in
+process, so the outcomes are the same.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import pickle
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from platoon.live.envs.play import Limits, play_batch, play_episode
@@ -25,7 +30,7 @@ from platoon.live.model import derive_seed
 from platoon.live.workflow import _FirstCall
 from platoon.policy.routing_ids import RoutingIdWatch
 
-__all__ = ["EvalResult", "EvalSlots", "eval_plan", "evaluate", "evaluate_rollouts", "wilson_interval"]
+__all__ = ["EvalEpisode", "EvalResult", "EvalSlots", "eval_plan", "evaluate", "evaluate_rollouts", "wilson_interval"]
 
 
 class EvalResult(NamedTuple):
@@ -93,26 +98,57 @@ class EvalSlots(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class EvalEpisode:
+    """One held-out episode played in a rollout worker (a ``platoon.live.workers.worker.Episode``): task ``task_id``
+    of entry ``entry``'s environment, as ``play_episode`` plays it in process; ``renderer``: pickled (None: the
+    default). Its value is the episode's ``Trajectory``."""
+
+    entry: str
+    task_id: str
+    seed: int
+    temperature: float
+    renderer: bytes
+    limits: Limits
+
+    def start(self, envs: Mapping[str, Any], service: Any,
+              warn: Callable[[str], None]) -> Coroutine[Any, Any, Any]:
+        env = envs[self.entry]
+        return play_episode(service, env, env.task(self.task_id), temperature=self.temperature, seed=self.seed,
+                            renderer=pickle.loads(self.renderer), limits=self.limits)
+
+
 async def evaluate_rollouts(service: Any, env: Any, tasks: str | Sequence[str], n: int, *,
                             temperature: float = 1.0, seed: int = 0, renderer: Any = None, limits: Limits = Limits(),
                             concurrency: int = 256, slots: EvalSlots | None = None, first_index: int = 0,
-                            routing: RoutingIdWatch | None = None) -> EvalResult:
+                            routing: RoutingIdWatch | None = None, workers: Any = None,
+                            entry: str = "") -> EvalResult:
     """pass@1 over the same episodes as ``evaluate`` (the same ``renderer`` and ``limits``), each a rollout against
     ``service`` (see the module docstring);
-    ``first_index``: the slot index of its first rollout (an evaluation of several entries numbers them on)."""
+    ``first_index``: the slot index of its first rollout (an evaluation of several entries numbers them on);
+    ``workers``: a ``WorkerPool`` to play each rollout in (None: here), ``entry``: ``env``'s entry there (by which a
+    worker builds it from its spec; one the pool has no spec of travels pickled)."""
     plan = eval_plan(env, tasks, n, seed)
     gate = asyncio.Semaphore(concurrency)
     warn: Callable[[str], None] = slots.warn if slots is not None else (lambda message: None)
+    sent_renderer = workers.pickled(renderer) if workers is not None else b""
+
+    async def play(counted: _FirstCall, first_call: Callable[[], None], task_id: str, episode_seed: int) -> Any:
+        if workers is None:
+            return await play_episode(counted, env, env.task(task_id), temperature=temperature, seed=episode_seed,
+                                      renderer=renderer, limits=limits)
+        episode = EvalEpisode(entry, task_id, episode_seed, temperature, sent_renderer, limits)
+        return await workers.run_job(episode, {entry: env}, counted, warn=warn, first_call=first_call)
 
     async def one(j: int, task_id: str, episode_seed: int) -> bool:
         index = first_index + j
         async with gate:
             if slots is not None:
                 await slots.take(index)
-            counted = _FirstCall(service, (lambda: slots.release(index, "first_call")) if slots else lambda: None)
+            first_call = (lambda: slots.release(index, "first_call")) if slots else lambda: None
+            counted = _FirstCall(service, first_call)
             try:
-                trajectory = await play_episode(counted, env, env.task(task_id), temperature=temperature,
-                                                seed=episode_seed, renderer=renderer, limits=limits)
+                trajectory = await play(counted, first_call, task_id, episode_seed)
             except BaseException as exc:
                 if slots is not None:
                     slots.release(index, "cancelled" if isinstance(exc, asyncio.CancelledError) else "end")

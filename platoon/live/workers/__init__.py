@@ -12,7 +12,7 @@ docs/rollout-workers.md is the user's guide.
 
 from platoon.live.workers.envs import EnvSpec
 from platoon.live.workers.pool import WorkerDied, WorkerPool, node_scratch
-from platoon.live.workers.preload import PreloadPlan, preload_plan
+from platoon.live.workers.preload import ForkServerRefused, PreloadPlan, preload_plan
 
-__all__ = ["EnvSpec", "PreloadPlan", "WorkerDied", "WorkerPool", "node_scratch", "preload_plan"]
+__all__ = ["EnvSpec", "ForkServerRefused", "PreloadPlan", "WorkerDied", "WorkerPool", "node_scratch", "preload_plan"]
 

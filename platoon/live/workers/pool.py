@@ -4,12 +4,14 @@
 when its rollouts run in workers: it starts a worker process for the rollout (``platoon.live.workers.worker``), makes
 the worker's service calls on the workflow's real service (so they are batched with every other rollout's), and
 returns the worker's ``Rollout`` or raises its exception. Everything around it stays in the trainer and is unchanged:
-the member's lease block, permit, start slot and straggler deadline. Rules it keeps:
+the member's lease block, permit, start slot and straggler deadline. ``run_job(episode, envs, service)`` runs any
+other picklable rollout (a ``worker.Episode``) the same way: evaluation's held-out episodes during training
+(``platoon.live.evaluate.EvalEpisode``), whose start slots and routing ids their caller keeps. Rules it keeps:
 
 - **first call**: the worker's first model call is the member's ``first_model_call()`` here (its start slot comes back,
-  a traced rollout gets its ``startup`` span); each call is a ``model_call`` span of a traced rollout, and each step
+  a traced rollout gets its ``startup`` span; ``run_job``'s ``first_call``); each call is a ``model_call`` span of a traced rollout, and each step
   the worker times an ``env_step`` span;
-- **cancellation** (a straggler cut, a failing group, a stop) of the member cancels the worker's rollout: it is sent
+- **cancellation** (a straggler cut, a failing group, a stop; a failing evaluation) of the member cancels the worker's rollout: it is sent
   ``cancel`` and given ``worker_termination_grace_seconds`` to unwind, then killed (``SIGKILL``); the member's
   ``CancelledError`` propagates once the worker is gone and its readiness and diagnostics files are removed;
 - **teardowns**: a worker whose rollout left background teardowns running holds the member's permit through one
@@ -138,14 +140,30 @@ class WorkerPool:
     # ------------------------------------------------------------------------------------------------ a rollout
     async def run(self, workflow: Any, row: Any) -> Any:
         """Run ``workflow.arun_episode_single(row)`` in a worker; its ``Rollout`` (or its exception)."""
-        await self.ready()
-        job, files = self._job(workflow, row)
-        w = await self._start(job, files)
         from platoon.live.workflow import _FirstCall
 
+        episode = worker.WorkflowEpisode(self._pickle(workflow, lambda: (type(workflow), _state(workflow))),
+                                         pickle.dumps(row))
         service = _FirstCall(workflow.service, on_first_call=lambda: None)  # the worker signals its own first call
+        rollout = await self.run_job(episode, workflow.envs, service, warn=workflow.warn)
+        # routing ids are counted here, where every call of the rollout is served (the worker's watch is mute)
+        for warning in workflow.routing.rollout_ended(f"rollout {row.member} of task {row.task_id} (group {row.key})",
+                                                      calls=service.calls, present=service.routed):
+            workflow.warn(warning)
+        return rollout
+
+    async def run_job(self, episode: worker.Episode, envs: Mapping[str, Any], service: Any, *,
+                      warn: Callable[[str], None], first_call: Callable[[], None] = first_model_call) -> Any:
+        """Run ``episode`` in a worker, playing ``envs`` (by entry: an entry of ``env_specs`` is built from its spec,
+        or found in the fork server; any other travels pickled); its value (or its exception). The worker's service
+        calls are made on ``service`` (a caller that counts calls or routing ids wraps it), its first model call
+        calls ``first_call``, its warnings go to ``warn``. Cancelled, the worker is cancelled, then killed after
+        ``grace_s``, before this raises; its background teardowns hold the caller's lease block, if any."""
+        await self.ready()
+        job, files = self._job(episode, envs, service)
+        w = await self._start(job, files)
         try:
-            rollout, teardowns = await self._serve(w, workflow, service)
+            result, teardowns = await self._serve(w, service, warn, first_call)
         except BaseException:
             await _unwound(w.stop(self.grace_s))
             self._alive.discard(w)
@@ -154,25 +172,28 @@ class WorkerPool:
             background_teardown(self._finish(w, teardown=True))
         else:
             self._reap(self._finish(w, teardown=False))
-        # routing ids are counted here, where every call of the rollout is served (the worker's watch is mute)
-        for warning in workflow.routing.rollout_ended(f"rollout {row.member} of task {row.task_id} (group {row.key})",
-                                                      calls=service.calls, present=service.routed):
-            workflow.warn(warning)
-        return rollout
+        return result
 
-    def _job(self, workflow: Any, row: Any) -> tuple[bytes, tuple[Path, Path]]:
+    def pickled(self, obj: Any) -> bytes:
+        """``obj`` pickled, once for as long as it lives (a renderer every evaluation episode sends its worker)."""
+        return self._pickle(obj, lambda: obj)
+
+    def _job(self, episode: worker.Episode, envs: Mapping[str, Any], service: Any) -> tuple[bytes, tuple[Path, Path]]:
         name = f"{os.getpid()}-{next(self._names)}"
         self.scratch.mkdir(parents=True, exist_ok=True)
-        version = getattr(workflow.service, "version", None)
+        version = getattr(service, "version", None)
         files = (self.scratch / f"rollout-{name}.ready", self.scratch / f"rollout-{name}.diagnostics")
         job = worker.Job(
-            workflow=self._pickle(workflow, lambda: (type(workflow), _state(workflow))),
-            envs={label: self.env_specs.get(label) or self._pickle(env, lambda e=env: e)
-                  for label, env in workflow.envs.items()},
-            row=pickle.dumps(row), service_attrs={} if version is None else {"version": version},
+            episode=episode,
+            envs={label: self.env_specs.get(label) or self.pickled(env) for label, env in envs.items()},
+            service_attrs={} if version is None else {"version": version},
             ready_file=str(files[0]), diagnostics_file=str(files[1]), audit_opens=self.audit_opens,
             traced=rollout_trace.current() is not None)
-        return pickle.dumps(job), files
+        try:
+            return pickle.dumps(job), files
+        except Exception as exc:  # noqa: BLE001 - whatever pickle refuses, said in the rollout's terms
+            raise TypeError(f"{type(episode).__name__} does not pickle, so it cannot reach a rollout worker "
+                            f"(rollout_isolation: process): {exc}") from exc
 
     def _pickle(self, obj: Any, value: Callable[[], Any]) -> bytes:
         cached = self._pickled.get(id(obj))
@@ -203,7 +224,8 @@ class WorkerPool:
         self._alive.add(w)
         return w
 
-    async def _serve(self, w: _Worker, workflow: Any, service: Any) -> tuple[Any, int]:
+    async def _serve(self, w: _Worker, service: Any, warn: Callable[[str], None],
+                     first_call: Callable[[], None]) -> tuple[Any, int]:
         calls: dict[int, asyncio.Task] = {}
         assert w.chan is not None
         try:
@@ -222,9 +244,9 @@ class WorkerPool:
                         task.cancel()
                 elif kind == "first_call":
                     w.first_call(self.startup_s)
-                    first_model_call()
+                    first_call()
                 elif kind == "warn":
-                    workflow.warn(message[1])
+                    warn(message[1])
                 elif kind == "env_step":
                     trace = rollout_trace.current()
                     if trace is not None:  # the worker's monotonic clock, read on the run's

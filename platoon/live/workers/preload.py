@@ -6,7 +6,7 @@ Under ``rollout_isolation: process`` with ``worker_start_method: forkserver`` (t
 thread of its own, so that it imports while the run opens and saves at launch; the first rollout waits for it. What
 it imports, once, before it forks any worker (``preload_plan``):
 
-- the worker's stack (``screen.WORKER_STACK``: the workflow, the environments' protocol, the worker);
+- the worker's stack (``screen.WORKER_STACK``: the workflow, the environments' protocol, evaluation, the worker);
 - each entry's ``package`` (what it registers) and its environment's module (the registry lookup's);
 - ``train.workflow_config.worker_preload`` (modules an environment imports only as it opens);
 - builds: each entry's environment, built from its spec, with the task lists of the run's splits (``envs.run_plan``),
@@ -20,6 +20,10 @@ why, the server is killed and started again without it before it forks any worke
 it themselves; a build whose modules were left out is left out too. An environment variable a preloaded import sets is set in every worker, which the fork server forks
 with its own environment. The fork server's first log line counts what it imported for the environments:
 ``rollout worker fork server <pid> imported the worker's stack and N module(s) the environments open with in X.Xs``.
+
+Nothing it imports may start the CUDA driver (a forked worker could not use the driver state it would inherit): a
+server whose imports or builds did (torch's CUDA initialised) refuses to serve, is stopped, and the first rollout
+raises ``ForkServerRefused``.
 
 Under ``exec`` nothing is imported ahead; under ``worker_python_env_isolation`` the fork server imports nothing.
 """
@@ -43,11 +47,15 @@ from typing import Any
 from platoon.live.workers.envs import PLAN_VARIABLE, EnvSpec
 from platoon.live.workers.screen import WORKER_STACK, screen
 
-__all__ = ["PreloadPlan", "open_fork_server", "preload_plan"]
+__all__ = ["ForkServerRefused", "PreloadPlan", "open_fork_server", "preload_plan"]
 
 Logger = Callable[[str, str], None]
 
 _LOCK = threading.Lock()
+
+
+class ForkServerRefused(RuntimeError):
+    """The fork server will not fork workers: its imports started the CUDA driver."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +118,14 @@ def _open(plan: PreloadPlan | None, log: Logger) -> int:
         kept_modules, builds, left_out = _screened(plan)
         if left_out:
             _serve(_preload(kept_modules), builds, restart=True)
-    pid, modules = _warm_up(ctx)
+    pid, modules, cuda = _warm_up(ctx)
+    if cuda:
+        _stop()
+        raise ForkServerRefused(
+            f"the rollout workers' fork server {pid} refuses to serve: what it imported or built ahead started the "
+            "CUDA driver (torch.cuda is initialised), whose state a forked worker cannot use. Keep CUDA out of the "
+            "environments' modules and train.workflow_config.worker_preload at import, or set "
+            "worker_start_method: exec")
     what = "nothing" if plan is None else "the worker's stack" + (
         f" and {modules} module(s) the environments open with" if modules else "")
     log("info", f"rollout worker fork server {pid} imported {what} in {time.perf_counter() - began:.1f}s")
@@ -146,6 +161,15 @@ def _serve(preload: list[str], builds: list[dict[str, Any]], *, restart: bool = 
             os.environ.pop(PLAN_VARIABLE, None)
 
 
+def _stop() -> None:
+    """Kill the running fork server (what it started may keep it from ending when asked) and forget it."""
+    with _LOCK:
+        server = multiprocessing.forkserver._forkserver
+        if server._forkserver_pid is not None:
+            os.kill(server._forkserver_pid, signal.SIGKILL)
+            server._stop()
+
+
 def _screened(plan: PreloadPlan) -> tuple[list[str], list[dict[str, Any]], list[str]]:
     """The plan's modules and builds that screening keeps, and a warning for each it leaves out."""
     candidates = plan.candidates()
@@ -173,9 +197,9 @@ def _screened(plan: PreloadPlan) -> tuple[list[str], list[dict[str, Any]], list[
     return modules, builds, warnings
 
 
-def _warm_up(ctx: Any) -> tuple[int, int]:
-    """Fork one worker that only reports (the server's pid, the modules beyond the stack): it returns once the
-    server has imported everything."""
+def _warm_up(ctx: Any) -> tuple[int, int, bool]:
+    """Fork one worker that only reports (the server's pid, the modules beyond the stack, whether the server started
+    the CUDA driver): it returns once the server has imported everything."""
     from platoon.live.workers.worker import report
 
     ours, theirs = ctx.Pipe(duplex=False)
@@ -183,8 +207,8 @@ def _warm_up(ctx: Any) -> tuple[int, int]:
     proc.start()
     theirs.close()
     try:
-        pid, modules = ours.recv()
+        pid, modules, cuda = ours.recv()
     finally:
         ours.close()
         proc.join()
-    return int(pid), int(modules)
+    return int(pid), int(modules), bool(cuda)

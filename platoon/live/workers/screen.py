@@ -32,8 +32,8 @@ from typing import Any
 
 __all__ = ["THREAD_GRACE_S", "WORKER_STACK", "screen"]
 
-WORKER_STACK = ("platoon.live.workflow", "platoon.live.envs", "platoon.live.workers.worker")
-"""The modules every rollout worker runs on, which the fork server imports first."""
+WORKER_STACK = ("platoon.live.workflow", "platoon.live.envs", "platoon.live.evaluate", "platoon.live.workers.worker")
+"""The modules every rollout worker runs on (evaluation's: its episodes), which the fork server imports first."""
 
 THREAD_GRACE_S = 0.5
 """How long after a candidate a child waits before counting threads (a thread may start a moment after)."""

@@ -1,25 +1,26 @@
-"""A rollout worker: one rollout of a workflow (its ``arun_episode_single``), run in a process of its own.
+"""A rollout worker: one rollout, run in a process of its own.
 
 The trainer (``platoon.live.workers.pool``) starts a worker per rollout with one end of a socket pair and a pickled
-``Job``: the workflow's class and attributes, its environments (specs, or pickled instances), the row (its
-``member`` set) and the service's ``version`` at the rollout's start. The worker runs the workflow's per-rollout code
-unchanged, with a ``ServiceProxy`` for ``service``: every call of a service method goes to the trainer, which makes
-it on the real model service (batched with every other rollout's) and sends back its value or its exception. What
-the worker sends:
+``Job``: its ``Episode`` (what to run: a workflow member's ``arun_episode_single``, ``WorkflowEpisode``, or any other
+picklable episode, such as evaluation's ``platoon.live.evaluate.EvalEpisode``), the environments it plays (specs, or
+pickled instances) and the service's ``version`` at the rollout's start. The worker runs the episode's code unchanged,
+with a ``ServiceProxy`` for the model service: every call of a service method goes to the trainer, which makes it on
+the real model service (batched with every other rollout's) and sends back its value or its exception. What the
+worker sends:
 
 - ``("call", i, name, args, kwargs)`` / ``("drop", i)``: a service call, and its cancellation;
 - ``("first_call",)``: the rollout's first model call (``first_model_call``): its start slot comes back;
-- ``("warn", message)``: the workflow's warnings; ``("env_step", start, end)``: a traced rollout's step, on the
+- ``("warn", message)``: the episode's warnings; ``("env_step", start, end)``: a traced rollout's step, on the
   monotonic clock;
 - ``("result", rollout, teardowns)`` or ``("error", exc)``; with background teardowns still running
   (``teardowns`` > 0), ``("teardowns_done",)`` once they have ended.
 
 It reads ``("reply", i, ok, value)`` and ``("cancel",)``: a cancel (or its trainer gone: the connection closed)
 cancels the rollout, which unwinds as it would in the trainer, and the worker ends. The worker writes a readiness
-file once its workflow is built and keeps a diagnostics file (``faulthandler``'s output: a crash's traceback) in
+file once its episode is set up (its workflow built) and keeps a diagnostics file (``faulthandler``'s output: a crash's traceback) in
 node-local scratch, and removes both when it ends; the trainer removes what a killed worker could not.
 
-This module imports nothing heavy: a worker started fresh (``exec``) imports the workflow's modules when it unpickles
+This module imports nothing heavy: a worker started fresh (``exec``) imports the episode's modules when it unpickles
 its job, after ``main`` has begun (so that ``audit_opens`` counts those imports' files). A forked worker reseeds
 numpy's and torch's generators (Python's ``random`` reseeds itself after a fork), so that no two share a stream.
 """
@@ -35,27 +36,58 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from platoon.live.workers.channel import Channel, portable
 
-__all__ = ["Job", "ServiceProxy", "main", "report", "reseed"]
+__all__ = ["Episode", "Job", "ServiceProxy", "WorkflowEpisode", "cuda_started", "main", "report", "reseed"]
 
 _OPENS = 0
 
 
+class Episode(Protocol):
+    """A rollout a worker runs: a picklable object (its class importable by name in the worker)."""
+
+    def start(self, envs: Mapping[str, Any], service: Any,
+              warn: Callable[[str], None]) -> Coroutine[Any, Any, Any]:
+        """The rollout's coroutine, playing ``envs`` (by entry) with ``service`` (the worker's ``ServiceProxy``),
+        warning through ``warn`` (the trainer's log); its value is what the trainer's ``run_job`` returns. Raising
+        here fails the rollout before the worker is ready."""
+        ...
+
+
 @dataclass(frozen=True)
-class Job:
-    """What a worker runs (see the module docstring). ``workflow``: pickled ``(class, attributes)``; ``envs``: by
-    entry, an ``EnvSpec`` or a pickled instance; ``row``: the pickled ``GroupRow``; ``ready_file`` and
-    ``diagnostics_file``: its files in scratch; ``traced``: the trainer traces the rollout (``_RemoteTrace``)."""
+class WorkflowEpisode:
+    """A workflow member's rollout: ``workflow.arun_episode_single(row)``. ``workflow``: pickled ``(class,
+    attributes)`` (the worker gets its own environments, service, warnings and routing-id watch); ``row``: the
+    pickled ``GroupRow`` (its ``member`` set)."""
 
     workflow: bytes
-    envs: Mapping[str, Any]
     row: bytes
+
+    def start(self, envs: Mapping[str, Any], service: Any,
+              warn: Callable[[str], None]) -> Coroutine[Any, Any, Any]:
+        cls, state = pickle.loads(self.workflow)
+        workflow = cls.__new__(cls)
+        workflow.__dict__.update(state)
+        workflow.envs = dict(envs)
+        workflow.service = service
+        workflow.warn = warn
+        workflow.routing = _RoutingCountedByTrainer()
+        return workflow.arun_episode_single(pickle.loads(self.row))
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a worker runs (see the module docstring). ``episode``: an ``Episode``; ``envs``: by entry, an
+    ``EnvSpec`` or a pickled instance; ``ready_file`` and ``diagnostics_file``: its files in scratch; ``traced``: the
+    trainer traces the rollout (``_RemoteTrace``)."""
+
+    episode: Episode
+    envs: Mapping[str, Any]
     service_attrs: Mapping[str, Any]
     ready_file: str
     diagnostics_file: str
@@ -139,8 +171,7 @@ async def _serve(sock: socket.socket, job: Job) -> None:
     chan = await Channel.open(sock)
     proxy = ServiceProxy(chan, job.service_attrs)
     try:
-        workflow = _workflow(job, proxy, chan)
-        row = pickle.loads(job.row)
+        episode = job.episode.start(_environments(job), proxy, lambda message: chan.send("warn", str(message)))
     except BaseException as exc:
         chan.send("error", portable(exc))
         await chan.drain()
@@ -149,7 +180,7 @@ async def _serve(sock: socket.socket, job: Job) -> None:
     teardowns: list[asyncio.Task] = []
     with rollout_scope(lambda: chan.send("first_call"), teardowns):
         token = rollout_trace.use(_RemoteTrace(chan)) if job.traced else None
-        rollout = asyncio.ensure_future(workflow.arun_episode_single(row))
+        rollout = asyncio.ensure_future(episode)
         if token is not None:
             rollout_trace.reset(token)
     reader = asyncio.ensure_future(proxy.read())
@@ -207,18 +238,10 @@ class _RoutingCountedByTrainer:
         return {}
 
 
-def _workflow(job: Job, proxy: ServiceProxy, chan: Channel) -> Any:
+def _environments(job: Job) -> dict[str, Any]:
     from platoon.live.workers.envs import EnvSpec, environment
 
-    cls, state = pickle.loads(job.workflow)
-    workflow = cls.__new__(cls)
-    workflow.__dict__.update(state)
-    workflow.envs = {label: environment(e) if isinstance(e, EnvSpec) else pickle.loads(e)
-                     for label, e in job.envs.items()}
-    workflow.service = proxy
-    workflow.warn = lambda message: chan.send("warn", str(message))
-    workflow.routing = _RoutingCountedByTrainer()
-    return workflow
+    return {label: environment(e) if isinstance(e, EnvSpec) else pickle.loads(e) for label, e in job.envs.items()}
 
 
 def _write_ready(job: Job) -> None:
@@ -239,6 +262,13 @@ def reseed() -> None:
         torch.default_generator.seed()
 
 
+def cuda_started() -> bool:
+    """Whether this process started the CUDA driver (through torch, when imported): a process forked from it would
+    hold a driver state it cannot use."""
+    torch = sys.modules.get("torch")
+    return torch is not None and bool(torch.cuda.is_initialized())
+
+
 def _count_opens(event: str, args: tuple) -> None:
     global _OPENS
     if event == "open":
@@ -246,8 +276,9 @@ def _count_opens(event: str, args: tuple) -> None:
 
 
 def report(conn: Any) -> None:
-    """The fork server's warm-up (a ``Process`` target): send its pid and the modules it imported beyond the
-    worker's stack, then end."""
+    """The fork server's warm-up (a ``Process`` target): send its pid, the modules it imported beyond the worker's
+    stack and whether its imports started the CUDA driver, then end."""
     stack, done = sys.modules.get("platoon.live.workers._stack"), sys.modules.get("platoon.live.workers._plan")
-    conn.send((os.getppid(), done.MODULES - stack.MODULES if stack and done else 0))
+    conn.send((os.getppid(), done.MODULES - stack.MODULES if stack and done else 0,
+               bool(done and done.CUDA_STARTED)))
     conn.close()

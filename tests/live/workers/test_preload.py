@@ -136,3 +136,27 @@ def test_the_fork_server_builds_the_entries_environments_and_lists_their_tasks(t
     asyncio.run(run())
     seen = json.loads(said[0])
     assert seen["built"] == ["e"] and seen["imported"] == ["json.decoder"]
+
+
+def test_a_fork_server_whose_imports_started_cuda_refuses_to_serve(tmp_path, monkeypatch):
+    from platoon.live.workers.preload import ForkServerRefused
+
+    # what torch.cuda.init() leaves on a GPU node, set by hand (these machines have none)
+    (tmp_path / "starts_cuda.py").write_text("import torch\ntorch.cuda._initialized = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    workers = WorkerPool(plan=PreloadPlan(("starts_cuda",)), scratch=tmp_path / "scratch")
+    workflow = ProbeWorkflow(envs={}, service=FakeService(), warn=lambda message: None)
+    workflow.rollout_workers = workers
+
+    async def run():
+        try:
+            return await workflow.arun_episode(GroupRow((1, 0), "t", None, 1))
+        finally:
+            await workers.aclose()
+
+    with pytest.raises(ForkServerRefused, match="refuses to serve: what it imported or built ahead started the CUDA"):
+        asyncio.run(run())
+    import multiprocessing.forkserver
+
+    assert multiprocessing.forkserver._forkserver._forkserver_pid is None  # stopped: it forks no one
+    assert not any(level == "info" for level, _ in workers.messages)  # no first line: it never served
