@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 
@@ -182,3 +184,17 @@ def test_platoon_train_on_a_tiny_chat_model_checkpoints_and_resumes(tmp_path, on
     assert {budget for _, budget in calls} <= set(range(1, PER_TURN + 1))
     assert max(p.count("<|im_start|>assistant\n") for p in prompts) <= TURNS
     assert len(calls) <= 4 * 4 * TURNS
+
+
+def test_the_chat_model_config_textcraft_md_shows_validates_with_a_checkpoint(tmp_path):
+    from typer.testing import CliRunner
+
+    from platoon.cli import app
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "textcraft.md").read_text(encoding="utf-8")
+    [config] = [b for b in re.findall(r"```yaml\n(.*?)```", doc, flags=re.S) if "chat_template" in b]
+    (tmp_path / "chat.yaml").write_text(config)
+    model = save_chat_model(tmp_path / "tiny-chat", context=8192)  # in place of the doc's cached model id
+    result = CliRunner().invoke(app, ["config", "validate", str(tmp_path / "chat.yaml"), f"log_path={tmp_path}",
+                                      f"train.model_name={model}"])
+    assert result.exit_code == 0, result.output
