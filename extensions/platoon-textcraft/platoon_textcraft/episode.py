@@ -15,7 +15,7 @@ Rules it keeps (both variants):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ from platoon.live.envs.base import Outcome
 from platoon.live.envs.text import Tool, ToolCall, ToolResult
 from platoon_textcraft.world import Recipe, World
 
-__all__ = ["TOOLS", "CraftTask", "CraftingEpisode"]
+__all__ = ["ANSWER_WORDS", "TOOLS", "CraftTask", "CraftingEpisode", "vocabulary"]
 
 TOOLS = (
     Tool("craft", "Craft an item from ingredients in your inventory. Give every ingredient of one of the item's "
@@ -50,6 +50,40 @@ TOOLS = (
 )
 
 
+ANSWER_WORDS = (
+    "Inventory:", "Your", "inventory", "is", "empty.",                                   # view_inventory
+    "Crafted", "from", "You", "now", "hold",                                            # craft
+    "craftable:", "base:", "in", "inventory:", "depth:", "recipes:", "yes,", "no,", "none", "<-", "unknown",
+    "item",                                                                             # get_info
+    "Finished.",                                                                        # finish
+    "Could", "not", "craft", "nothing", "changed.", "recipe", "it", "takes", "for", "enough", "the", "(have",
+    "need", "total", "must", "be", "a", "multiple", "of",                                # a craft refused
+)
+"""The words the tools' answers write besides item names and counts."""
+
+MAX_COUNT_WORD = 256
+"""Counts up to this are words of ``vocabulary`` (an easy task's inventory holds at most about 240 of an item)."""
+
+
+def vocabulary(items: Iterable[str]) -> tuple[str, ...]:
+    """The words an episode writes and reads, for a tokenizer that gives each declared word one token and cuts text
+    at spaces (the tiny model's, ``platoon.live.agent.tokenizer``): the tools' and their parameters' names, the
+    instruction's words, ``ANSWER_WORDS``, each item bare and as the answers write it before punctuation (``,``
+    ``.`` ``:`` ``;``), counts 0 to ``MAX_COUNT_WORD`` (also before ``,`` and ``)``) and ``1x``-``9x``. Longer
+    counts, tags (``#planks``) and JSON arguments are spelt in bytes."""
+    words: list[str] = []
+    for tool in TOOLS:
+        words += [tool.name, *tool.parameters.get("properties", {})]
+    words += CraftTask((), ()).instruction().split()
+    words += ANSWER_WORDS
+    for item in items:
+        words += [item, *(item + p for p in ",.:;")]
+    for n in range(MAX_COUNT_WORD + 1):
+        words += [str(n), f"{n},", f"{n})"]
+    words += [f"{n}x" for n in range(1, 10)]
+    return tuple(dict.fromkeys(words))
+
+
 @dataclass(frozen=True)
 class CraftTask:
     """What a task asks and starts from: ``targets`` (item, count), the starting ``inventory`` and the ``gold``
@@ -61,7 +95,9 @@ class CraftTask:
 
     def instruction(self) -> str:
         wanted = ", ".join(f"{n}x {item}" for item, n in self.targets)
-        return (f"Craft the following items: {wanted}\n"
+        # the space before the line break keeps the last target a word of its own for a tokenizer that cuts text
+        # at spaces (the tiny model's, which gives each item one token: ``vocabulary``)
+        return (f"Craft the following items: {wanted} \n"
                 "Your inventory holds the materials. Use get_info to see recipes, view_inventory to see what you "
                 "hold and craft to make items; call finish with a short message when you are done.")
 

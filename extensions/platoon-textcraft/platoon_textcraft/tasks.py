@@ -14,13 +14,14 @@ Rules it keeps:
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Mapping, Sequence
 
 from platoon.live.envs.base import Task
 from platoon.live.envs.text import ToolCall
-from platoon_textcraft.episode import CraftingEpisode, CraftTask
+from platoon_textcraft.episode import CraftingEpisode, CraftTask, vocabulary
 from platoon_textcraft.world import World
 
 __all__ = ["DIFFICULTIES", "CraftingEnvironment", "difficulty_of", "starting_inventory"]
@@ -73,6 +74,12 @@ class CraftingEnvironment:
             for task_id, targets in zip(ids, tasks, strict=True):
                 self._by_id[task_id] = (split, targets)
                 self._splits[f"{split}-{difficulty_of(self.depth(targets))}"].append(task_id)
+
+    @functools.cached_property
+    def words(self) -> tuple[str, ...]:
+        """The words its episodes write and read (``vocabulary`` of the world's items): the tiny model's tokenizer
+        gives each one token."""
+        return vocabulary(self.world.items)
 
     def depth(self, targets: Sequence[tuple[str, int]]) -> int:
         """A task's depth: its deepest target's."""

@@ -74,7 +74,7 @@ def test_a_task_s_facts(env: TextCraftSynth) -> None:
     spec = env.craft_task("train-00000")
     [(target, count)] = spec.targets
     assert 1 <= count <= 3 and env.world.depth[target] == task.columns["depth"]
-    assert spec.instruction().startswith(f"Craft the following items: {count}x {target}\n")
+    assert spec.instruction().startswith(f"Craft the following items: {count}x {target} \n")
     _, needed = env.world.plan(spec.targets)
     held = dict(spec.inventory)
     assert all(n <= held[i] <= n * 1.5 for i, n in needed.items())
