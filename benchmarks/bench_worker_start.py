@@ -87,7 +87,7 @@ async def _wave(pool, workflow_cls, env, n: int) -> dict[str, float]:
             if len(self.measured) >= n:
                 self.all_in.set()
 
-        async def sample(self, prompt, *, max_new_tokens, temperature, seed=None, stop_tokens=()):
+        async def sample(self, prompt, *, max_new_tokens, temperature, seed=None, stop=None):
             await self.all_in.wait()  # every worker alive at once until all have reached their agent
             return Sample((1,), (-1.0,), 0)
 

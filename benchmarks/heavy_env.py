@@ -16,7 +16,8 @@ import matplotlib
 import matplotlib.pyplot  # noqa: F401
 import pandas  # noqa: F401
 
-from platoon.live.envs.base import Outcome, Step, Task
+from platoon.live.envs.base import Outcome, Task
+from platoon.live.envs.text import Tool, ToolCall, ToolResult
 from platoon.live.workflow import GroupRolloutWorkflow, GroupRow, Rollout
 
 try:
@@ -28,8 +29,9 @@ matplotlib.use("Agg")
 
 
 class HeavyEnv:
-    vocab = ("<pad>", "a", "b")
-    max_context_tokens = 8
+    """A text environment of one tool; an episode ends after its one turn, graded a success."""
+
+    speaks_text = True
 
     def task_ids(self, split: str) -> list[str]:
         return [f"t{i}" for i in range(4)]
@@ -42,11 +44,13 @@ class HeavyEnv:
 
 
 class HeavyEpisode:
-    def reset(self) -> tuple[int, ...]:
-        return (1,)
+    tools = (Tool("done", "End the episode.", terminal=True),)
 
-    def step(self, action) -> Step:
-        return Step((), 1.0, True)
+    def reset(self) -> str:
+        return "go"
+
+    def call(self, call: ToolCall) -> ToolResult:
+        return ToolResult("ok", done=True)
 
     def outcome(self) -> Outcome:
         return Outcome(1.0, True)
