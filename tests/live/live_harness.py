@@ -273,3 +273,28 @@ def save_word_tokenizer(path, words):
     tok.decoder = tokenizers.decoders.WordPiece(prefix="##")  # joins words with spaces
     transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(str(path))
     return path
+
+
+def train_then_sigkill(run, args, env, *, after_rows: int, within_s: float):
+    """Start ``platoon train --out run`` with ``args`` in a process and ``SIGKILL`` it once its ``metrics.jsonl``
+    holds ``after_rows`` rows (failing if it ends first or takes longer than ``within_s``); the killed process."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from platoon.runs import read_jsonl
+
+    proc = subprocess.Popen([sys.executable, "-m", "platoon", "train", "--out", str(run), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and len(read_jsonl(metrics)) >= after_rows:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return proc

@@ -9,11 +9,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from live_harness import FakeService, check_event_log
+from live_harness import FakeService, check_event_log, train_then_sigkill
 
 from platoon.live import command
 from platoon.live.runtime import LiveRuntime
@@ -131,18 +130,10 @@ def test_a_resumed_trainer_goes_on_from_its_weights(tmp_path):
 def test_sigkill_mid_training_then_resume(tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    args = [sys.executable, "-m", "platoon", "train", "--out", str(run), "--steps", "12",
-            "--set", "train.batch_size=16", "--set", "checkpoint.recovery_every=3", "--set", "eval.every=4"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = train_then_sigkill(run, ["--steps", "12", "--set", "train.batch_size=16", "--set",
+                                    "checkpoint.recovery_every=3", "--set", "eval.every=4"],
+                              env, after_rows=5, within_s=120)
     metrics = run / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if metrics.exists() and len(read_jsonl(metrics)) >= 5:
-            break
-        time.sleep(0.01)
-    assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
     done = [r["step"] for r in read_jsonl(metrics)]
     assert 5 <= len(done) < 12 and proc.returncode == -signal.SIGKILL
 

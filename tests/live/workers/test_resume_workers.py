@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
-from live_harness import check_event_log
+from live_harness import check_event_log, train_then_sigkill
 
 from platoon.runs import read_jsonl
 
@@ -24,19 +22,9 @@ SETTINGS = ["train.batch_size=4", "environments.0.workflow_config.group_size=4",
 def test_sigkill_of_a_run_with_rollout_workers_then_resume_loses_nothing(tmp_path):
     run, scratch = tmp_path / "run", tmp_path / "scratch"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PLATOON_NODE_SCRATCH": str(scratch)}
-    args = [sys.executable, "-m", "platoon", "train", "--out", str(run), "--steps", "8"]
-    for s in SETTINGS:
-        args += ["--set", s]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    train_then_sigkill(run, ["--steps", "8", *[a for s in SETTINGS for a in ("--set", s)]], env,
+                       after_rows=4, within_s=240)
     metrics = run / "metrics.jsonl"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:
-        if metrics.exists() and len(read_jsonl(metrics)) >= 4:
-            break
-        time.sleep(0.01)
-    assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
     done = len(read_jsonl(metrics))
     assert 4 <= done < 9
 
