@@ -32,6 +32,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from platoon.policy.outputs import member_rows
 from platoon.runs.atomic import sha256_bytes
 
 KEPT_FORMAT = 1
@@ -83,7 +84,7 @@ def kept_group(item: Mapping[str, Any]) -> dict[str, Any]:
 def _output(output: Mapping[str, Any] | None, entry: str | None, label: str | None) -> dict[str, Any]:
     if output is None:
         return {"type": "failed"}
-    datums, members = list(output["datums"]), list(output["members"])
+    datums, members = list(output["datums"]), member_rows(output["members"])
     if not all(isinstance(d, Mapping) and set(d) == LIVE_DATUM_KEYS for d in datums):
         return {"type": "platoon", **output}
     return {"type": "group", "datums": [tinker_datum(d) for d in datums],

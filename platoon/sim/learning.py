@@ -167,11 +167,20 @@ class Learner:
         return float(np.mean(self._rates)) if self._rates else 0.0
 
     def state_dict(self) -> dict:
-        return {"ability": self.ability.tolist(), "skill": self.skill.tolist(), "pending_rows": list(self.pending_rows)}
+        """The learner's state. Skill is kept sparse (the rows that have any, and their skill): most rows of a large
+        pool are never trained, and a dense list made every checkpoint of a pool of a million tasks 5 MB."""
+        rows = np.flatnonzero(self.skill)
+        return {"ability": self.ability.tolist(), "skill_rows": rows.tolist(), "skill": self.skill[rows].tolist(),
+                "pending_rows": list(self.pending_rows)}
 
     def load_state_dict(self, state: dict) -> None:
+        """Loads `state_dict`'s form, or a checkpoint's of an older release (``skill`` dense, without ``skill_rows``)."""
         self.ability = np.asarray(state["ability"], dtype=float)
-        self.skill = np.asarray(state["skill"], dtype=float)
+        if "skill_rows" in state:
+            self.skill = np.zeros(len(self.difficulty))
+            self.skill[np.asarray(state["skill_rows"], dtype=np.int64)] = np.asarray(state["skill"], dtype=float)
+        else:
+            self.skill = np.asarray(state["skill"], dtype=float)
         self.pending_rows = [int(r) for r in state["pending_rows"]]
         self._refresh()
 

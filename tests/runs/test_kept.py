@@ -115,3 +115,18 @@ def test_the_writer_still_writes_what_040_accepted(tmp_path):
                                for d, state in ((base, ours), (OURS, fixture)))
     assert shape(kept_ours) == shape(kept_fixture)
     assert {g["output"]["type"] for g in kept_ours["groups"]} == {"group"}
+
+
+def test_a_kept_group_lists_its_members_as_040_does():
+    from platoon.policy.outputs import GroupOutput
+    from platoon.policy.records import MemberResult
+    from platoon.runs.kept import kept_group
+
+    datum = {"tokens": [3, 5, 7], "mask": [0, 1, 1], "logprobs": [0.0, -0.5, -0.25], "advantage": 0.5, "version": 1}
+    members = (MemberResult(reward=1.0, scored=1.0, valid=True, outcome="pass"),
+               MemberResult(reward=0.0, scored=0.0, valid=False, outcome="invalid"))
+    output = GroupOutput("trained", members, (datum,)).to_json()  # members as columns
+    item = {"key": [1, 2], "entry": "e", "record": {}, "output": output}
+    kept = kept_group(item)["output"]
+    assert kept["members"] == [m.to_json() for m in members]
+    assert (kept["requested_rollouts"], kept["trainable_rollouts"]) == (2, 1)

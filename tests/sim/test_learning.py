@@ -80,6 +80,23 @@ def test_training_moves_trained_tasks_and_ability():
     assert [twin.pass_rate(r) for r in range(10)] == [L.pass_rate(r) for r in range(10)]
 
 
+def test_state_keeps_skill_sparse_and_reads_an_older_dense_one():
+    sim = SimConfig.model_validate({"population": {"tasks": 100_000, "heldout": 0}})
+    e = EntryTasks.build("env", sim, seed=0, task_ids=None)
+    L = learner([e])
+    L.trained([7, 7, 99_999])
+    L.publish()
+    state = L.state_dict()
+    assert state["skill_rows"] == [7, 99_999] and state["skill"] == [1.0, 0.5]  # two rows, not 100,000
+    twin = learner([e])
+    twin.load_state_dict(state)
+    assert np.array_equal(twin.skill, L.skill)
+    older = learner([e])
+    older.load_state_dict({"ability": state["ability"], "skill": L.skill.tolist(), "pending_rows": []})
+    assert np.array_equal(older.skill, L.skill)
+    assert older.pass_rate(7) == L.pass_rate(7)
+
+
 def test_no_learning_keeps_rates():
     sim = SimConfig.model_validate({"population": {"tasks": 5}, "learning": {"enabled": False}})
     e = EntryTasks.build("env", sim, seed=0, task_ids=None)
