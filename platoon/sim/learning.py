@@ -31,6 +31,7 @@ import numpy as np
 
 from platoon.config.sim import SimConfig
 from platoon.config.sim_files import TaskFileRow, read_task_file
+from platoon.sim.seeded_normals import name_words, word_normals
 
 SALT_DIFFICULTY = 0x0510_0002
 SALT_LENGTH = 0x0510_0003
@@ -76,9 +77,11 @@ class EntryTasks:
             return cls(entry, ids, difficulty, np.array([r.length for r in rows], dtype=float), rates,
                        np.zeros(0), [r.data for r in rows])
         ids = list(task_ids) if task_ids else [f"{entry}/{n}" for n in range(pop.tasks)]
-        difficulty = np.array([pop.difficulty_mean + pop.difficulty_sd * _task_normal(seed, SALT_DIFFICULTY, t)
-                               for t in ids])
-        length = np.array([math.exp(sigma * _task_normal(seed, SALT_LENGTH, t)) if sigma else 1.0 for t in ids])
+        words = name_words(ids)
+        difficulty = pop.difficulty_mean + pop.difficulty_sd * word_normals(seed, SALT_DIFFICULTY, words)
+        # math.exp per task, not np.exp: numpy's vectorised exp may differ in the last bit.
+        length = (np.array([math.exp(sigma * z) for z in word_normals(seed, SALT_LENGTH, words).tolist()])
+                  if sigma else np.ones(len(ids)))
         heldout = pop.difficulty_mean + pop.difficulty_sd * _name_rng(seed, SALT_HELDOUT, entry).standard_normal(
             pop.heldout)
         rows = [dict(d) for d in data] if data is not None and task_ids else [{} for _ in ids]
