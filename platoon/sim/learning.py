@@ -114,12 +114,8 @@ class Learner:
                  initial_ability: Sequence[float]) -> None:
         self.entries = list(entries)
         self.row_entry = np.asarray(row_entry, dtype=np.int64)
-        rows = range(len(row_task))
-        self.difficulty = np.array([self.entries[self.row_entry[r]].difficulty[row_task[r]] for r in rows])
-        self.length = [float(self.entries[self.row_entry[r]].length[row_task[r]]) for r in rows]
-        fixed = [self.entries[self.row_entry[r]].fixed_rate for r in rows]
-        self.fixed_mask = np.array([f is not None for f in fixed], dtype=bool)
-        self.fixed = np.array([f[row_task[r]] if f is not None else 0.0 for r, f in zip(rows, fixed, strict=True)])
+        self.difficulty, length, self.fixed, self.fixed_mask = self._gather(np.asarray(row_task, dtype=np.int64))
+        self.length = length.tolist()
         self.learn = [bool(x) for x in learn]
         self.gain = [float(g) if on else 0.0 for g, on in zip(gain, self.learn, strict=True)]
         self.transfer = [float(t) for t in transfer]
@@ -129,6 +125,19 @@ class Learner:
         self._rates: list[float] = []
         self._rate_array = np.zeros(0)
         self._refresh()
+
+    def _gather(self, row_task: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per pool row, from its entry's task ``row_task[r]``: difficulty, length, fixed rate (0 where the entry
+        has none) and whether it has one; one gather per entry, not a Python step per row."""
+        n = len(row_task)
+        difficulty, length, fixed, fixed_mask = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool)
+        for i, entry in enumerate(self.entries):
+            rows = self.row_entry == i
+            at = row_task[rows]
+            difficulty[rows], length[rows] = entry.difficulty[at], entry.length[at]
+            if entry.fixed_rate is not None:
+                fixed[rows], fixed_mask[rows] = entry.fixed_rate[at], True
+        return difficulty, length, fixed, fixed_mask
 
     def _refresh(self) -> None:
         if len(self.difficulty) == 0:
