@@ -42,7 +42,8 @@ def name_words(names: Sequence[str]) -> np.ndarray:
 
 
 def word_normals(seed: int, salt: int, words: np.ndarray) -> np.ndarray:
-    """``[default_rng([seed % 2**64, salt, int(w)]).standard_normal() for w in words]`` as a float64 array, exactly."""
+    """``[default_rng([seed % 2**64, salt, int(w)]).standard_normal() for w in words]`` as a float64 array, exactly;
+    ``words`` a uint64 array (`name_words`), ``salt`` a non-negative int."""
     seed = int(seed) % (1 << 64)
     head = _uint32_words(seed) + _uint32_words(salt)
     out = np.empty(len(words))
@@ -170,6 +171,7 @@ def _ziggurat_tables() -> tuple[np.ndarray, np.ndarray]:
     probe = _RawProbe()
     ki = np.array([_first_slow_rabs(probe, idx) for idx in range(256)], dtype=_U64)
     wi = np.array([probe.draw((1 << 9) | idx)[0] if ki[idx] > 1 else 0.0 for idx in range(256)])
+    ki.flags.writeable = wi.flags.writeable = False  # cached for the process: shared by every caller
     return ki, wi
 
 
