@@ -308,7 +308,7 @@ class RunDir:
     def write_pool(self, rows: list[tuple[str, str | None, str | None]]) -> None:
         """Record the pool once at the start of the run (atomically), so per-task tables list every task."""
         self.tasks_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.pool_path, {"format": 1, "tasks": [list(r) for r in rows]})
+        write_json_atomic(self.pool_path, {"format": 1, "tasks": rows})  # json writes a tuple as a list
 
     def read_pool(self) -> list[tuple[str, str | None, str | None]] | None:
         """The recorded pool, or None when the run recorded none (or it does not read)."""

@@ -31,6 +31,7 @@ import numpy as np
 
 from platoon.config.sim import SimConfig
 from platoon.config.sim_files import TaskFileRow, read_task_file
+from platoon.sim.seeded_normals import name_words, word_normals
 
 SALT_DIFFICULTY = 0x0510_0002
 SALT_LENGTH = 0x0510_0003
@@ -76,9 +77,11 @@ class EntryTasks:
             return cls(entry, ids, difficulty, np.array([r.length for r in rows], dtype=float), rates,
                        np.zeros(0), [r.data for r in rows])
         ids = list(task_ids) if task_ids else [f"{entry}/{n}" for n in range(pop.tasks)]
-        difficulty = np.array([pop.difficulty_mean + pop.difficulty_sd * _task_normal(seed, SALT_DIFFICULTY, t)
-                               for t in ids])
-        length = np.array([math.exp(sigma * _task_normal(seed, SALT_LENGTH, t)) if sigma else 1.0 for t in ids])
+        words = name_words(ids)
+        difficulty = pop.difficulty_mean + pop.difficulty_sd * word_normals(seed, SALT_DIFFICULTY, words)
+        # math.exp per task, not np.exp: numpy's vectorised exp may differ in the last bit.
+        length = (np.array([math.exp(sigma * z) for z in word_normals(seed, SALT_LENGTH, words).tolist()])
+                  if sigma else np.ones(len(ids)))
         heldout = pop.difficulty_mean + pop.difficulty_sd * _name_rng(seed, SALT_HELDOUT, entry).standard_normal(
             pop.heldout)
         rows = [dict(d) for d in data] if data is not None and task_ids else [{} for _ in ids]
@@ -111,12 +114,8 @@ class Learner:
                  initial_ability: Sequence[float]) -> None:
         self.entries = list(entries)
         self.row_entry = np.asarray(row_entry, dtype=np.int64)
-        rows = range(len(row_task))
-        self.difficulty = np.array([self.entries[self.row_entry[r]].difficulty[row_task[r]] for r in rows])
-        self.length = [float(self.entries[self.row_entry[r]].length[row_task[r]]) for r in rows]
-        fixed = [self.entries[self.row_entry[r]].fixed_rate for r in rows]
-        self.fixed_mask = np.array([f is not None for f in fixed], dtype=bool)
-        self.fixed = np.array([f[row_task[r]] if f is not None else 0.0 for r, f in zip(rows, fixed, strict=True)])
+        self.difficulty, length, self.fixed, self.fixed_mask = self._gather(np.asarray(row_task, dtype=np.int64))
+        self.length = length.tolist()
         self.learn = [bool(x) for x in learn]
         self.gain = [float(g) if on else 0.0 for g, on in zip(gain, self.learn, strict=True)]
         self.transfer = [float(t) for t in transfer]
@@ -126,6 +125,19 @@ class Learner:
         self._rates: list[float] = []
         self._rate_array = np.zeros(0)
         self._refresh()
+
+    def _gather(self, row_task: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per pool row, from its entry's task ``row_task[r]``: difficulty, length, fixed rate (0 where the entry
+        has none) and whether it has one; one gather per entry, not a Python step per row."""
+        n = len(row_task)
+        difficulty, length, fixed, fixed_mask = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool)
+        for i, entry in enumerate(self.entries):
+            rows = self.row_entry == i
+            at = row_task[rows]
+            difficulty[rows], length[rows] = entry.difficulty[at], entry.length[at]
+            if entry.fixed_rate is not None:
+                fixed[rows], fixed_mask[rows] = entry.fixed_rate[at], True
+        return difficulty, length, fixed, fixed_mask
 
     def _refresh(self) -> None:
         if len(self.difficulty) == 0:

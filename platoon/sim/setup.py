@@ -144,7 +144,11 @@ def build_tasks(cfg: RunConfig) -> SimTasks:
                 continue
         try:
             tasks = EntryTasks.build(e.label, sim, seed=e.seed, task_ids=ids, data=data)
-            entries.append(tasks.select(select_tasks(tasks.task_ids, e.dataset_kwargs, e.exclude_tasks)))
+            chosen = select_tasks(tasks.task_ids, e.dataset_kwargs, e.exclude_tasks)
+            # Usually nothing is excluded, shuffled or cut: skip copying every row then (only with distinct ids:
+            # select gives a repeated id its last row's data).
+            unchanged = chosen == tasks.task_ids and len(set(chosen)) == len(chosen)
+            entries.append(tasks if unchanged else tasks.select(chosen))
         except ValueError as exc:
             problems.append(f"{where}.tasks: {exc}")
         try:

@@ -120,3 +120,11 @@ def test_metrics_row_puts_step_and_time_first():
     assert list(row) == ["step", "time", "b", "a"]
     with pytest.raises(ValueError, match="step"):
         metrics_row(3, 9.0, {"step": 1})
+
+
+def test_the_pool_is_written_as_lists_and_read_back_as_tuples(tmp_path):
+    rd = RunDir.create(tmp_path / "run")
+    rows = [("a::t1", "a", "x"), ("b::t1", "b", None)]
+    rd.write_pool(rows)
+    assert rd.pool_path.read_bytes() == b'{"format":1,"tasks":[["a::t1","a","x"],["b::t1","b",null]]}\n'
+    assert rd.read_pool() == rows

@@ -110,3 +110,20 @@ def test_no_learning_keeps_rates():
 def test_learning_beside_a_task_file_is_refused():
     with pytest.raises(ValueError, match="fixes each task's pass rate"):
         SimConfig.model_validate({"tasks": "t.csv", "learning": {"enabled": True}})
+
+
+def test_learner_rows_read_their_entrys_task(tmp_path):
+    """Rows of several entries, interleaved and repeating tasks, each take their own entry's task's values."""
+    (tmp_path / "t.csv").write_text("task_id,pass_rate,length\na,0.25,2\nb,0\nc,1,3\n")
+    fixed = EntryTasks.build("f", SimConfig.model_validate({"tasks": str(tmp_path / "t.csv")}), seed=0, task_ids=None)
+    drawn = EntryTasks.build("d", SimConfig.model_validate({"population": {"tasks": 4},
+                                                            "rollout": {"length_sigma": 0.5}}), seed=1, task_ids=None)
+    entries, row_entry, row_task = [drawn, fixed], [1, 0, 0, 1, 0, 1, 0], [2, 3, 0, 0, 3, 1, 1]
+    L = Learner(entries, row_entry, row_task, learn=[True, False], gain=[0.5, 0.5], transfer=[0.2, 0.2],
+                initial_ability=[0.0, 0.0])
+    pairs = list(zip(row_entry, row_task, strict=True))
+    assert L.difficulty.tolist() == [entries[e].difficulty[t] for e, t in pairs]
+    assert L.length == [float(entries[e].length[t]) for e, t in pairs]
+    assert L.fixed_mask.tolist() == [e == 1 for e, _ in pairs]
+    assert L.fixed.tolist() == [fixed.fixed_rate[t] if e == 1 else 0.0 for e, t in pairs]
+    assert [L.pass_rate(r) for r in (0, 3, 5)] == [1.0, 0.25, 0.0]

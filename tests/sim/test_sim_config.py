@@ -158,3 +158,16 @@ def test_keys_turns_replaces_and_a_service_without_turns_are_warned_about(tmp_pa
     assert load_config_warnings(load_sim_config(tmp_path / "run.yaml")) == [
         "environments.1.sim.rollout.duration: no effect under sim.rollout.turns (a rollout's time is its turns' "
         "model calls and environment steps; a task's length stretches env_step_s)"]
+
+
+def test_an_entry_keeps_its_tasks_or_the_ones_it_selects(tmp_path):
+    (tmp_path / "run.yaml").write_text(
+        TRAIN + "environments:\n  - {name: a, tasks: [t3, t1, t2]}\n"
+        "  - {name: b, tasks: [t3, t1, t2], exclude_tasks: [t1]}\n")
+    tasks = build_tasks(load_sim_config(tmp_path / "run.yaml"))
+    a, b = tasks.entries
+    assert a.task_ids == ["t3", "t1", "t2"] and b.task_ids == ["t3", "t2"]
+    assert len(b.difficulty) == len(b.length) == len(b.data) == 2
+    assert b.difficulty.tolist() == a.difficulty[[0, 2]].tolist()  # same seed and ids: the same draws
+    assert tasks.pool.task_ids == ("a::t3", "a::t1", "a::t2", "b::t3", "b::t2")
+    assert tasks.learner.difficulty.tolist() == [*a.difficulty.tolist(), *b.difficulty.tolist()]

@@ -133,6 +133,8 @@ class SamplerSetup:
     @cached_property
     def first_index(self) -> dict[str, int]:
         """Task id -> index of its first row in ``task_ids``."""
+        if len(self.unique_ids) == len(self.task_ids):  # distinct ids (the usual pool): every row is its id's first
+            return dict(zip(self.task_ids, range(len(self.task_ids)), strict=True))
         out: dict[str, int] = {}
         for i, t in enumerate(self.task_ids):
             out.setdefault(t, i)

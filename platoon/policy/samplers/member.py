@@ -55,10 +55,13 @@ class Member:
         self.prefix = RUN_PREFIX if self.level == "run" else entry_prefix(self.entry or "")
         self.sampler = self.fresh()
         uids = self.setup.unique_ids
-        uid_pos = {t: i for i, t in enumerate(uids)}
-        self.uid_of_row = np.fromiter(
-            (uid_pos[t] for t in self.setup.task_ids), dtype=np.int64, count=len(rows)
-        )
+        if len(uids) == len(rows):  # distinct ids: row i is id i
+            self.uid_of_row = np.arange(len(rows), dtype=np.int64)
+        else:
+            uid_pos = {t: i for i, t in enumerate(uids)}
+            self.uid_of_row = np.fromiter(
+                (uid_pos[t] for t in self.setup.task_ids), dtype=np.int64, count=len(rows)
+            )
         first_rows = [pool.rows[self.rows[self.setup.first_index[t]]] for t in uids]
         # Eligibility depends on a task's label and group size only: one class per distinct pair, asked once.
         classes = list(dict.fromkeys((r.label, r.group_size) for r in first_rows))
@@ -69,10 +72,9 @@ class Member:
             count=len(uids),
         )
         self.masks: dict[bytes, np.ndarray] = {}  # eligibility mask by pattern of eligible classes
-        first_of_class: dict[int, str] = {}
-        for t, c in zip(uids, self.uid_class.tolist(), strict=True):
-            first_of_class.setdefault(c, t)
-        self.class_task = [first_of_class[i] for i in range(len(classes))]
+        # Classes are numbered in order of first appearance, so np.unique's first indices are each class's first id.
+        _, first_of_class = np.unique(self.uid_class, return_index=True)
+        self.class_task = [uids[i] for i in first_of_class.tolist()]
         self.class_size = np.array([size for _, size in classes], dtype=np.int64)
         self.all_eligible = np.ones(len(uids), dtype=bool)
         self.all_eligible.flags.writeable = False
