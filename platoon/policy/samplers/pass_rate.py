@@ -11,8 +11,7 @@ listing order, decision ``d`` (its window is ``d // N``; ``previous`` survives o
 4. live statistics only: with chance ``1 - explore``, *exploit*: over the pool minus the tasks without evidence
    (``no_evidence_streak >= 3``), at most ``candidates`` of them chosen at random, draw ``p ~ Beta(alpha, beta)``
    per task and take the best ``1 - p^G - (1 - p)^G`` (G: the task's group size), ties at random;
-5. otherwise *explore*: the least recently drawn task (never drawn counts as -1), ties at random (under
-   ``evidence: drift``, a window at a time: see `PassRateSampler._least_recent`);
+5. otherwise *explore*: the least recently drawn task (never drawn counts as -1), ties at random;
 6. the score is ``informative_at(alpha, beta, G)`` of the chosen task (None without statistics).
 
 That is ``evidence: versions``, 0.4.0's: ``(alpha, beta)`` is the statistics' posterior, evidence halving every 32
