@@ -236,23 +236,12 @@ def test_explore_takes_its_share_and_exploit_prefers_informative_tasks():
 
 
 def test_explore_draws_the_least_recently_drawn():
-    """0.4.0's (``evidence: versions``): a strict order, so every window replays the first one's."""
     ids = [f"t{i}" for i in range(6)]
-    sampler, s = make(ids, {"explore": 1.0, "max_draws_per_epoch": None, "evidence": "versions"})
+    sampler, s = make(ids, {"explore": 1.0, "max_draws_per_epoch": None})
     view = TaskStatsView(rate_store(ids, [0.5] * 6), 0)
     first = [sampler.next(ctx(s, d, stats=view)).task_id for d in range(6)]
     assert sorted(first) == ids  # never drawn (-1) first
     assert [sampler.next(ctx(s, 6 + d, stats=view)).task_id for d in range(6)] == first
-
-
-def test_explore_goes_round_the_tasks_reshuffled_each_window():
-    """The default (``evidence: drift``): each window draws every task once, in an order of its own."""
-    ids = [f"t{i}" for i in range(6)]
-    sampler, s = make(ids, {"explore": 1.0, "max_draws_per_epoch": None})
-    view = TaskStatsView(rate_store(ids, [0.5] * 6), 0)
-    windows = [[sampler.next(ctx(s, 6 * w + d, stats=view)).task_id for d in range(6)] for w in range(5)]
-    assert all(sorted(w) == ids for w in windows)
-    assert len({tuple(w) for w in windows}) > 1
 
 
 def test_tasks_without_evidence_are_reached_by_exploration_only():

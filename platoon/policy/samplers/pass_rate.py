@@ -338,13 +338,7 @@ class PassRateSampler(Sampler):
 
     def _least_recent(self, keep: np.ndarray, rng: np.random.Generator) -> int:
         """The kept task drawn least recently (never drawn: -1), ties at random. A drawn task's last decision is
-        unique, so ties happen only among never-drawn tasks.
-
-        Under ``evidence: drift``, "least recently" is read a window at a time: once every kept task has been
-        drawn, a task not drawn in this window, at random (the one drawn least recently when all have been). A
-        strict order would replay the first window's order in every later one, so the same tasks would share a
-        step every ``N / batch`` steps; on the embedded default, exploration alone (``explore: 1.0``) reached
-        held-out pass@1 0.607 and 0.641 in that order, 0.639 and 0.670 reshuffled (docs/task-samplers.md)."""
+        unique, so ties happen only among never-drawn tasks."""
         if self._n_never:
             batch = rng.integers(self._n, size=64)
             hits = batch[keep[batch] & self._never[batch]]
@@ -353,10 +347,6 @@ class PassRateSampler(Sampler):
             fresh = np.flatnonzero(keep & self._never)
             if fresh.size:
                 return int(fresh[0] if fresh.size == 1 else fresh[rng.integers(fresh.size)])
-        if self._model is not None:
-            stale = np.flatnonzero(keep & (self._last < self._window * self._n))
-            if stale.size:
-                return int(stale[rng.integers(stale.size)])
         return int(np.argmin(np.where(keep, self._last, _NEVER)))
 
     # -- state
