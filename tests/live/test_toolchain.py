@@ -268,16 +268,22 @@ class Tooled(NumberSearch):
 '''
 
 
+def tooled_env(tmp_path, monkeypatch):
+    """``tooled_env:Tooled`` importable, its toolchain's source under ``tmp_path/src`` and the cache under
+    ``tmp_path/cache``; returns the path the test writes its config to."""
+    (tmp_path / "tooled_env.py").write_text(TOOLED_ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("TOOLED_SOURCE", str(make_source(tmp_path / "src")))
+    monkeypatch.setenv("PLATOON_TOOLCHAIN_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "run.yaml"
+
+
 def test_platoon_prestage_stages_a_configs_toolchains(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from platoon.cli import app
 
-    (tmp_path / "tooled_env.py").write_text(TOOLED_ENV)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("TOOLED_SOURCE", str(make_source(tmp_path / "src")))
-    monkeypatch.setenv("PLATOON_TOOLCHAIN_CACHE", str(tmp_path / "cache"))
-    config = tmp_path / "run.yaml"
+    config = tooled_env(tmp_path, monkeypatch)
     config.write_text("train:\n  model_name: tiny\n  renderer_name: role_colon\n  max_training_steps: 2\n"
                       "environments:\n  - name: ns\n    env: tooled_env:Tooled\n")
     result = CliRunner().invoke(app, ["prestage", str(config)])
@@ -332,11 +338,7 @@ def test_platoon_train_stages_its_environments_toolchains(tmp_path, monkeypatch)
 
     from platoon.live import command
 
-    (tmp_path / "tooled_env.py").write_text(TOOLED_ENV)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("TOOLED_SOURCE", str(make_source(tmp_path / "src")))
-    monkeypatch.setenv("PLATOON_TOOLCHAIN_CACHE", str(tmp_path / "cache"))
-    config = tmp_path / "run.yaml"
+    config = tooled_env(tmp_path, monkeypatch)
     config.write_text("train:\n  model_name: tiny\n  renderer_name: role_colon\n  max_training_steps: 1\n"
                       "  batch_size: 2\nmodel:\n  d_model: 16\n  n_layers: 1\n"
                       "environments:\n  - name: ns\n    env: tooled_env:Tooled\n    service_kwargs: {ranges: [4]}\n"

@@ -54,6 +54,19 @@ def modules(tmp_path, monkeypatch):
     return tmp_path
 
 
+def play_one(workflow: ProbeWorkflow, workers: WorkerPool, task: str = "t", entry: str | None = None) -> None:
+    """One episode of ``workflow``'s task in ``workers``, which close after it (whatever it raised)."""
+    workflow.rollout_workers = workers
+
+    async def run():
+        try:
+            return await workflow.arun_episode(GroupRow((1, 0), task, entry, 1))
+        finally:
+            await workers.aclose()
+
+    asyncio.run(run())
+
+
 def test_screening_names_what_each_unsafe_module_left(modules):
     verdicts = screen([{"kind": "module", "name": m} for m in [*MODULES, "no_such_module", "json"]])
     left = {name: v["left"] for name, v in verdicts.items()}
@@ -73,15 +86,7 @@ def test_the_fork_server_leaves_out_what_is_unsafe_and_its_workers_inherit_the_r
     said = []
     workflow = ProbeWorkflow(["starts_a_thread", "opens_a_socket", "sets_a_variable"], envs={},
                              service=FakeService(), warn=said.append)
-    workflow.rollout_workers = workers
-
-    async def run():
-        try:
-            return await workflow.arun_episode(GroupRow((1, 0), "t", None, 1))
-        finally:
-            await workers.aclose()
-
-    asyncio.run(run())
+    play_one(workflow, workers)
     warnings = [m for level, m in workers.messages if level == "warning"]
     assert warnings == [
         "the rollout workers' fork server leaves out module starts_a_thread: importing it started 1 thread(s), "
@@ -101,15 +106,7 @@ def test_under_env_isolation_the_fork_server_imports_nothing(tmp_path):
     said = []
     workflow = ProbeWorkflow(["platoon.live.workers.screen", "torch"], envs={}, service=FakeService(),
                              warn=said.append)
-    workflow.rollout_workers = workers
-
-    async def run():
-        try:
-            return await workflow.arun_episode(GroupRow((1, 0), "t", None, 1))
-        finally:
-            await workers.aclose()
-
-    asyncio.run(run())
+    play_one(workflow, workers)
     (info,) = [m for level, m in workers.messages if level == "info"]
     assert info.startswith("rollout worker fork server ") and " imported nothing in " in info
     assert "torch" in json.loads(said[0])["imported"]  # the worker's own import of the workflow's stack
@@ -125,15 +122,7 @@ def test_the_fork_server_builds_the_entries_environments_and_lists_their_tasks(t
     workers = WorkerPool(plan=plan, env_specs=specs, scratch=tmp_path / "scratch")
     said = []
     workflow = ProbeWorkflow(["json.decoder"], envs={"e": env}, service=FakeService(), warn=said.append)
-    workflow.rollout_workers = workers
-
-    async def run():
-        try:
-            return await workflow.arun_episode(GroupRow((1, 0), "n4-g3-t1", "e", 1))
-        finally:
-            await workers.aclose()
-
-    asyncio.run(run())
+    play_one(workflow, workers, "n4-g3-t1", "e")
     seen = json.loads(said[0])
     assert seen["built"] == ["e"] and seen["imported"] == ["json.decoder"]
 
@@ -146,16 +135,8 @@ def test_a_fork_server_whose_imports_started_cuda_refuses_to_serve(tmp_path, mon
     monkeypatch.syspath_prepend(str(tmp_path))
     workers = WorkerPool(plan=PreloadPlan(("starts_cuda",)), scratch=tmp_path / "scratch")
     workflow = ProbeWorkflow(envs={}, service=FakeService(), warn=lambda message: None)
-    workflow.rollout_workers = workers
-
-    async def run():
-        try:
-            return await workflow.arun_episode(GroupRow((1, 0), "t", None, 1))
-        finally:
-            await workers.aclose()
-
     with pytest.raises(ForkServerRefused, match="refuses to serve: what it imported or built ahead started the CUDA"):
-        asyncio.run(run())
+        play_one(workflow, workers)
     import multiprocessing.forkserver
 
     assert multiprocessing.forkserver._forkserver._forkserver_pid is None  # stopped: it forks no one
