@@ -183,7 +183,7 @@ def test_duplicate_task_ids_are_refused_in_an_override_too(tmp_path: Path) -> No
 
 
 def test_a_run_that_fails_before_its_first_step_leaves_no_directory(tmp_path: Path, monkeypatch) -> None:
-    from platoon.sim import run as sim_run
+    from platoon.runs.session import RunSession
 
     out = tmp_path / "deep" / "run"
 
@@ -194,12 +194,12 @@ def test_a_run_that_fails_before_its_first_step_leaves_no_directory(tmp_path: Pa
     result = runner.invoke(app, ["simulate", "--out", str(out), *SMALL])
     assert isinstance(result.exception, RuntimeError) and not (tmp_path / "deep").exists()
     monkeypatch.undo()
-    monkeypatch.setattr(sim_run.SimRun, "_write_step", broken)  # the first step's metrics
+    monkeypatch.setattr(RunSession, "write_row", broken)  # the first step's metrics
     result = runner.invoke(app, ["simulate", "--out", str(out), *SMALL])
     assert isinstance(result.exception, RuntimeError) and not (tmp_path / "deep").exists()
     monkeypatch.undo()
     (tmp_path / "given").mkdir()  # an empty directory given as --out is emptied again, not removed
-    monkeypatch.setattr(sim_run.SimRun, "_write_step", broken)
+    monkeypatch.setattr(RunSession, "write_row", broken)
     runner.invoke(app, ["simulate", "--out", str(tmp_path / "given"), *SMALL])
     assert (tmp_path / "given").is_dir() and not any((tmp_path / "given").iterdir())
     monkeypatch.undo()

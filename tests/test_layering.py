@@ -477,7 +477,8 @@ def test_the_cycle_check_allows_downward_imports():
 #   timeout): the straggler deadlines and the teardown and start-slot timers come from the driver's next_deadline().
 RULE_TIMING = ("quorum", "straggler", "deadline", "timeout")
 VERDICT_NAMES = {"trained", "uniform", "no_completed_root", "failed", "unknown"}
-RUNTIME_MODULES = ("sim/runtime.py", "live/runtime.py", "live/workflow.py", "live/lease.py")
+RUNTIME_MODULES = ("sim/runtime.py", "sim/rollouts.py", "sim/trainer.py", "sim/clock.py", "live/runtime.py",
+                   "live/lease_host.py", "live/workflow.py", "live/lease.py")
 
 
 def _names_in(node: ast.AST) -> list[str]:
@@ -518,3 +519,54 @@ def test_the_rule_check_catches_a_runtime_that_decides(source):
 def test_the_rule_check_allows_reading_a_verdict_and_arming_the_drivers_deadline():
     assert runtime_rule_decisions('trained = [g for g in groups if g.output.verdict == "trained"]\n'
                                   "handle = loop.call_at(self._t0 + due, fire)") == []
+
+
+# -- runtimes order no cycle and read no dispatcher ---------------------------------------------------------------
+# The step cycle is the driver's (platoon/policy/cycle.py): a runtime carries out what driver.poll answers and feeds
+# back what happened. Detected from the source (ast), in every executor module:
+# - reading the driver's internals: any attribute ``.dispatcher`` (the driver's public face is what a runtime uses);
+# - deciding the cycle: a call or read of what decides it (``take_step``, ``commit_step``, ``finish_step``,
+#   ``eval_due``, ``checkpoint_due``, ``step_metrics``, ``next_version``);
+# - ordering it: one function that feeds two or more of the cycle's events (``on_evaluated``, ``on_trained``,
+#   ``on_published``), as a runtime that trains and then publishes on its own would.
+CYCLE_EVENTS = {"on_evaluated", "on_trained", "on_published"}
+CYCLE_DECIDERS = {"take_step", "commit_step", "finish_step", "eval_due", "checkpoint_due", "step_metrics",
+                  "next_version"}
+
+
+def runtime_cycle_decisions(source: str) -> list[str]:
+    """Where an executor module reads the dispatcher or decides or orders the step cycle, as 'line N: what'."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr == "dispatcher":
+            found.append(f"line {node.lineno}: reads the driver's dispatcher")
+        elif isinstance(node, ast.Attribute) and node.attr in CYCLE_DECIDERS:
+            found.append(f"line {node.lineno}: decides the cycle with {node.attr}")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            events = sorted({n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and n.attr in CYCLE_EVENTS})
+            if len(events) > 1:
+                found.append(f"line {node.lineno}: {node.name} orders the cycle's events {', '.join(events)} itself")
+    return found
+
+
+@pytest.mark.parametrize("relpath", RUNTIME_MODULES)
+def test_runtimes_order_no_cycle_and_read_no_dispatcher(relpath):
+    assert runtime_cycle_decisions((PACKAGE / relpath).read_text()) == []
+
+
+@pytest.mark.parametrize(("source", "what"), [
+    ("position = self.driver.dispatcher.outstanding[key].position", "reads the driver's dispatcher"),
+    ("wait_s = policy.dispatcher.config.teardown_wait_s", "reads the driver's dispatcher"),
+    ("step, starts = driver.take_step(now=now)", "decides the cycle with take_step"),
+    ("if self.driver.eval_due(step.step):\n    evaluate()", "decides the cycle with eval_due"),
+    ("def _trained(self):\n    self.driver.on_trained(now=t)\n    self.driver.on_published(now=t)",
+     "_trained orders the cycle's events on_published, on_trained itself"),
+])
+def test_the_cycle_check_catches_a_runtime_that_orders_the_cycle(source, what):
+    assert any(what in f for f in runtime_cycle_decisions(source))
+
+
+def test_the_cycle_check_allows_feeding_one_event_where_its_work_ends():
+    assert runtime_cycle_decisions("def _trained(self):\n    self.carry(self.driver.on_trained(now=t))\n"
+                                   "def _published(self):\n    self.carry(self.driver.on_published(now=t))\n"
+                                   "version = dec.version\n") == []

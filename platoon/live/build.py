@@ -34,7 +34,7 @@ from platoon.live.envs.resolve import resolve_environment
 from platoon.live.toolchain import Staging, run_toolchains
 from platoon.live.workers import EnvSpec, WorkerPool, preload_plan
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
-from platoon.policy.assemble import Policy, build_policy
+from platoon.policy.assemble import PolicyLayer, build_policy
 from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
 from platoon.policy.routing_ids import RoutingIdWatch
 
@@ -245,7 +245,7 @@ class LiveRun:
 
     cfg: RunConfig
     envs: dict[str, Any]
-    policy: Policy
+    policy: PolicyLayer
     model: Any
     trainer: Any
     service: Any

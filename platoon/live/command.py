@@ -242,7 +242,7 @@ def _resume(run_dir: LiveRunDir, path: Path, steps: int | None, log: Any,
     run_dir.cut_logs(point.row)
     d = live.dispatcher
     if point.step >= live.policy.driver.steps:  # every step done, the end not written: the runtime writes only the end
-        d.step = d.version = point.step
+        dispatch_state.resume_finished(d, step=point.step)
         return live, run_dir, point.name
     live.state_lost = _load_statistics(live, run_dir, point, log)
     if point.dispatch is not None:
@@ -263,10 +263,8 @@ def _resume(run_dir: LiveRunDir, path: Path, steps: int | None, log: Any,
         lost = d.recorder.lose_outstanding()
         if lost:
             log("warning", f"{len(lost)} outstanding draw(s) of checkpoint {point.name} get fate lost")
-        d.step, d.version = point.step, point.version
-        position = point.row.get("next_position")
-        d.next_position = position if isinstance(position, int) else point.step * cfg.train.batch_size
-        for warning in d.samplers.restore(None, d.next_position):
+        for warning in dispatch_state.resume_without_state(d, step=point.step, version=point.version,
+                                                           next_position=point.row.get("next_position")):
             log("warning", warning)
     return live, run_dir, point.name
 

@@ -30,9 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from platoon.policy.outputs import GroupOutput
+from platoon.policy.outputs import group_output as assemble
 from platoon.policy.stats import MemberResult
-from platoon.policy.verdict import DATUM_VERDICTS, group_verdict, rewards_differ
+from platoon.policy.verdict import rewards_differ
 
 __all__ = [
     "Datum",
@@ -175,11 +175,14 @@ def member_fields(trajectory: Trajectory | None, *, outcome: str = "scored",
             "versions": {} if span is None else {"main": span}, "flag": True}
 
 
+def datum_tokens(datums: Sequence[Any]) -> int:
+    """The tokens a step trains: the length of each datum's ``tokens`` (a datum without them counts 0)."""
+    return sum(len(d["tokens"]) for d in datums if isinstance(d, Mapping) and "tokens" in d)
+
+
 def group_output(trajectories: Sequence[Trajectory], *, leave_one_out: bool = False,
                  min_successful: int = 1) -> Any:
     """A group's ``GroupOutput``: its verdict, one ``MemberResult`` per rollout, and its datums (none unless the
     verdict is ``trained`` or ``uniform``)."""
-    members = tuple(MemberResult(**member_fields(t)) for t in trajectories)
-    verdict = group_verdict(members, min_successful=min_successful)
-    datums = group_datums(trajectories, leave_one_out=leave_one_out) if verdict in DATUM_VERDICTS else []
-    return GroupOutput(verdict=verdict, members=members, datums=tuple(datums))
+    return assemble(tuple(MemberResult(**member_fields(t)) for t in trajectories), min_successful=min_successful,
+                    datums=lambda: group_datums(trajectories, leave_one_out=leave_one_out))

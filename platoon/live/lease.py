@@ -59,12 +59,9 @@ class LeaseHost(Protocol):
         dispatcher's lease bookkeeping raises (IndexError, RuntimeError)."""
         ...
 
-    teardown_wait_s: float
-    """How long a block's permit waits for its teardowns (60 s)."""
-
-    def exit_block(self, key: Key, index: int, teardowns: list[asyncio.Task]) -> bool:
-        """Feed ``on_block_exited``; with ``teardowns`` still running and a permit held, ``teardowns_pending`` (their
-        end feeds ``on_teardowns_done``) and True: the block waits for them."""
+    def exit_block(self, key: Key, index: int, teardowns: list[asyncio.Task]) -> asyncio.Future | None:
+        """Feed ``on_block_exited`` (with ``teardowns`` still running); what the block waits for before it is done
+        when the driver holds its permit for them (None: nothing)."""
         ...
 
     async def take_slot(self, key: Key, index: int) -> float:
@@ -243,10 +240,11 @@ class _Block:
             return
         assert self._lease.key is not None
         pending = [t for t in self._teardowns if not t.done()]
-        if not host.exit_block(self._lease.key, self._index, pending):
+        wait = host.exit_block(self._lease.key, self._index, pending)
+        if wait is None:
             return
         try:
-            await asyncio.wait(pending, timeout=host.teardown_wait_s)
+            await asyncio.wait([wait])
         except asyncio.CancelledError:
             # A cancellation ends the wait, not the teardowns; a rollout that had ended keeps its outcome.
             if exc_type is not None:

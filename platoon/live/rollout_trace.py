@@ -26,9 +26,9 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
-from platoon.runs.trace import TraceWriter
+from platoon.runs.trace import SERVICE, TRAINER, TraceWriter
 
-__all__ = ["GroupTrace", "RolloutTrace", "current", "note_result"]
+__all__ = ["GroupTrace", "RolloutTrace", "TrainerTrack", "current", "note_result"]
 
 _TRACE: ContextVar[RolloutTrace | None] = ContextVar("platoon_rollout_trace", default=None)
 
@@ -162,3 +162,27 @@ def status_of(exc_type: type | None) -> str:
     if exc_type is None:
         return "ok"
     return "cancelled" if issubclass(exc_type, asyncio.CancelledError) else "failed"
+
+
+class TrainerTrack:
+    """The trainer's spans (``train``, ``publish``, ``eval``) of a live run's trace, and the model service's
+    ``batch`` spans when it can be observed (``observe_batches``: timed in its worker on ``thread_clock``, a
+    thread-safe reading of the run's clock, written on the loop). ``trace`` None: nothing is written."""
+
+    def __init__(self, trace: TraceWriter | None, now: Callable[[], float], thread_clock: Callable[[], float]) -> None:
+        self.trace, self.now, self.thread_clock = trace, now, thread_clock
+
+    def span(self, name: str, began: float, **args: Any) -> None:
+        if self.trace is not None:
+            self.trace.span(name, TRAINER, began, self.now(), **args)
+
+    def observe(self, service: Any, on: bool = True) -> None:
+        """Write ``service``'s batches (``on`` False: stop)."""
+        observe = getattr(service, "observe_batches", None)
+        if observe is not None and self.trace is not None:
+            observe(self._on_batch if on else None, self.thread_clock)
+
+    def _on_batch(self, span: Any) -> None:
+        if self.trace is not None:
+            self.trace.span("batch", SERVICE, span.start_s, span.end_s, size=span.size,
+                            prompt_tokens=span.prompt_tokens, new_tokens=span.new_tokens)

@@ -44,10 +44,9 @@ from platoon.live.envs.play import play_episode
 from platoon.live.lease import LocalMembers, MembersHost, first_model_call, no_lease, rollout_lease
 from platoon.live.model import derive_seed
 from platoon.policy.members import STRAGGLER_KILLED, MemberWatch, cancel_order
-from platoon.policy.outputs import GroupOutput
+from platoon.policy.outputs import GroupOutput, group_output
 from platoon.policy.routing_ids import RoutingIdWatch
 from platoon.policy.stats import MemberResult
-from platoon.policy.verdict import DATUM_VERDICTS, group_verdict
 from platoon.policy.workflow_flags import gives_verdicts, runs_rollouts_on_lease
 
 log = logging.getLogger("platoon.live")
@@ -256,12 +255,12 @@ class GroupRolloutWorkflow:
         valid = [r for r in rollouts if r is not None]
         members = tuple(MemberResult(outcome="none", disposition=STRAGGLER_KILLED) if r is None else r.member()
                         for r in rollouts)
-        verdict = group_verdict(members, min_successful=self.min_successful_group_size)
-        if verdict not in DATUM_VERDICTS:
-            return GroupOutput(verdict, members, ())
-        advantages = group_advantages([r.reward for r in valid], leave_one_out=self.leave_one_out_baseline)
-        datums = [d for r, a in zip(valid, advantages, strict=True) for d in r.datums(a)]
-        return GroupOutput(verdict, members, tuple(datums))
+
+        def datums() -> list[Any]:
+            advantages = group_advantages([r.reward for r in valid], leave_one_out=self.leave_one_out_baseline)
+            return [d for r, a in zip(valid, advantages, strict=True) for d in r.datums(a)]
+
+        return group_output(members, min_successful=self.min_successful_group_size, datums=datums)
 
 
 class _FirstCall:

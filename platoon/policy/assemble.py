@@ -35,7 +35,7 @@ from platoon.policy.start_limit import StartLimit, start_timer_s
 
 
 @dataclass
-class Policy:
+class PolicyLayer:
     """The policy-layer objects of one start of a run."""
 
     pool: TaskPool
@@ -48,7 +48,7 @@ class Policy:
 
 def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1, rolling: bool = True,
                  clock: Callable[[], float] | None = None, runtime: str = "sim", now: float = 0.0,
-                 group_workflow: bool = True) -> Policy:
+                 group_workflow: bool = True) -> PolicyLayer:
     """The driver and what it drives, built from ``cfg`` over ``pool``. ``rolling``: the training workflow runs
     its rollouts on the lease; ``clock`` times sampler decisions (``train/sampler/decision_ms``; None: untimed);
     ``runtime`` (``sim`` or ``live``) is recorded in checkpoint rows; ``now``: the run's clock when this start
@@ -81,7 +81,7 @@ def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1, rolling: boo
     driver = Driver(dispatcher, start_limit=start_limit, members=members, schedule=when, runtime=runtime,
                     group_workflow=group_workflow, config_warnings=tuple(config_warnings(cfg)),
                     eval_rollouts=eval_concurrency(cfg) if evaluates else 0)
-    return Policy(pool, samplers, recorder, admission, dispatcher, driver)
+    return PolicyLayer(pool, samplers, recorder, admission, dispatcher, driver)
 
 
 def schedule(cfg: RunConfig, tasks: int) -> Schedule:

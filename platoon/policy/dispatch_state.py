@@ -193,6 +193,20 @@ def resume(d: Dispatcher, state: Mapping[str, Any], *, step: int, kept_outputs: 
     return warnings
 
 
+def resume_without_state(d: Dispatcher, *, step: int, version: int, next_position: object = None) -> list[str]:
+    """Set up the fresh dispatcher ``d`` to go on at ``step`` (policy ``version``) when its checkpoint's dispatch
+    state did not read: the order draws on from ``next_position`` (a checkpoint row's, under a group admission rule),
+    else from ``step x batch_size``; the samplers start where that position puts them. Returns warnings."""
+    d.step, d.version = step, version
+    d.next_position = next_position if isinstance(next_position, int) else step * d.config.batch_size
+    return d.samplers.restore(None, d.next_position)
+
+
+def resume_finished(d: Dispatcher, *, step: int) -> None:
+    """The fresh dispatcher ``d`` of a start whose checkpoint has done every step (``step``): only the end is left."""
+    d.step = d.version = step
+
+
 def _restore_tokens(d: Dispatcher, tokens: Mapping[str, list[int]], fallback: set[int]) -> list[str]:
     """The slots that waited for an entry's adaptive sampler: re-queued in order while it is adaptive; drawn at once
     by its sampler if that is static now (a fallback slot's draw is the run's fallback), the draws waiting for their

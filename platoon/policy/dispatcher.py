@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from platoon.policy import dispatch_state
@@ -69,7 +69,8 @@ _TRANSITIONS = {
 
 @dataclass(frozen=True)
 class StartGroup:
-    """Decision: start the workflow of group ``key`` on ``task_id`` (its members enter their lease blocks)."""
+    """Decision: start the workflow of group ``key`` on ``task_id`` (its members enter their lease blocks); the
+    pool's ``row`` (index ``row_index``), the draw's ``position`` in the run's order (by which a trace samples)."""
 
     key: Key
     task_id: str
@@ -77,6 +78,8 @@ class StartGroup:
     row_index: int
     group_size: int
     version: int
+    position: int
+    row: TaskRow = field(compare=False, repr=False)
 
 
 class Dispatcher:
@@ -500,7 +503,8 @@ class Dispatcher:
         draw.started_at = now
         self.running[draw.key] = (draw, pending.lease)
         self.gauges.group_started(now=now)
-        return StartGroup(draw.key, draw.task_id, draw.entry, draw.row, draw.group_size, draw.version)
+        return StartGroup(draw.key, draw.task_id, draw.entry, draw.row, draw.group_size, draw.version, draw.position,
+                          self.pool[draw.row])
 
     def _adaptive(self, pending: PendingStart, now: float) -> BoundDraw | None:
         entry = pending.token.entry if pending.token is not None else None

@@ -1,26 +1,30 @@
-"""The driver: one step cycle, one timer source and one outbox, for both runtimes.
+"""The driver: one step cycle, one timer source and one outbox, for every runtime.
 
 What this module owns (docs/architecture.md, "The driver"): everything a runtime would otherwise decide itself. A
 runtime (``platoon.sim``, ``platoon.live``) owns a clock and its I/O; it tells the driver what happened, with
-``now=``, carries out the decisions it answers, re-arms one timer at ``next_deadline()``, and writes what
-``take_outbox()`` hands it. The driver holds the policy layer of one start of a run:
+``now=``, carries out the decisions it answers, asks ``poll(now=)`` whenever it has nothing left to carry out,
+re-arms one timer at ``next_deadline()``, and hands ``take_outbox()`` to its run session. The driver holds the
+policy layer of one start of a run:
 
 - the ``Dispatcher`` (draws, permits, horizon, admission, steps);
+- the ``Cycle`` (``platoon.policy.cycle``): launch save, evaluate, train, row, checkpoint, publish, final
+  evaluation, end, and stall detection;
 - the ``StartLimit`` of ``train.max_starting_rollouts`` (or None);
 - the ``MemberWatch``: a failing group's cancel order and the straggler deadlines (``platoon.policy.members``);
 - the ``StepWindow`` and the batch metrics of ``platoon.policy.run_metrics``.
 
-Decisions a runtime carries out, in the order given: ``StartGroup`` (start a group's workflow), ``GrantPermit``
-(a member may run), ``SlotGranted`` (a member waiting for a start slot has one), ``CancelRollout`` (cancel a
-member; its reason is its disposition).
+Decisions about rollouts, answered by the event handlers: ``StartGroup`` (start a group's workflow), ``GrantPermit``
+(a member may run; ``held`` False for a block of a group whose draw was released, which runs on no permit),
+``SlotGranted`` (a member waiting for a start slot has one), ``CancelRollout`` (cancel a member; its reason is its
+disposition), ``AwaitTeardowns`` (a member's permit and block wait for its background teardowns) and
+``EndTeardownWait`` (they outlasted the wait: the block is done).
+Decisions of the cycle, answered by ``poll``: see ``platoon.policy.cycle``.
 
-The step cycle: ``take_step(now=)`` answers ``(TrainStep | None, decisions)`` (the decisions a dequeue unblocks);
-the runtime trains the step, then ``finish_step(now=, metrics=)`` commits it and answers the step's metrics row and
-whether a full checkpoint is due; ``checkpoint(name, done)`` gives its files and row, the same fields in both
-runtimes; ``publish(now=)`` makes the new policy version live and answers what it lets start. The ``Schedule`` says when:
-evaluation before step 0 under ``eval.at_start``, before steps ``every, 2 every, ...`` and once more at the end
-(``eval_due``); a checkpoint after every ``checkpoint.every``-th step (kept for good), every ``recovery_every``-th
-(pruned to the newest few) and after the last (``StepReport.checkpoint_due``, ``.permanent``).
+Rules about members kept here rather than in a runtime: whether a block's permit waits for its teardowns (under
+``permit_release: rollout`` only, while it holds one), what a cancelled member's end means in each phase
+(``on_member_cancelled``), a block that enters after its group's draw was released (it runs on no permit, with a
+warning once per group), the fate of a workflow that returns no ``GroupOutput`` or is cancelled, and the count of
+blocks running at once for the over-budget warning.
 """
 
 from __future__ import annotations
@@ -29,16 +33,35 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from platoon.policy.cycle import (
+    Abort,
+    Cycle,
+    CycleError,
+    CycleState,
+    Evaluate,
+    Finish,
+    Publish,
+    SaveCheckpoint,
+    Train,
+    WriteRow,
+    prefixed,
+    step_row,
+)
 from platoon.policy.dispatch_records import StepPhase
 from platoon.policy.dispatch_state import STATE_FORMAT
 from platoon.policy.dispatcher import Dispatcher, StartGroup
 from platoon.policy.members import CANCELLED, STRAGGLER_KILLED, CancelRollout, MemberState, MemberWatch
-from platoon.policy.outputs import GroupOutput, Key, TrainStep
+from platoon.policy.outputs import GroupOutput, Key
+from platoon.policy.over_budget import OverBudgetWatch
 from platoon.policy.permits import GrantPermit
 from platoon.policy.run_metrics import StepWindow, batch_metrics
-from platoon.policy.start_limit import SlotGranted, StartLimit, announcement
+from platoon.policy.start_limit import SlotGranted, SlotState, StartLimit, announcement
 
-DRIVER_STATE_FORMAT = 1
+C = CycleState
+DRIVER_STATE_FORMAT = 2
+BLOCKED_WORDS = {"permits": "every permit is held", "horizon": "the horizon (max_staleness) has no room",
+                 "labels": "every label is at its limit", "plan": "the plan has no more groups to draw",
+                 "sampler": "the sampler declined to draw"}
 
 
 @dataclass(frozen=True)
@@ -74,17 +97,21 @@ class Outbox:
 
 
 @dataclass(frozen=True)
-class StepReport:
-    """A committed step: its metrics row (without ``step``/``time``), the steps done, whether to checkpoint, and
-    the policy version to publish (``step.version + 1``, or ``step.version`` when the step trained no group)."""
+class AwaitTeardowns:
+    """Decision: member ``index`` of ``key`` ended with background teardowns running: its permit and its block wait
+    for them, until ``on_teardowns_done`` or an ``EndTeardownWait`` (the dispatcher's ``teardown_wait_s``)."""
 
-    step: TrainStep
-    metrics: dict[str, float]
-    done: int
-    checkpoint_due: bool
-    version: int
-    permanent: bool = False
-    """The due checkpoint is kept for good (``checkpoint.every``, or the final one)."""
+    key: Key
+    index: int
+
+
+@dataclass(frozen=True)
+class EndTeardownWait:
+    """Decision: member ``index``'s teardowns outlasted their wait: its permit came back (with a warning) and its
+    block is done; the teardowns run on."""
+
+    key: Key
+    index: int
 
 
 class Driver:
@@ -101,12 +128,19 @@ class Driver:
         self.dispatcher = dispatcher
         self.start_limit = start_limit
         self.group_workflow = group_workflow
-        self.eval_rollouts = eval_rollouts  # evaluation's rollouts at once, which take start slots too (live)
+        self.eval_rollouts = eval_rollouts
         self.members = members if members is not None else MemberWatch()
         self.schedule = schedule if schedule is not None else Schedule()
         self.runtime = runtime
         self.window = StepWindow(dispatcher.now)
+        self.cycle = Cycle()
         self.config_warnings = config_warnings
+        self._start_args: tuple[str | None, str | None] = (None, None)
+        self._row: dict[str, Any] | None = None  # the committed step's row, until its poll answers it
+        self._blocks = 0  # member blocks running now (on a permit or, late, on none)
+        self._blocks_max = 0  # their most at once since the last step's row
+        self._over_budget = OverBudgetWatch(dispatcher.config.max_concurrent_rollouts)
+        self._late: set[Key] = set()  # groups whose late blocks were warned about
         self._infos: list[str] = []
         self._warnings: list[str] = []
 
@@ -117,32 +151,95 @@ class Driver:
 
     @property
     def finished(self) -> bool:
-        return self.dispatcher.phase is StepPhase.FINISHED
+        """The cycle is done: the plan's steps, the final evaluation and the end were answered."""
+        return self.cycle.state is C.FINISHED
 
     @property
     def steps(self) -> int:
         return self.dispatcher.config.steps
+
+    @property
+    def steps_done(self) -> int:
+        return self.dispatcher.step
 
     def eval_due(self, step: int) -> bool:
         """Evaluate the policy that step ``step`` trains from; ``step == steps``: the final policy, evaluated after
         the last step whenever evaluation is on; step 0 under ``eval.at_start``."""
         return self.schedule.eval_due(step, self.steps)
 
-    # ----------------------------------------------------------------------------------------------- events
+    # ------------------------------------------------------------------------------------------------ cycle
     def start(self, *, now: float, checkpoint: str | None = None, state_lost: str | None = None) -> list[Any]:
-        """The start begins (``checkpoint``: the one a resume loaded); it repeats the config's warnings and
-        announces the start limit, if any (docs/start-limit.md)."""
-        self._warnings += self.config_warnings
-        if self.start_limit is not None:
-            d = self.dispatcher
-            for level, message in announcement(
-                    self.start_limit.limit, group_workflow=self.group_workflow,
-                    largest_group_size=max(e.group_size for e in d.pool.entries.values()),
-                    concurrent_rollouts=d.config.max_concurrent_rollouts + self.eval_rollouts):
-                (self._warnings if level == "warning" else self._infos).append(message)
-        return self._seen(self.dispatcher.start(now=now, checkpoint=checkpoint, state_lost=state_lost), now)
+        """This start of the run begins (``checkpoint``: the one a resume loaded; ``state_lost``: what of it did not
+        read): the cycle's first decisions (the launch save)."""
+        self.cycle.expect(C.LAUNCHING, event="start")
+        self._start_args = (checkpoint, state_lost)
+        return self.poll(now=now)
 
+    def poll(self, *, now: float) -> list[Any]:
+        """The cycle's decisions due now (``platoon.policy.cycle``), in order; [] while the runtime's work is what
+        the cycle waits for. Cheap when nothing is due: a runtime asks after every event it carried out."""
+        state = self.cycle.state
+        if state is C.WAITING:
+            return self._take_step(now) if self.cycle.wake else []
+        handler = _POLLS.get(state)
+        return handler(self, now) if handler is not None else []
+
+    def on_evaluated(self, *, now: float, metrics: Mapping[str, Any] | None = None) -> list[Any]:
+        """The evaluation ``Evaluate`` asked for is done (``metrics``: held-out pass@1 and the like; ``eval/`` is
+        added to a name without it, and the start limit's evaluation metrics join them)."""
+        measured = prefixed("eval/", metrics)
+        if self.start_limit is not None and metrics is not None:  # empty until an evaluation asked for a slot
+            measured.update(prefixed("eval/", self.start_limit.metrics(now=now, scope="eval")))
+        self.cycle.go("on_evaluated")
+        self.cycle.eval_metrics = measured
+        return []
+
+    def on_trained(self, *, now: float, trainer: Mapping[str, Any] | None = None,
+                   runtime: Mapping[str, Any] | None = None) -> list[Any]:
+        """The update of the step ``Train`` asked for is done: commit it. ``trainer``: the trainer's metrics (named
+        ``trainer/...`` in the row); ``runtime``: the runtime's own, named as they are (``sim/...``, the workflow's)."""
+        self.cycle.go("on_trained")
+        step, d = self.cycle.step, self.dispatcher
+        assert step is not None
+        d.commit_step(now=now)
+        self.window.waste("stale", sum(1 for g in step.stale for m in g.record.members  # a cut one counted as cut
+                                       if m.disposition not in (CANCELLED, STRAGGLER_KILLED)))
+        self.window.waste("cancelled", self.members.take_running_cancelled())
+        row = d.step_metrics(now=now)
+        row["rollout_client/permit_busy_share"] = (
+            row["rollout_client/rollouts_in_flight_mean"] / d.config.max_concurrent_rollouts)
+        row.update(self.window.read(now=now))
+        row.update(batch_metrics(step, d.threshold, bound=d.config.max_staleness))
+        if self.start_limit is not None:
+            row.update(self.start_limit.metrics(now=now, scope="train"))
+        row.update(runtime or {})
+        row.update({f"trainer/{k}": v for k, v in (trainer or {}).items()})
+        row.update(self.cycle.eval_metrics)
+        self.cycle.eval_metrics = {}
+        peak = max(float(row.get("rollout_client/rollouts_in_flight_max", 0.0)), float(self._blocks_max))
+        self._blocks_max = self._blocks
+        if (warning := self._over_budget.note(peak, step=step.step)) is not None:
+            self._warnings.append(warning)
+        self._row = step_row(step.step, now, row)
+        return []
+
+    def on_published(self, *, now: float) -> list[Any]:
+        """The weights ``Publish`` named are live: the next step begins (or the run's end does)."""
+        self.cycle.go("on_published")
+        self.cycle.step = None
+        self.window.trainer_idle(now=now)
+        decisions = self._seen(self.dispatcher.publish(now=now), now)
+        if self.dispatcher.phase is StepPhase.FINISHED:
+            self.cycle.state = C.FINAL
+        self.cycle.wake = True
+        return decisions
+
+    # ----------------------------------------------------------------------------------------------- events
     def on_block_entered(self, key: Key, index: int, *, now: float) -> list[Any]:
+        """Member ``index`` entered its lease block: its ``GrantPermit`` now or later. A block of a group whose
+        draw was released already runs at once on no permit, with a warning once per group."""
+        if key not in self.dispatcher.running:
+            return self._seen([self._late_grant(key, index, str(key))], now)
         return self._seen(self.dispatcher.on_block_entered(key, index, now=now), now)
 
     def on_group_entered(self, key: Key, size: int, *, now: float) -> list[Any]:
@@ -155,11 +252,19 @@ class Driver:
         self.members.on_cancelled(key, index)
         return self._seen(self.dispatcher.on_block_cancelled(key, index, now=now), now)
 
-    def on_block_exited(self, key: Key, index: int, *, now: float, teardowns_pending: bool = False) -> list[Any]:
-        if not teardowns_pending:
+    def on_block_exited(self, key: Key, index: int, *, now: float, teardowns: bool = False) -> list[Any]:
+        """Member ``index``'s block exited (``teardowns``: with background teardowns still running). Its permit
+        comes back, or, under ``permit_release: rollout`` while it holds one, waits for them (``AwaitTeardowns``)."""
+        self._blocks -= 1
+        if key not in self.dispatcher.running:
+            return []  # a late block, on no permit
+        waits = teardowns and self._holds_permit(key, index)
+        if not waits:
             self.members.on_exited(key, index)
-        return self._seen(self.dispatcher.on_block_exited(key, index, now=now,
-                                                          teardowns_pending=teardowns_pending), now)
+        decisions = self.dispatcher.on_block_exited(key, index, now=now, teardowns_pending=waits)
+        if waits:
+            decisions = [*decisions, AwaitTeardowns(key, index)]
+        return self._seen(decisions, now)
 
     def on_teardowns_done(self, key: Key, index: int, *, now: float) -> list[Any]:
         self.members.on_exited(key, index)
@@ -197,15 +302,48 @@ class Driver:
             self.window.rollout_ended()
         return self._seen(cancels, now)
 
-    def on_member_exited(self, key: Key, index: int, *, now: float) -> list[Any]:
-        """Member ``index``'s rollout ran to its normal end and its block exits at once (no teardown waits): what
-        ``on_member_ended`` then ``on_block_exited`` answer, in one call (the first answers nothing here)."""
+    def on_member_exited(self, key: Key, index: int, *, now: float, teardowns: bool = False) -> list[Any]:
+        """Member ``index``'s rollout ran to its normal end and its block exits (``teardowns``: with background
+        teardowns running): what ``on_member_ended`` then ``on_block_exited`` answer, in one call."""
+        if teardowns and self._holds_permit(key, index):
+            return self.on_member_ended(key, index, now=now) + self.on_block_exited(key, index, now=now,
+                                                                                   teardowns=True)
+        self._blocks -= 1
         if self.members.on_ended_and_exited(key, index, now=now):
             self.window.rollout_ended()
         return self._seen(self.dispatcher.on_block_exited(key, index, now=now), now)
 
-    def on_group_finished(self, key: Key, output: GroupOutput | None, *, now: float) -> list[Any]:
-        """The group's workflow returned ``output`` (None: it raised): settle it and release its lease."""
+    def on_member_cancelled(self, key: Key, index: int, *, now: float) -> list[Any]:
+        """A ``CancelRollout`` stopped member ``index`` wherever it stood: the events that stand for that in its
+        phase (a wait for its permit cancelled; its wait for teardowns ended; its wait for a start slot cancelled,
+        or its slot given back, and its block exited)."""
+        if self._waits_for_permit(key, index):
+            return self.on_block_cancelled(key, index, now=now)
+        if index in self.dispatcher.teardowns.get(key, ()):
+            return self.on_teardowns_done(key, index, now=now)
+        limit = self.start_limit
+        decisions: list[Any] = []
+        if limit is not None and limit.state((*key, index)) is SlotState.WAITING:
+            decisions += self.on_slot_cancelled(key, index, now=now)
+        else:
+            decisions += self.release_slot(key, index, "cancelled", now=now)
+        return decisions + self.on_block_exited(key, index, now=now)
+
+    def on_group_finished(self, key: Key, result: object, *, now: float, error: BaseException | None = None,
+                          cancelled: bool = False) -> list[Any]:
+        """The group's workflow returned ``result`` (None: it failed). It counts as failed when it raised
+        ``error``, was ``cancelled`` or returned anything but a ``GroupOutput``, with a warning that says which.
+        Settle it and release its lease; blocks of it still waiting for a permit run late, on none."""
+        output = result if isinstance(result, GroupOutput) and error is None and not cancelled else None
+        task = self.dispatcher.running[key][0].task_id if key in self.dispatcher.running else "?"
+        if cancelled:
+            self._warnings.append(f"group {key} (task {task}) was cancelled: it counts as failed")
+        elif error is not None:
+            self._warnings.append(f"group {key} (task {task}) failed: {type(error).__name__}: {error}")
+        elif result is not None and output is None:
+            self._warnings.append(f"the workflow of group {key} (task {task}) returned {type(result).__name__}, "
+                                  "not a GroupOutput: the group counts as failed")
+        waiting = self._waiting_blocks(key)
         ran = self.members.ran(key)
         self.members.close(key)
         decisions = self.dispatcher.on_group_finished(key, output, now=now)
@@ -213,7 +351,8 @@ class Driver:
             self.window.waste("failed", ran)
         elif not self.dispatcher.is_outstanding(key):
             self.window.waste("rejected", ran)
-        return self._seen(decisions, now)
+        self.cycle.wake = True
+        return self._seen(decisions + [self._late_grant(key, i, task) for i in waiting], now)
 
     # ----------------------------------------------------------------------------------------------- timers
     def next_deadline(self) -> float | None:
@@ -228,45 +367,14 @@ class Driver:
     def on_deadline(self, *, now: float) -> list[Any]:
         """Fire every deadline that has come: teardown waits, start slots' timers, straggler cuts."""
         decisions: list[Any] = []
-        if (due := self.dispatcher.next_deadline()) is not None and due <= now:
-            decisions += self.dispatcher.on_deadline(now=now)
+        d = self.dispatcher
+        if (due := d.next_deadline()) is not None and due <= now:
+            over = [EndTeardownWait(k, i) for k, waits in d.teardowns.items() for i, t in waits.items() if t <= now]
+            decisions += d.on_deadline(now=now) + over
         if self.start_limit is not None and (due := self.start_limit.next_deadline()) is not None and due <= now:
             decisions += self.start_limit.on_deadline(now=now)
         decisions += self.members.on_deadline(now=now)
         return self._seen(decisions, now)
-
-    # ------------------------------------------------------------------------------------------- step cycle
-    def take_step(self, *, now: float) -> tuple[TrainStep | None, list[Any]]:
-        """The step to train once its batch is complete (else None), and the starts its dequeues allow."""
-        step = self.dispatcher.take_step(now=now)
-        if step is not None:
-            self.window.trainer_busy(now=now)
-        return step, self._seen(self.dispatcher.poll(now=now), now)
-
-    def finish_step(self, step: TrainStep, *, now: float, metrics: Mapping[str, float] | None = None) -> StepReport:
-        """The update of ``step`` is done: commit it and answer its metrics row (``metrics``: the runtime's own,
-        such as ``trainer/*`` and ``eval/*``) and whether a full checkpoint is due."""
-        d = self.dispatcher
-        d.commit_step(now=now)
-        self.window.waste("stale", sum(1 for g in step.stale for m in g.record.members  # a cut one counted as cut
-                                       if m.disposition not in (CANCELLED, STRAGGLER_KILLED)))
-        self.window.waste("cancelled", self.members.take_running_cancelled())
-        row = d.step_metrics(now=now)
-        row["rollout_client/permit_busy_share"] = (
-            row["rollout_client/rollouts_in_flight_mean"] / d.config.max_concurrent_rollouts)
-        row.update(self.window.read(now=now))
-        row.update(batch_metrics(step, d.threshold, bound=d.config.max_staleness))
-        if self.start_limit is not None:
-            row.update(self.start_limit.metrics(now=now, scope="train"))
-        row.update(metrics or {})
-        done = step.step + 1
-        due, permanent = self.schedule.checkpoint_due(done, self.steps)
-        return StepReport(step, row, done, due, d.next_version, permanent)
-
-    def publish(self, *, now: float) -> list[Any]:
-        """The new weights are live: the next step begins (or the run is finished)."""
-        self.window.trainer_idle(now=now)
-        return self._seen(self.dispatcher.publish(now=now), now)
 
     # ------------------------------------------------------------------------------------------------ outbox
     def take_outbox(self) -> Outbox:
@@ -280,12 +388,113 @@ class Driver:
         infos, self._infos = self._infos + d.take_infos(), []
         return Outbox(d.take_events(), infos, warnings)
 
-    # -------------------------------------------------------------------------------------------- checkpoints
-    def checkpoint(self, name: str, done: int) -> tuple[dict[str, object], dict[str, Any]]:
-        """The files and row of the full checkpoint ``name`` of ``done`` steps, captured now (docs/run-directory.md):
-        the dispatch state, the statistics' snapshot (while the recorder keeps one) and the driver's own state;
-        the row names them with their formats and this start. A runtime adds its own files and ``logs``."""
+    # ------------------------------------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """The driver's own state (the dispatcher's is in the dispatch state): cycle, start limit, members, window."""
+        return {"format": DRIVER_STATE_FORMAT, "cycle": self.cycle.state_dict(),
+                "start_limit": None if self.start_limit is None else self.start_limit.state_dict(),
+                "members": self.members.state_dict(), "window": self.window.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what ``state_dict`` saved (an exact resume; the dispatcher is restored from its own state)."""
+        if state.get("format") != DRIVER_STATE_FORMAT:
+            raise ValueError(f"driver state format {state.get('format')!r} is not {DRIVER_STATE_FORMAT}")
+        self.cycle.load_state_dict(state["cycle"])
+        if self.start_limit is not None and state["start_limit"] is not None:
+            self.start_limit.load_state_dict(state["start_limit"])
+        self.members.load_state_dict(state["members"])
+        self.window.load_state_dict(state["window"])
+
+    # ------------------------------------------------------------------------------------------- the polls
+    def _launch(self, now: float) -> list[Any]:
+        """The launch save, before this start draws (none when every step is done: only the end is left)."""
+        if self.dispatcher.step >= self.steps:
+            self.cycle.state = C.FINAL
+            return self.poll(now=now)
+        self.cycle.state = C.STARTING
+        done = self.dispatcher.step
+        return [self._checkpoint(done, permanent=done == 0)]
+
+    def _begin(self, now: float) -> list[Any]:
+        """The dispatcher starts: the config's warnings, the start limit's announcement, the first draws."""
+        self._warnings += self.config_warnings
+        if self.start_limit is not None:
+            d = self.dispatcher
+            for level, message in announcement(
+                    self.start_limit.limit, group_workflow=self.group_workflow,
+                    largest_group_size=max(e.group_size for e in d.pool.entries.values()),
+                    concurrent_rollouts=d.config.max_concurrent_rollouts + self.eval_rollouts):
+                (self._warnings if level == "warning" else self._infos).append(message)
+        checkpoint, state_lost = self._start_args
+        self.cycle.state, self.cycle.wake = C.WAITING, True
+        return self._seen(self.dispatcher.start(now=now, checkpoint=checkpoint, state_lost=state_lost), now)
+
+    def _take_step(self, now: float) -> list[Any]:
+        """A group settled or a step published: the step once its batch is complete, and the starts its dequeues
+        allow (the step's own decision comes on the next poll); a stall when nothing can ever complete it."""
+        self.cycle.wake = False
         d = self.dispatcher
+        step = d.take_step(now=now)
+        if step is not None:
+            self.window.trainer_busy(now=now)
+            self.cycle.step, self.cycle.state = step, C.STEP_READY
+        decisions = self._seen(d.poll(now=now), now)
+        if step is not None and not decisions:  # no starts to carry out first
+            return self._step_ready(now)
+        if step is None and not decisions and not d.running and self.next_deadline() is None:
+            return [Abort(self._stall_reason())]
+        return decisions
+
+    def _step_ready(self, now: float) -> list[Any]:
+        step = self.cycle.step
+        assert step is not None
+        if self.eval_due(step.step):
+            self.cycle.state = C.EVALUATING
+            return [Evaluate(step.step)]
+        self.cycle.state = C.TRAINING
+        return [Train(step)]
+
+    def _evaluated(self, now: float) -> list[Any]:
+        assert self.cycle.step is not None
+        self.cycle.state = C.TRAINING
+        return [Train(self.cycle.step)]
+
+    def _committed(self, now: float) -> list[Any]:
+        """The committed step's row, its checkpoint when due (captured with its publish due), its publish."""
+        assert self._row is not None and self.cycle.step is not None
+        decisions: list[Any] = [WriteRow(self._row)]
+        self._row = None
+        done = self.cycle.step.step + 1
+        due, permanent = self.schedule.checkpoint_due(done, self.steps)
+        self.cycle.state = C.PUBLISH_DUE
+        if due:
+            decisions.append(self._checkpoint(done, permanent=permanent))
+        return decisions + self._publish(now)
+
+    def _publish(self, now: float) -> list[Any]:
+        self.cycle.state = C.PUBLISHING
+        return [Publish(self.dispatcher.next_version)]
+
+    def _final(self, now: float) -> list[Any]:
+        if self.eval_due(self.steps):
+            self.cycle.state = C.FINAL_EVALUATING
+            return [Evaluate(self.steps, final=True)]
+        self.cycle.state = C.FINAL_EVALUATED
+        return self._end(now)
+
+    def _end(self, now: float) -> list[Any]:
+        row = self.cycle.eval_metrics
+        self.cycle.eval_metrics, self.cycle.state = {}, C.FINISHED
+        end = Finish(self.steps, self.dispatcher.start_number)
+        return [WriteRow(step_row(self.steps, now, row)), end] if row else [end]
+
+    # ------------------------------------------------------------------------------------------- internals
+    def _checkpoint(self, done: int, *, permanent: bool) -> SaveCheckpoint:
+        """Full checkpoint ``done`` captured now (docs/run-directory.md): the dispatch state, the statistics'
+        snapshot (while the recorder keeps one) and the driver's own state; the row names them with their formats
+        and this start. A runtime adds its own files, a run session the ``logs``."""
+        d = self.dispatcher
+        name = f"{done:06d}"
         # Apply the held settles first: the samplers observe them (an adaptive sampler's state may hold what it
         # learned from them, pass_rate's drift model does), so their states and the snapshot tell of the same groups.
         d.recorder.flush()
@@ -302,35 +511,56 @@ class Driver:
             row["tasks"] = {"file": state_file, "format": snapshot["format"], "start": start}
         if d.admission is not None:
             row["next_position"] = d.next_position
-        return files, row
+        return SaveCheckpoint(name, done, files, row, permanent)
 
-    def state_dict(self) -> dict[str, Any]:
-        """The driver's own state (the dispatcher's is in the dispatch state): start limit, members, window."""
-        return {"format": DRIVER_STATE_FORMAT,
-                "start_limit": None if self.start_limit is None else self.start_limit.state_dict(),
-                "members": self.members.state_dict(), "window": self.window.state_dict()}
+    def _stall_reason(self) -> str:
+        d = self.dispatcher
+        reason = d.gauges.blocked.reason
+        why = BLOCKED_WORDS.get(reason, "nothing holds it back, yet none is drawn") if reason else "none is drawn"
+        return (f"the run stalled at step {d.step}: no group runs and no step can complete ({len(d.queue)} settled "
+                f"groups queued, {d.horizon.pipeline} in the pipeline, {self.steps} steps planned); no group can "
+                f"start: {why}")
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore what ``state_dict`` saved (an exact resume; the dispatcher is restored from its own state)."""
-        if state.get("format") != DRIVER_STATE_FORMAT:
-            raise ValueError(f"driver state format {state.get('format')!r} is not {DRIVER_STATE_FORMAT}")
-        if self.start_limit is not None and state["start_limit"] is not None:
-            self.start_limit.load_state_dict(state["start_limit"])
-        self.members.load_state_dict(state["members"])
-        self.window.load_state_dict(state["window"])
+    def _holds_permit(self, key: Key, index: int) -> bool:
+        running = self.dispatcher.running.get(key)
+        return running is not None and self.dispatcher.active_lease and index in running[1].holding_blocks
 
-    # ------------------------------------------------------------------------------------------- internals
+    def _waits_for_permit(self, key: Key, index: int) -> bool:
+        running = self.dispatcher.running.get(key)
+        return running is not None and any(i == index for i, _ in running[1].waiting)
+
+    def _waiting_blocks(self, key: Key) -> list[int]:
+        running = self.dispatcher.running.get(key)
+        return [] if running is None else [i for i, _ in running[1].waiting]
+
+    def _late_grant(self, key: Key, index: int, task: str) -> GrantPermit:
+        if key not in self._late:
+            self._late.add(key)
+            self._warnings.append(f"a rollout of task {task} (group {key}) ran after its group's draw was "
+                                  "released: it runs on no permit, so more rollouts can run than the budget")
+        return GrantPermit(key, index, 0.0, False)
+
     def _seen(self, decisions: list[Any], now: float) -> list[Any]:
-        """Note what the decisions change for the members (groups opened, permits granted)."""
+        """Note what the decisions change for the members (groups opened, permits granted, blocks running)."""
         if not decisions:  # most calls: nothing to note
             return decisions
         for dec in decisions:
             if isinstance(dec, GrantPermit):
-                self.members.on_granted(dec.key, dec.index)
+                self._blocks += 1
+                if self._blocks > self._blocks_max:
+                    self._blocks_max = self._blocks
+                if dec.held or dec.key in self.dispatcher.running:
+                    self.members.on_granted(dec.key, dec.index)
             elif isinstance(dec, StartGroup):
                 self.members.open(dec.key, dec.group_size, entry=dec.entry,
-                                  label=self.dispatcher.pool[dec.row_index].label)
+                                  label=dec.row.label)
         return decisions
 
 
-__all__ = ["CancelRollout", "Driver", "Outbox", "SlotGranted", "StepReport"]
+_POLLS = {C.LAUNCHING: Driver._launch, C.STARTING: Driver._begin, C.STEP_READY: Driver._step_ready,
+          C.EVALUATED: Driver._evaluated, C.COMMITTED: Driver._committed, C.PUBLISH_DUE: Driver._publish,
+          C.FINAL: Driver._final, C.FINAL_EVALUATED: Driver._end}
+
+
+__all__ = ["Abort", "AwaitTeardowns", "CancelRollout", "CycleError", "Driver", "EndTeardownWait", "Evaluate", "Finish", "Outbox",
+           "Publish", "SaveCheckpoint", "Schedule", "SlotGranted", "Train", "WriteRow"]

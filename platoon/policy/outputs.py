@@ -8,12 +8,13 @@ A workflow that raised is ``None``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from platoon.policy.stats import GroupRecord, MemberResult
+from platoon.policy.verdict import DATUM_VERDICTS, group_verdict
 
 Key = tuple[int, int]
 
@@ -39,6 +40,16 @@ class GroupOutput:
         """Reads `to_json`'s form, or an older release's (``members`` a list of `MemberResult.to_json` dicts)."""
         return cls(data["verdict"], tuple(MemberResult.from_json(m) for m in member_rows(data["members"])),
                    tuple(_tuplify(d) for d in data["datums"]))
+
+
+def group_output(members: Sequence[MemberResult], *, min_successful: int = 1,
+                 datums: Callable[[], Iterable[Any]] = tuple) -> GroupOutput:
+    """A settled group's output, one rule for every runtime: its verdict (``group_verdict``), its members, and
+    ``datums()`` when the verdict hands datums to a step (``DATUM_VERDICTS``); otherwise none, and ``datums`` is not
+    called."""
+    members = tuple(members)
+    verdict = group_verdict(members, min_successful=min_successful)
+    return GroupOutput(verdict, members, tuple(datums()) if verdict in DATUM_VERDICTS else ())
 
 
 def member_rows(members: dict[str, list] | list[dict]) -> list[dict]:

@@ -203,7 +203,7 @@ def _run_with_progress(run: SimRun, console: Console, what: str) -> None:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("sim {task.fields[sim]}"), TimeElapsedColumn(), console=console,
                   transient=False, disable=not console.is_terminal) as progress:
-        task = progress.add_task(what, total=total, completed=run.driver.dispatcher.step, sim="0:00:00")
+        task = progress.add_task(what, total=total, completed=run.driver.steps_done, sim="0:00:00")
         run.on_step = lambda step, now: progress.update(task, completed=step + 1, sim=_hms(now))
         try:
             run.run()

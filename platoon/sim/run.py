@@ -29,7 +29,6 @@ it in ``lock.json`` (``finished``).
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,11 +36,9 @@ from pathlib import Path
 from platoon.config.loader import config_from_lock
 from platoon.config.models import RunConfig
 from platoon.config.resolve import check_plan, resolve_components, with_steps
-from platoon.policy.assemble import build_policy
-from platoon.policy.driver import StepReport
-from platoon.runs import RunDir, checkpoint_name, load_latest_checkpoint, metrics_row, save_checkpoint
+from platoon.policy import build_policy
+from platoon.runs import RunDir, load_latest_checkpoint
 from platoon.runs.checkpoints import stats_file_name
-from platoon.runs.kept import add_kept_file
 from platoon.runs.resume import (
     ResumeRefused,
     check_finished,
@@ -50,11 +47,12 @@ from platoon.runs.resume import (
     check_steps,
     planned_steps,
 )
+from platoon.runs.session import RunSession, python_log
 from platoon.runs.writer import stale_note
 from platoon.sim.runtime import SimRuntime
 from platoon.sim.setup import build_tasks
 
-log = logging.getLogger("platoon.sim")
+_log = python_log("platoon.sim")
 Logger = Callable[[str, str], None]
 
 
@@ -66,10 +64,6 @@ class ResumeError(ResumeRefused):
     """A run that cannot be resumed as asked (not a simulated run, fewer steps than it has done): exit 64."""
 
 
-def _default_log(level: str, message: str) -> None:
-    log.log(logging.WARNING if level == "warning" else logging.INFO, message)
-
-
 class SimRun:
     """A simulated run writing ``path`` (see the module docstring). Use ``create`` or ``resume``, then ``run``."""
 
@@ -77,15 +71,13 @@ class SimRun:
         self.cfg, self.path, self.rt = cfg, rd.path, runtime
         self.rd = rd
         self.driver = runtime.driver
-        self.log = log or _default_log
-        self.metrics = self.rd.metrics_writer()
-        self.events = self.rd.events_writer()
+        self.log = log or _log
         t = cfg.trace
-        self.trace = self.rd.trace_writer(group_every=t.group_every, max_events=t.max_events, enabled=t.enabled)
-        runtime.attach_trace(self.trace)
+        trace = self.rd.trace_writer(group_every=t.group_every, max_events=t.max_events, enabled=t.enabled)
         self.on_step: Callable[[int, float], None] | None = None
-        runtime.write_step = self._write_step
-        runtime.finish = self._finish
+        self.session = RunSession(rd, log=self.log, keep=cfg.checkpoint.keep_recovery, trace=trace,
+                                  on_row=self._on_row)
+        runtime.attach(self.session)
 
     # ------------------------------------------------------------------------------------------ starting
     @classmethod
@@ -101,8 +93,7 @@ class SimRun:
                           {"runtime": "sim", "steps": policy.driver.steps})
             rd.write_pool([(row.task_id, row.entry, row.label) for row in tasks.pool.rows])  # for platoon tasks show
             run = cls(cfg, rd, SimRuntime(cfg, tasks, policy), log=log)
-            run._checkpoint(0)  # the launch checkpoint, before anything runs: a run killed before its first step
-            run.rt.begin()      # resumes from here (and begins there, as this one does now)
+            run.rt.begin()  # the driver's launch save first: a run killed before its first step resumes there
         return run
 
     @classmethod
@@ -114,7 +105,7 @@ class SimRun:
         path = Path(path)
         rd = RunDir.claim(path)
         try:
-            return cls._resume(rd, path, steps, log or _default_log)
+            return cls._resume(rd, path, steps, log or _log)
         except BaseException:
             rd.release()
             raise
@@ -157,8 +148,7 @@ class SimRun:
         if steps is not None and steps != planned_steps(lock):
             rd.write_lock(cfg.model_dump(mode="json"), lock.get("components", []), {"runtime": "sim", "steps": steps})
         run = cls(cfg, rd, rt, log=log)
-        if not rt.begun:
-            rt.begin()
+        rt.resume()
         return run
 
     # --------------------------------------------------------------------------------------------- running
@@ -172,45 +162,12 @@ class SimRun:
 
     def close(self) -> None:
         """Close the logs and give the writer lock back (the run cannot be run further)."""
-        self.metrics.close()
-        self.events.close()
-        self.trace.close()
+        self.session.close()
         self.rd.release()
 
-    # --------------------------------------------------------------------------------------------- writing
-    def _drain(self) -> None:
-        out = self.driver.take_outbox()
-        for event in out.events:
-            self.events.write(event)
-        for message in out.infos:
-            self.log("info", message)
-        for message in out.warnings:
-            self.log("warning", message)
-
-    def _write_step(self, report: StepReport, now: float) -> None:
-        self.metrics.write(metrics_row(report.step.step, now, report.metrics))
-        self._drain()
-        if report.checkpoint_due:
-            self._checkpoint(report.done, report.permanent)
-        if self.on_step is not None:
-            self.on_step(report.step.step, now)
-
-    def _checkpoint(self, done: int, permanent: bool = False) -> None:
-        name = checkpoint_name(done)
-        files, row = self.driver.checkpoint(name, done)
-        add_kept_file(files, row, name)
-        files[f"sim-{name}.json"] = self.rt.state_dict()
-        self.trace.flush()  # whole lines before the lengths: a resume cuts the trace back to this point
-        row["logs"] = self.rd.log_lengths()
-        save_checkpoint(self.rd, done, files, row, keep=self.cfg.checkpoint.keep_recovery,
-                        permanent=permanent or done == 0)
-
-    def _finish(self, now: float) -> None:
-        steps = self.driver.steps
-        if self.rt.learns and self.driver.eval_due(steps):
-            self.metrics.write(metrics_row(steps, now, {"eval/pass@1": self.rt.learner.pass_at_1()}))
-        self._drain()
-        self.rd.mark_finished(steps, self.driver.dispatcher.start_number)
+    def _on_row(self, row: dict) -> None:
+        if self.on_step is not None and "train/rollouts" in row:  # a step's row, not the final evaluation's
+            self.on_step(row["step"], row["time"])
 
 
 @contextlib.contextmanager
@@ -220,7 +177,7 @@ def discarded_unless_stepped(run: SimRun) -> Iterator[None]:
     try:
         yield
     except Exception:
-        if run.driver.dispatcher.step == 0:
+        if run.driver.steps_done == 0:
             run.rd.discard()
         raise
 

@@ -468,7 +468,8 @@ def test_the_no_effect_warning_reaches_each_start_of_a_run() -> None:
     assert warning.startswith("train.workflow_config.worker_binding_poll_seconds: no effect here")
     pool = TaskPool.from_entries([EntrySpec("default", ["a", "b"], group_size=8)])
     driver = build_policy(cfg, pool).driver
-    driver.start(now=0.0)
+    driver.start(now=0.0)  # the launch save, then the start itself
+    driver.poll(now=0.0)
     assert warning in driver.take_outbox().warnings
 
 

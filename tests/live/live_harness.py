@@ -219,6 +219,22 @@ def live_runtime(d, workflow, trainer, service, *, start_limit=None, schedule=No
     return LiveRuntime(driver, workflow, trainer, service, **kwargs)
 
 
+def die_after_row(monkeypatch, step: int) -> None:
+    """The next run in this process dies (KeyboardInterrupt) right after it writes step ``step``'s metrics row, once
+    (a resume afterwards runs on)."""
+    from platoon.runs.session import RunSession
+
+    original, died = RunSession.write_row, []
+
+    def dying(self, decision, outbox):
+        original(self, decision, outbox)
+        if decision.row["step"] == step and not died:
+            died.append(True)
+            raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(RunSession, "write_row", dying)
+
+
 def save_tiny_llama(path, *, vocab_size: int = 64, context: int = 128):
     """Write a small randomly initialised Hugging Face causal LM (seeded) to the directory ``path`` and return it: a
     local checkpoint for ``train.model_name``, no downloads. Needs transformers (callers skip without it)."""

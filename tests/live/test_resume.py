@@ -12,10 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from live_harness import FakeService, check_event_log, train_then_sigkill
+from live_harness import FakeService, check_event_log, die_after_row, train_then_sigkill
 
 from platoon.live import command
-from platoon.live.runtime import LiveRuntime
 from platoon.runs import read_checkpoint_rows, read_jsonl
 
 SMALL = ["environments.0.workflow_config.group_size=4", "environments.0.service_kwargs={ranges: [4, 8]}",
@@ -30,14 +29,7 @@ def fake_service(model, cfg, version):
 
 def test_a_run_that_dies_mid_training_resumes_without_losing_a_step(tmp_path, monkeypatch):
     run = tmp_path / "run"
-    original = LiveRuntime._write_row
-
-    def dying(self, step, now, metrics):  # the process dies right after step 4's metrics (its checkpoint: 000004)
-        original(self, step, now, metrics)
-        if step == 4 and self.resumed_from is None:
-            raise KeyboardInterrupt("killed")
-
-    monkeypatch.setattr(LiveRuntime, "_write_row", dying)
+    die_after_row(monkeypatch, 4)  # right after step 4's metrics (its checkpoint: 000004)
     with pytest.raises(KeyboardInterrupt):
         command.train(None, [*SMALL, "train.max_training_steps=7"], out=run, progress=False, service_factory=fake_service, eval_episodes=64)
     assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2, 3, 4]

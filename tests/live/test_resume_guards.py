@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from platoon.cli import app
 from platoon.live import command
 from platoon.live.checkpoint import LiveRunDir
-from platoon.live.runtime import LiveRuntime
 from platoon.runs import RunBusyError, read_checkpoint_rows, read_jsonl
 from platoon.runs.columnar import parse_npz
+from platoon.runs.session import RunSession
 
 runner = CliRunner()
 FAST = {"progress": False, "service_factory": fake_service, "eval_episodes": 64}
@@ -40,14 +40,14 @@ def killed(tmp_path_factory):
     """A 7-step run killed right after step 4's row: its newest checkpoint, 000004, has draws in flight; it keeps two
     recovery checkpoints."""
     run = tmp_path_factory.mktemp("killed") / "run"
-    original = LiveRuntime._write_row
+    original = RunSession.write_row
 
-    def dying(self, step, now, metrics):
-        original(self, step, now, metrics)
-        if step == 4:
+    def dying(self, decision, outbox):
+        original(self, decision, outbox)
+        if decision.row["step"] == 4:
             raise KeyboardInterrupt("killed")
 
-    LiveRuntime._write_row = dying
+    RunSession.write_row = dying
     try:
         with pytest.raises(KeyboardInterrupt):
             # no evaluation before the kill: its rollouts share the slow service, and while they ran every group in
@@ -55,7 +55,7 @@ def killed(tmp_path_factory):
             command.train(None, [*SMALL, "train.max_training_steps=7", "checkpoint.keep_recovery=2", "eval.every=5"],
                           out=run, **{**FAST, "service_factory": slow_service})
     finally:
-        LiveRuntime._write_row = original
+        RunSession.write_row = original
     return run
 
 

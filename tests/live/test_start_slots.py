@@ -147,7 +147,8 @@ def test_the_announcement_counts_evaluations_rollouts_among_those_that_can_run_a
                              "train.max_concurrent_rollouts=32", "eval.every=5", "eval.max_concurrent_rollouts=16",
                              f"train.max_starting_rollouts={limit}", "train.max_training_steps=2"])
     policy = build_policy(cfg, build_pool(cfg, build_environments(cfg)), runtime="live")
-    policy.driver.start(now=0.0)
+    policy.driver.start(now=0.0)  # the launch save, then the start itself
+    policy.driver.poll(now=0.0)
     infos = policy.driver.take_outbox().infos
     assert f"At most {limit} rollouts start at once" in infos[0]
     assert any("can never bind" in m and "the 48 rollouts" in m for m in infos) is never_binds

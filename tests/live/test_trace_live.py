@@ -17,6 +17,7 @@ from live_harness import (
     Outcome,
     ScriptedWorkflow,
     SleepyService,
+    die_after_row,
     dispatch_harness,
     live_runtime,
     run_virtual,
@@ -25,7 +26,6 @@ from test_resume import SMALL, fake_service
 
 from platoon.live import command
 from platoon.live.checkpoint import LiveRunDir
-from platoon.live.runtime import LiveRuntime
 from platoon.policy.assemble import begin_clock
 from platoon.policy.driver import Schedule
 from platoon.runs import read_checkpoint_rows, read_jsonl
@@ -228,14 +228,7 @@ def test_a_run_with_the_trace_off_writes_none(tmp_path):
 
 def test_a_resumed_run_cuts_its_trace_back_to_the_checkpoint_and_trains_each_step_once(tmp_path, monkeypatch):
     run = tmp_path / "run"
-    original = LiveRuntime._write_row
-
-    def dying(self, step, now, metrics):  # dies right after step 4's metrics (its checkpoint: 000004)
-        original(self, step, now, metrics)
-        if step == 4 and self.resumed_from is None:
-            raise KeyboardInterrupt("killed")
-
-    monkeypatch.setattr(LiveRuntime, "_write_row", dying)
+    die_after_row(monkeypatch, 4)  # right after step 4's metrics (its checkpoint: 000004)
     with pytest.raises(KeyboardInterrupt):
         command.train(None, [*TRACED, "train.max_training_steps=7"], out=run, progress=False, eval_episodes=32)
     assert sorted(e["args"]["step"] for e in spans(load(run / "trace.json"), "train")) == [0, 1, 2, 3, 4]

@@ -287,20 +287,30 @@ def test_a_failing_environment_is_named_when_more_groups_fail_than_are_rejected(
 def test_the_checkpoint_and_a_resume_keep_the_version_of_a_step_that_trained_nothing():
     import json
 
+    from platoon.policy.cycle import Train
     from platoon.policy.dispatch_state import resume
     from platoon.policy.driver import Driver, Schedule
 
     d = build(batch_size=2, group_size=2, permits=100, max_staleness=1, steps=4, admission="informative",
               max_groups_per_step=1.5)
     driver, script = Driver(d, schedule=Schedule(recovery_every=1)), Script(d)
-    script.carry_out(driver.start(now=0.0), 0.0)
+    driver.start(now=0.0)  # the launch save
+    script.carry_out(driver.poll(now=0.0), 0.0)
     now = 1.0
-    while (step := driver.take_step(now=now)[0]) is None:
-        settle_all(d, script, lambda task: [False, False], now)
+    answered: list = []
+    while not any(isinstance(x, Train) for x in answered):
+        for key in list(d.running):  # every running group settles, failing every rollout
+            draw, _ = d.running[key]
+            for i in range(draw.group_size):
+                d.on_block_exited(key, i, now=now)
+            out = output_of(draw.task_id, [False, False], d.version)
+            script.carry_out(driver.on_group_finished(key, out, now=now), now)
+        answered = driver.poll(now=now) + driver.poll(now=now)
         now += 1.0
-    report = driver.finish_step(step, now=now)
-    assert (report.done, report.version) == (1, 0)
-    files, row = driver.checkpoint("000001", report.done)
+    driver.on_trained(now=now)
+    row_, save, publish = driver.poll(now=now)
+    assert (save.done, publish.version) == (1, 0)
+    files, row = save.files, save.row
     assert (row["batch"], row["policy_version"]) == (1, 0)
     state = json.loads(json.dumps(files["tasks/dispatch-000001.json"]))
     assert state["policy_version"] == 0

@@ -17,8 +17,9 @@ from platoon.policy.stats import MemberResult
 def twins(**kw) -> tuple[Driver, Driver]:
     """Two drivers in the same state, their first groups started."""
     a, b = Driver(build(**kw)), Driver(build(**kw))
-    started = [d for d in a.start(now=0.0) if isinstance(d, StartGroup)]
-    assert started and started == [d for d in b.start(now=0.0) if isinstance(d, StartGroup)]
+    a.start(now=0.0), b.start(now=0.0)  # the launch saves
+    started = [d for d in a.poll(now=0.0) if isinstance(d, StartGroup)]
+    assert started and started == [d for d in b.poll(now=0.0) if isinstance(d, StartGroup)]
     return a, b
 
 

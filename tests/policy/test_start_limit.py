@@ -317,7 +317,8 @@ def announced(overrides, **build):
     cfg = load_config(None, ["train.batch_size=2", "environments.0.workflow_config.group_size=4", *overrides])
     pool = TaskPool.from_entries([EntrySpec("default", ["a", "b", "c"], group_size=4)])
     driver = build_policy(cfg, pool, **build).driver
-    driver.start(now=0.0)
+    driver.start(now=0.0)  # the launch save, then the start itself
+    driver.poll(now=0.0)
     first, again = driver.take_outbox(), driver.take_outbox()
     assert again.infos == [] and again.warnings == []  # once per start
     return first
