@@ -141,6 +141,7 @@ class Driver:
         self._blocks_max = 0  # their most at once since the last step's row
         self._over_budget = OverBudgetWatch(dispatcher.config.max_concurrent_rollouts)
         self._late: set[Key] = set()  # groups whose late blocks were warned about
+        self._released: dict[Key, tuple[str, set[int]]] = {}  # finished groups' blocks that never entered, by task
         self._infos: list[str] = []
         self._warnings: list[str] = []
 
@@ -239,7 +240,11 @@ class Driver:
         """Member ``index`` entered its lease block: its ``GrantPermit`` now or later. A block of a group whose
         draw was released already runs at once on no permit, with a warning once per group."""
         if key not in self.dispatcher.running:
-            return self._seen([self._late_grant(key, index, str(key))], now)
+            task, left = self._released.get(key, (str(key), set()))
+            left.discard(index)
+            if not left:
+                self._released.pop(key, None)
+            return self._seen([self._late_grant(key, index, task)], now)
         return self._seen(self.dispatcher.on_block_entered(key, index, now=now), now)
 
     def on_group_entered(self, key: Key, size: int, *, now: float) -> list[Any]:
@@ -344,6 +349,9 @@ class Driver:
             self._warnings.append(f"the workflow of group {key} (task {task}) returned {type(result).__name__}, "
                                   "not a GroupOutput: the group counts as failed")
         waiting = self._waiting_blocks(key)
+        if key in self.dispatcher.running and (never := set(range(self.dispatcher.running[key][1].size))
+                                               - self.dispatcher.running[key][1].used - set(waiting)):
+            self._released[key] = (task, never)  # blocks that may still enter, late: their warning names the task
         ran = self.members.ran(key)
         self.members.close(key)
         decisions = self.dispatcher.on_group_finished(key, output, now=now)
@@ -427,7 +435,8 @@ class Driver:
                 (self._warnings if level == "warning" else self._infos).append(message)
         checkpoint, state_lost = self._start_args
         self.cycle.state, self.cycle.wake = C.WAITING, True
-        return self._seen(self.dispatcher.start(now=now, checkpoint=checkpoint, state_lost=state_lost), now)
+        decisions = self._seen(self.dispatcher.start(now=now, checkpoint=checkpoint, state_lost=state_lost), now)
+        return decisions or self._take_step(now)  # nothing started: a stall is said at once
 
     def _take_step(self, now: float) -> list[Any]:
         """A group settled or a step published: the step once its batch is complete, and the starts its dequeues

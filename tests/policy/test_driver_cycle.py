@@ -161,8 +161,6 @@ def test_a_run_that_cannot_progress_aborts_saying_what_blocks_it():
     assert [a for a in answers if a] == [[Abort(STALL)]]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the poll that starts the dispatcher answers [] when it starts no group; "
-                   "the stall is only answered by a second poll, which a runtime (it polls until [] ) never makes")
 def test_a_stall_at_the_start_is_answered_before_the_polls_run_dry():
     """A runtime polls until a poll answers nothing (platoon/sim/runtime.py ``_carry``): the Abort of a run
     that cannot start must come before that."""
@@ -222,8 +220,6 @@ def test_a_block_that_enters_after_its_group_finished_runs_on_no_permit_with_one
     assert d.take_outbox().warnings == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Driver.on_block_entered passes str(key) as the task to _late_grant: "
-                   "the warning reads 'a rollout of task (1, 0) (group (1, 0))'")
 def test_the_late_block_warning_names_the_task():
     d = driver()
     d.start(now=0.0)
