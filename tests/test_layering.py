@@ -423,7 +423,7 @@ PLANTED_CYCLES = [
     (  # a function-local import, as live/model -> live/hf was
         {
             "platoon/live/model.py": "x = 1\n\n\ndef build():\n    from platoon.live.hf import HF\n",
-            "platoon/live/hf.py": "from platoon.live.model import Policy\n",
+            "platoon/live/hf.py": "from platoon.live.model import PolicyModel\n",
         },
         "platoon.live.hf -> platoon.live.model -> platoon.live.hf (platoon/live/hf.py:1, platoon/live/model.py:5)",
     ),
