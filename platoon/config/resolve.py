@@ -17,16 +17,14 @@ and its options parse against ``CORE_OPTIONS``.
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
-
+from platoon.config import component_resolution as resolution
 from platoon.config import registry
+from platoon.config.component_resolution import did_you_mean, find_class, options_schema
 from platoon.config.components import (
     CORE_GROUP_ADMISSIONS,
     CORE_OPTIONS,
@@ -140,7 +138,7 @@ class _Resolver:
         if name in (CORE_TASK_SAMPLERS if kind == "task_sampler" else CORE_GROUP_ADMISSIONS):
             return None, True
         try:
-            obj = registry.import_ref(name) if ":" in name else registry.lookup(kind, name)
+            obj = find_class(kind, name)
         except ExtensionError as exc:
             self.problems.append(Problem(path, str(exc)))
             return None, False
@@ -154,7 +152,7 @@ class _Resolver:
         return obj, True
 
     def _parse(self, kind: str, name: str, cls: type | None, options: Mapping[str, Any], path: str) -> Any:
-        schema = CORE_OPTIONS[(kind, name)] if cls is None else getattr(cls, "options_schema", None)
+        schema = CORE_OPTIONS[(kind, name)] if cls is None else options_schema(cls)
         parsed, problems = parse_options(schema, name, options, path)
         self.problems += problems
         return _FAILED if problems else parsed
@@ -286,7 +284,7 @@ class _Resolver:
             known = list(DatasetKwargs.model_fields)
             for key in getattr(e, section).model_extra or {}:
                 self.problems.append(Problem(f"environments.{i}.{section}.{key}",
-                                             f"unknown key{_did_you_mean(key, known)} (the keys an environment's "
+                                             f"unknown key{did_you_mean(key, known)} (the keys an environment's "
                                              f"tasks are listed by: {', '.join(known)})"))
 
     def _environments(self) -> list[ComponentRecord]:
@@ -305,7 +303,7 @@ class _Resolver:
                 groups.setdefault((core, None), (None, {}))[1][e.label] = options
                 continue
             try:
-                obj = registry.import_ref(e.env) if ":" in e.env else registry.lookup("environment", e.env)
+                obj = find_class("environment", e.env)
             except ExtensionError as exc:
                 self.problems.append(Problem(path, str(exc)))
                 continue
@@ -337,43 +335,30 @@ def _record(
 
 
 def parse_options(schema: Any, name: str, options: Mapping[str, Any], path: str) -> tuple[Any, list[Problem]]:
-    """Parse component ``name``'s ``options`` (at dotted ``path``) with its ``options_schema``.
+    """Parse component ``name``'s ``options`` (at dotted ``path``) with its ``options_schema``
+    (``component_resolution.parse_options``; a dataclass's fields are type-checked).
 
-    The schema is a pydantic model, a dataclass (unknown keys refused), a function that returns the parsed
-    options or raises ValueError, or None (takes no options: any option is refused). Returns ``(parsed,
-    problems)``; parsed is None when there are problems, ``{}`` for a schema of None.
+    Returns ``(parsed, problems)``; parsed is None when there are problems, ``{}`` for a schema of None.
     """
-    leaf = path.rsplit(".", 1)[-1]
     data = dict(options)
-    if schema is None:
-        return (
-            ({}, []) if not data else (None, [Problem(path, f"'{name}' takes no options; leave {leaf} out")])
-        )
     try:
-        if isinstance(schema, type) and issubclass(schema, BaseModel):
-            return schema.model_validate(data), []
-        if isinstance(schema, type) and dataclasses.is_dataclass(schema):
-            known = [f.name for f in dataclasses.fields(schema) if f.init]
-            unknown = [
-                Problem(f"{path}.{k}", "unknown key" + _did_you_mean(str(k), known))
-                for k in data
-                if k not in known
-            ]
-            return (None, unknown) if unknown else (TypeAdapter(schema).validate_python(data), [])
-        if callable(schema):
-            return schema(data), []
-    except ValidationError as exc:
-        return None, describe_errors(exc, root=schema, data=data, prefix=path)
-    except (ValueError, TypeError) as exc:
-        return None, [Problem(path, f"{name}: {exc}")]
-    return None, [
-        Problem(path, f"{name}: options_schema must be a pydantic model, a dataclass, a function or None")
-    ]
+        return resolution.parse_options(schema, data, validate_dataclass=True), []
+    except resolution.OptionsRefused as refused:
+        return None, _option_problems(refused, schema, name, data, path)
 
 
-def _did_you_mean(name: str, pool: list[str]) -> str:
-    close = difflib.get_close_matches(name, pool, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
+def _option_problems(
+    refused: resolution.OptionsRefused, schema: Any, name: str, data: dict[str, Any], path: str
+) -> list[Problem]:
+    if refused.reason == resolution.NO_OPTIONS:
+        return [Problem(path, f"'{name}' takes no options; leave {path.rsplit('.', 1)[-1]} out")]
+    if refused.reason == resolution.UNKNOWN_KEYS:
+        return [Problem(f"{path}.{k}", "unknown key" + did_you_mean(str(k), refused.known)) for k in refused.unknown]
+    if refused.reason == resolution.INVALID:
+        return describe_errors(refused.error, root=schema, data=data, prefix=path)
+    if refused.reason == resolution.RAISED:
+        return [Problem(path, f"{name}: {refused.error}")]
+    return [Problem(path, f"{name}: options_schema must be a pydantic model, a dataclass, a function or None")]
 
 
 def _class_problem(kind: str, obj: Any) -> str | None:
