@@ -195,7 +195,7 @@ class _Resolver:
         self._check(cls, name, parsed, self._sampler_ctx(RUN_LEVEL, None), "train.task_sampler")
         labels = tuple(e.label for e in cfg.environments)
         core = run_sampler(cfg) if cls is None else None
-        records = [_record(kind, name, RUN_LEVEL, cls, {"train": parsed}, core, labels)]
+        records = [component_record(kind, name, RUN_LEVEL, cls, _parsed({"train": parsed}), core, labels)]
         hands = core_hands_slots(cfg)
         if hands is None:
             hands = bool(getattr(cls, "entry_slots", False))
@@ -227,7 +227,8 @@ class _Resolver:
             self._check(ecls, own, parsed, self._sampler_ctx(ENTRY_LEVEL, e.label), path)
             groups.setdefault((own, class_ref(ecls)), (ecls, {}))[1][e.label] = parsed
         for (own, _), (ecls, by_label) in groups.items():
-            records.append(_record(kind, own, ENTRY_LEVEL, ecls, by_label, own if ecls is None else None))
+            entry_core = own if ecls is None else None
+            records.append(component_record(kind, own, ENTRY_LEVEL, ecls, _parsed(by_label), entry_core))
         return records
 
     def _admissions(self) -> list[ComponentRecord]:
@@ -246,7 +247,8 @@ class _Resolver:
                 self._verdicts(cls, name, "train.group_admission")
                 inherit = tuple(e.label for e in cfg.environments if e.group_admission is None)
                 core = name if cls is None else None
-                records.append(_record(kind, name, RUN_LEVEL, cls, {"train": parsed}, core, inherit))
+                good = _parsed({"train": parsed})
+                records.append(component_record(kind, name, RUN_LEVEL, cls, good, core, inherit))
         groups: dict[tuple[str, str | None], tuple[type | None, dict[str, Any]]] = {}
         for i, e in enumerate(cfg.environments):
             own = e.group_admission
@@ -263,7 +265,8 @@ class _Resolver:
             self._verdicts(ecls, own, path)
             groups.setdefault((own, class_ref(ecls)), (ecls, {}))[1][e.label] = parsed
         for (own, _), (ecls, by_label) in groups.items():
-            records.append(_record(kind, own, ENTRY_LEVEL, ecls, by_label, own if ecls is None else None))
+            entry_core = own if ecls is None else None
+            records.append(component_record(kind, own, ENTRY_LEVEL, ecls, _parsed(by_label), entry_core))
         return records
 
     def _verdicts(self, cls: type | None, name: str, path: str) -> None:
@@ -316,22 +319,15 @@ class _Resolver:
                                              f"{e.env}: {why[1]}"))
                 continue
             groups.setdefault((e.env, class_ref(obj)), (obj, {}))[1][e.label] = dict(e.service_kwargs)
-        return [_record("environment", env, ENTRY_LEVEL, cls, by_label, env if cls is None else None)
+        return [component_record("environment", env, ENTRY_LEVEL, cls, _parsed(by_label),
+                                 env if cls is None else None)
                 for (env, _), (cls, by_label) in groups.items()]
 
 
 
-def _record(
-    kind: str,
-    name: str,
-    level: str,
-    cls: type | None,
-    parsed: dict[str, Any],
-    core: str | None,
-    environments: tuple[str, ...] | None = None,
-) -> ComponentRecord:
-    good = {k: v for k, v in parsed.items() if v is not _FAILED}
-    return component_record(kind, name, level, cls, good, core, environments)
+def _parsed(options: dict[str, Any]) -> dict[str, Any]:
+    """``"train"`` or label -> options, without those that failed to parse (their problems are reported)."""
+    return {k: v for k, v in options.items() if v is not _FAILED}
 
 
 def parse_options(schema: Any, name: str, options: Mapping[str, Any], path: str) -> tuple[Any, list[Problem]]:
