@@ -379,8 +379,8 @@ def config_show(
 ) -> None:
     """Print a config as it loads (overrides applied, every default filled in) as YAML."""
     from platoon import __version__
+    from platoon.config.effective import entry_summary
     from platoon.config.loader import load_config, to_yaml
-    from platoon.config.resolve import entry_summary
 
     config, overrides = config_and_overrides(arguments, config, overrides)
     try:

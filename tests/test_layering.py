@@ -7,7 +7,7 @@ a ``TYPE_CHECKING`` one and a literal ``importlib.import_module("x")`` / ``__imp
 - ``simpy`` only in ``platoon/sim``; ``torch`` only in ``platoon/live``; ``asyncio`` only in ``platoon/live`` and
   ``platoon/cli.py``;
 - a module never imports a higher layer (:data:`RANK`): config < policy < runs < sim, live < the façades
-  (experimental, testing, analysis) < cli; the two runtimes never import each other.
+  (experimental, environments, testing, analysis) < cli; the two runtimes never import each other.
 
 A new top-level module or subpackage must be given a rank here; until then the test names it.
 
@@ -35,6 +35,7 @@ RANK = {
     "sim": 3,
     "live": 3,
     "experimental": 4,
+    "environments": 4,
     "testing": 4,
     "analysis": 4,
     "_checks": 4,
@@ -423,7 +424,7 @@ PLANTED_CYCLES = [
     (  # a function-local import, as live/model -> live/hf was
         {
             "platoon/live/model.py": "x = 1\n\n\ndef build():\n    from platoon.live.hf import HF\n",
-            "platoon/live/hf.py": "from platoon.live.model import Policy\n",
+            "platoon/live/hf.py": "from platoon.live.model import PolicyModel\n",
         },
         "platoon.live.hf -> platoon.live.model -> platoon.live.hf (platoon/live/hf.py:1, platoon/live/model.py:5)",
     ),

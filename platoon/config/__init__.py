@@ -6,6 +6,21 @@ records lock.json keeps). The policy layer and the runtimes read a run's effecti
 re-exported here (``is_rule_mode``, ``entry_sampler``, ``max_concurrent_rollouts``, ...).
 """
 
+from platoon.config.config_warnings import config_warnings
+from platoon.config.effective import (
+    effective_group_size,
+    entry_admission,
+    entry_max_staleness,
+    entry_sampler,
+    entry_sim,
+    entry_workflow,
+    group_size,
+    is_rule_mode,
+    max_concurrent_rollouts,
+    run_sampler,
+    step_cap,
+    straggler_policy,
+)
 from platoon.config.errors import EXIT_CONFIG, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, ConfigError, ExtensionError
 from platoon.config.loader import (
     check_config,
@@ -15,6 +30,7 @@ from platoon.config.loader import (
     load_config_warnings,
     to_yaml,
 )
+from platoon.config.lock_records import ComponentRecord
 from platoon.config.models import (
     EnvironmentConfig,
     ModelConfig,
@@ -25,28 +41,8 @@ from platoon.config.models import (
     TrainConfig,
     WorkflowConfig,
 )
-from platoon.config.resolve import (
-    AdmissionCheckContext,
-    ComponentRecord,
-    SamplerCheckContext,
-    config_warnings,
-    effective_group_size,
-    entry_admission,
-    entry_max_staleness,
-    entry_sampler,
-    entry_sim,
-    entry_workflow,
-    event_interval,
-    group_size,
-    is_rule_mode,
-    max_concurrent_rollouts,
-    planned_steps,
-    resolve_components,
-    run_sampler,
-    step_cap,
-    steps_per_epoch,
-    straggler_policy,
-)
+from platoon.config.resolve import AdmissionCheckContext, SamplerCheckContext, resolve_components
+from platoon.config.steps import event_interval, planned_steps, steps_per_epoch
 
 __all__ = [
     "EXIT_CONFIG",

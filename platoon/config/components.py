@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from platoon.config.bounds import INT64_MAX, INT64_MIN, MAX_TASKS
-from platoon.config.models import Problem, describe_errors
+from platoon.config.problems import Problem, describe_errors
 
 CORE_TASK_SAMPLERS = ("auto", "weighted", "uniform", "pass_rate")
 """Names core owns at ``train.task_sampler``; nothing registered may take them."""

@@ -35,18 +35,14 @@ from pydantic import ValidationError
 
 from platoon.config.base import drop_recorded_defaults
 from platoon.config.bounds import MAX_TASKS
+from platoon.config.config_warnings import config_warnings
+from platoon.config.effective import RUN_ONLY_SIM_KEYS, merge_sim
 from platoon.config.errors import ConfigError
-from platoon.config.models import (
-    EMBEDDED_DEFAULT,
-    MISSING_KEY,
-    Problem,
-    RunConfig,
-    SimConfig,
-    describe_errors,
-)
+from platoon.config.models import EMBEDDED_DEFAULT, RunConfig, SimConfig
 from platoon.config.overrides import apply_override, override_value, with_overrides
 from platoon.config.presets import preset_data, unknown_preset
-from platoon.config.resolve import RUN_ONLY_SIM_KEYS, config_warnings, merge_sim, resolve_components
+from platoon.config.problems import MISSING_KEY, Problem, describe_errors
+from platoon.config.resolve import resolve_components
 from platoon.config.rules import config_problems
 from platoon.config.show import to_yaml
 from platoon.config.sim_files import read_durations, read_task_file

@@ -30,7 +30,8 @@ from typing import Any
 
 import yaml
 
-from platoon.config.models import Problem, default_config
+from platoon.config.models import default_config
+from platoon.config.problems import Problem
 from platoon.config.yaml_loader import describe_yaml_error, load_yaml
 
 _INDEX = re.compile(r"\d+")

@@ -23,8 +23,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from platoon.config.effective import core_hands_slots, entry_sampler, run_sampler
 from platoon.config.models import RunConfig
-from platoon.config.resolve import core_hands_slots, entry_sampler, planned_steps, run_sampler
+from platoon.config.steps import planned_steps
 
 REPEAT_RATIO_LIMIT = 4.0
 """How many times as often one entry's tasks may each be drawn as another entry's before a mixture is warned of."""

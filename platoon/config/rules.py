@@ -32,10 +32,11 @@ from platoon.config.components import (
     core_option_problems,
     renderer_name_problem,
 )
+from platoon.config.effective import entry_admission, entry_workflow, group_size
 from platoon.config.errors import ExtensionError
 from platoon.config.losses import loss_fn_config_problems
-from platoon.config.models import Problem, RunConfig
-from platoon.config.resolve import entry_admission, entry_workflow, group_size
+from platoon.config.models import RunConfig
+from platoon.config.problems import Problem
 
 _Ok = Callable[..., bool]
 

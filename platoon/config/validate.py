@@ -27,8 +27,9 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.loader import load_config, load_config_warnings, load_data
-from platoon.config.models import RunConfig, describe_errors
+from platoon.config.models import RunConfig
 from platoon.config.overrides import with_overrides
+from platoon.config.problems import describe_errors
 from platoon.config.registry import import_ref
 
 KINDS = ("auto", "train", "eval", "none")

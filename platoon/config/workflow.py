@@ -8,7 +8,7 @@ The rest are typed as 0.4.0
 types them and marked ``NO_EFFECT`` (``platoon.config.base``): a config that sets them loads with one warning.
 
 An entry's ``workflow_config`` holds only the keys a mixture may set per entry (0.4.0's ``EntryWorkflowSettings``);
-each left null inherits ``train.workflow_config``'s (``platoon.config.resolve.entry_workflow``).
+each left null inherits ``train.workflow_config``'s (``platoon.config.effective.entry_workflow``).
 """
 
 from __future__ import annotations

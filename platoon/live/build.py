@@ -27,9 +27,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from platoon.config.effective import eval_concurrency, group_size, sampling, select_tasks
 from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.models import EnvironmentConfig, RunConfig
-from platoon.config.resolve import eval_concurrency, group_size, sampling, select_tasks
 from platoon.live.envs.resolve import resolve_environment
 from platoon.live.toolchain import Staging, run_toolchains
 from platoon.live.workers import EnvSpec, WorkerPool, preload_plan

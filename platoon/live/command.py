@@ -32,7 +32,8 @@ from typing import Any
 from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.loader import config_from_lock, load_config
 from platoon.config.models import RunConfig
-from platoon.config.resolve import check_plan, resolve_components, run_directory, with_steps
+from platoon.config.resolve import resolve_components
+from platoon.config.steps import check_plan, run_directory, with_steps
 from platoon.live.build import EMBEDDED_DEFAULT, EVAL_EPISODES, LiveRun, build_live, pool_rows
 from platoon.live.checkpoint import LiveRunDir
 from platoon.live.runtime import LiveRuntime

@@ -6,7 +6,7 @@ seeded order (``eval_plan``), so that every task is played ``n // len(split)`` o
 ``(n, seed)`` plays the same episodes with the same sampling seeds.
 
 Two ways to play them, with the same outcomes (sampling is a function of each request's seed, not of its batch):
-``evaluate`` plays them in lockstep batches on a ``Policy`` (``platoon eval``); ``evaluate_rollouts`` plays each as a
+``evaluate`` plays them in lockstep batches on a ``PolicyModel`` (``platoon eval``); ``evaluate_rollouts`` plays each as a
 rollout against a model service, at most ``concurrency`` at once (evaluation during ``platoon train``): each takes a
 start slot of the run's start limit once it may run, scope ``eval``, and gives it back at its first model call or
 its end (``EvalSlots``; docs/start-limit.md), and its routing ids are counted (``platoon.policy.routing_ids``).
@@ -57,7 +57,7 @@ def wilson_interval(successes: int, n: int, *, z: float = 1.96) -> tuple[float, 
 
 def evaluate(model: Any, env: Any, tasks: str | Sequence[str], n: int, *, temperature: float = 1.0,
              seed: int = 0, batch_size: int = 256, renderer: Any = None, limits: Limits = Limits()) -> EvalResult:
-    """pass@1 of ``model`` (a ``Policy``) over ``n`` episodes of ``tasks`` (task ids, or a split's name), with its
+    """pass@1 of ``model`` (a ``PolicyModel``) over ``n`` episodes of ``tasks`` (task ids, or a split's name), with its
     95% Wilson interval; played through the harness with ``renderer`` (None: ``role_colon`` over the tiny
     tokenizer of the environment's words) within ``limits``."""
     plan = eval_plan(env, tasks, n, seed)

@@ -1,4 +1,4 @@
-"""A Hugging Face causal LM behind the same ``Policy`` interface as the tiny model (the ``hf`` extra).
+"""A Hugging Face causal LM behind the same ``PolicyModel`` interface as the tiny model (the ``hf`` extra).
 
 ``train.model_name`` names a checkpoint (``resolve_model``): a local directory, or a model id already in the local
 Hugging Face cache (its ``refs/main`` snapshot; ``HF_HUB_CACHE``, else ``HF_HOME/hub``, else

@@ -1,6 +1,6 @@
 """Policies of the live backend: the shared sampling and scoring code, and the built-in tiny causal transformer.
 
-A policy (``Policy``) does two things for the rest of the backend:
+A policy model (``PolicyModel``) does two things for the rest of the backend:
 
 - ``sample(prompts, max_new_tokens=, temperature=, seeds=)``: batched, KV-cached generation that returns each
   row's new tokens with their log-probabilities under the sampling distribution (``log_softmax(logits / T)``);
@@ -39,7 +39,7 @@ from torch import nn
 __all__ = [
     "CausalPolicy",
     "Generation",
-    "Policy",
+    "PolicyModel",
     "TinyConfig",
     "TinyPolicy",
     "TinyTransformer",
@@ -58,7 +58,7 @@ class Generation(NamedTuple):
 
 
 @runtime_checkable
-class Policy(Protocol):
+class PolicyModel(Protocol):
     """What the model service and the trainer need of a model."""
 
     module: nn.Module

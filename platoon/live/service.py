@@ -2,7 +2,7 @@
 
 ``ModelService`` is the narrow protocol a rollout sees: ``await sample(prompt, max_new_tokens=, temperature=)``
 returns a ``Sample`` (tokens, their sampling log-probabilities, and the policy version that produced them), and
-``await publish(state_dict, version)`` puts new weights live. ``BatchingModelService`` serves a ``Policy`` in
+``await publish(state_dict, version)`` puts new weights live. ``BatchingModelService`` serves a ``PolicyModel`` in
 process; ``FakeModelService`` answers from a script, for tests.
 
 Rules ``BatchingModelService`` keeps:
@@ -99,7 +99,7 @@ class _Request:
 
 
 class BatchingModelService:
-    """Serves a ``Policy`` to many concurrent rollouts with dynamic batching (see the module's doc)."""
+    """Serves a ``PolicyModel`` to many concurrent rollouts with dynamic batching (see the module's doc)."""
 
     def __init__(self, policy: Any, *, max_batch: int = 256, window_s: float = 0.0, seed: int = 0,
                  version: int = 0) -> None:

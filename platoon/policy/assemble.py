@@ -12,17 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from platoon.config.config_warnings import config_warnings
+from platoon.config.effective import effective_group_size, eval_concurrency, straggler_policy
 from platoon.config.models import RunConfig
-from platoon.config.resolve import (
-    NO_PLAN,
-    config_warnings,
-    effective_group_size,
-    eval_concurrency,
-    event_interval,
-    planned_steps,
-    steps_per_epoch,
-    straggler_policy,
-)
+from platoon.config.steps import NO_PLAN, event_interval, planned_steps, steps_per_epoch
 from platoon.policy.admission import AdmissionSet
 from platoon.policy.dispatch_metrics import DispatchGauges
 from platoon.policy.dispatcher import Dispatcher, dispatch_config
@@ -94,7 +87,7 @@ def schedule(cfg: RunConfig, tasks: int) -> Schedule:
 
 
 def straggler_policies(cfg: RunConfig, pool: TaskPool) -> Callable[[str, str], tuple[float | None, int | None]]:
-    """``(entry, label) -> (timeout_s, quorum)`` of a group (``platoon.config.resolve.straggler_policy``)."""
+    """``(entry, label) -> (timeout_s, quorum)`` of a group (``platoon.config.effective.straggler_policy``)."""
     index = {e.label: i for i, e in enumerate(cfg.environments)}
     return lambda entry, label: straggler_policy(cfg, index[entry], label)
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from platoon.config.effective import any_straggler_policy, max_concurrent_rollouts
 from platoon.config.losses import zero_at_zero_advantages
-from platoon.config.resolve import any_straggler_policy, max_concurrent_rollouts
 from platoon.policy.outputs import Key
 from platoon.policy.permits import DrawLease
 from platoon.policy.samplers.runtime import Token

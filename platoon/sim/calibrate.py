@@ -46,7 +46,7 @@ from pydantic import ValidationError
 from platoon.config.bounds import MAX_SLOWDOWN
 from platoon.config.errors import ConfigError
 from platoon.config.loader import config_from_lock
-from platoon.config.models import describe_errors
+from platoon.config.problems import describe_errors
 from platoon.config.sim import SimConfig
 from platoon.config.yaml_loader import load_yaml
 from platoon.runs.rundir import RunDir

@@ -30,7 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from platoon.config.loader import load_config
 from platoon.config.models import RunConfig
-from platoon.config.resolve import check_plan, run_directory
+from platoon.config.steps import check_plan, run_directory
 from platoon.console import make_console
 from platoon.runs.resume import RunFinished
 from platoon.runs.rundir import RunDir

@@ -35,7 +35,8 @@ from pathlib import Path
 
 from platoon.config.loader import config_from_lock
 from platoon.config.models import RunConfig
-from platoon.config.resolve import check_plan, resolve_components, with_steps
+from platoon.config.resolve import resolve_components
+from platoon.config.steps import check_plan, with_steps
 from platoon.policy import build_policy
 from platoon.runs import RunDir, load_latest_checkpoint
 from platoon.runs.checkpoints import stats_file_name

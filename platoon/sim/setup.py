@@ -27,9 +27,10 @@ from pydantic import ValidationError
 
 from platoon.config import registry
 from platoon.config.components import CORE_ENVIRONMENTS
+from platoon.config.effective import RUN_ONLY_SIM_KEYS, group_size, merge_sim, select_tasks
 from platoon.config.errors import ConfigError
 from platoon.config.loader import load_config
-from platoon.config.models import EnvironmentConfig, RunConfig, describe_errors
+from platoon.config.models import EnvironmentConfig, RunConfig
 from platoon.config.presets import (
     DEFAULT_PRESET,
     PRESETS_DIR,
@@ -38,7 +39,7 @@ from platoon.config.presets import (
     preset_path,
     unknown_preset,
 )
-from platoon.config.resolve import RUN_ONLY_SIM_KEYS, group_size, merge_sim, select_tasks
+from platoon.config.problems import describe_errors
 from platoon.config.sim import SimConfig
 from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
 from platoon.sim.learning import EntryTasks, Learner

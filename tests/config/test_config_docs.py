@@ -15,7 +15,7 @@ from platoon.cli import app
 from platoon.config import entry_sampler, is_rule_mode, load_config, resolve_components, run_sampler
 from platoon.config.base import ConfigModel
 from platoon.config.models import RunConfig
-from platoon.config.resolve import run_directory
+from platoon.config.steps import run_directory
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

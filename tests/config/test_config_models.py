@@ -14,8 +14,8 @@ from platoon.config.models import (
     TrainConfig,
     WorkflowConfig,
     default_config,
-    describe_errors,
 )
+from platoon.config.problems import describe_errors
 from platoon.config.sections import DatasetKwargs
 
 

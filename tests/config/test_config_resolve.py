@@ -31,20 +31,10 @@ from platoon.config import (
     step_cap,
 )
 from platoon.config.components import NumberSearchOptions
+from platoon.config.effective import entry_workflow, group_size, sampling, select_tasks, straggler_policy
 from platoon.config.models import default_config
-from platoon.config.resolve import (
-    entry_workflow,
-    event_interval,
-    group_size,
-    planned_steps,
-    run_directory,
-    sampling,
-    select_tasks,
-    steps_per_epoch,
-    straggler_policy,
-    with_steps,
-)
 from platoon.config.sections import DatasetKwargs
+from platoon.config.steps import event_interval, planned_steps, run_directory, steps_per_epoch, with_steps
 
 _names = itertools.count()
 

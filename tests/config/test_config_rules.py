@@ -424,7 +424,7 @@ def test_configs_built_in_code_are_checked_too() -> None:
 
 
 def test_keys_of_absent_components_load_with_one_warning_naming_each(tmp_path: Path) -> None:
-    from platoon.config.resolve import config_warnings
+    from platoon.config.config_warnings import config_warnings
 
     assert config_warnings(load_config(None, [])) == []
     text = """
@@ -459,7 +459,7 @@ def test_a_no_effect_key_keeps_its_0_4_type(tmp_path: Path) -> None:
 
 
 def test_the_no_effect_warning_reaches_each_start_of_a_run() -> None:
-    from platoon.config.resolve import config_warnings
+    from platoon.config.config_warnings import config_warnings
     from platoon.policy.assemble import build_policy
     from platoon.policy.pool import EntrySpec, TaskPool
 
@@ -481,7 +481,7 @@ def test_the_no_effect_warning_reaches_each_start_of_a_run() -> None:
      "each worker has its own Python environment (worker_python_env_isolation)"),
 ])
 def test_a_worker_preload_where_nothing_is_imported_ahead_is_warned_about(overrides, why) -> None:
-    from platoon.config.resolve import config_warnings
+    from platoon.config.config_warnings import config_warnings
 
     cfg = load_config(None, ["train.workflow_config.worker_preload=[json.decoder]", *overrides])
     assert (f"train.workflow_config.worker_preload: nothing is imported ahead where {why}, so json.decoder is not "
@@ -489,7 +489,7 @@ def test_a_worker_preload_where_nothing_is_imported_ahead_is_warned_about(overri
 
 
 def test_the_acting_worker_keys_load_without_a_warning() -> None:
-    from platoon.config.resolve import config_warnings
+    from platoon.config.config_warnings import config_warnings
 
     cfg = load_config(None, ["train.workflow_config.rollout_isolation=process",
                              "train.workflow_config.worker_start_method=forkserver",

@@ -153,10 +153,10 @@ def test_awaitable_calls_are_awaited_by_play_episode_and_refused_by_play_batch()
                                             RoleColonRenderer(TOK), temperature=1.0, seed=0))
     assert rollout.steps == 4 and rollout.success  # the turn budget ended it
 
-    class Policy:
+    class SyncModel:
         def sample(self, prompts, *, max_new_tokens, temperature, seeds, stop=None):
             return [Generation(tuple(say), (0.0,) * len(say)) for _ in prompts]
 
     with pytest.raises(TypeError, match="awaitables"):
-        play_text_batch(Policy(), env, [env.task("t")], RoleColonRenderer(TOK), temperature=1.0, seeds=[0],
+        play_text_batch(SyncModel(), env, [env.task("t")], RoleColonRenderer(TOK), temperature=1.0, seeds=[0],
                         limits=Limits())

@@ -11,7 +11,7 @@ import torch
 from platoon.config.models import ModelConfig
 from platoon.live.model import (
     Generation,
-    Policy,
+    PolicyModel,
     TinyConfig,
     TinyPolicy,
     derive_seed,
@@ -36,7 +36,7 @@ def policy(request) -> TinyPolicy:
 
 def test_size_and_protocol():
     p = TinyPolicy(TinyConfig(vocab_size=31, max_len=64), device="cpu")
-    assert isinstance(p, Policy)
+    assert isinstance(p, PolicyModel)
     assert 90_000 <= p.parameter_count() <= 120_000
     # A zero read-out: every token equally likely at first.
     lp = p.policy_logprobs([[1, 2, 3]], [[0, 1, 1]])

@@ -12,7 +12,7 @@ from live_harness import save_tiny_llama  # noqa: E402
 
 from platoon.config.models import ModelConfig  # noqa: E402
 from platoon.live.hf import HFPolicy  # noqa: E402
-from platoon.live.model import Policy  # noqa: E402
+from platoon.live.model import PolicyModel  # noqa: E402
 from platoon.live.model_kinds import build_causal_policy  # noqa: E402
 from platoon.live.trainer import GRPOTrainer  # noqa: E402
 
@@ -26,7 +26,7 @@ def checkpoint(tmp_path_factory):
 
 def test_loads_from_a_local_directory_through_the_config(checkpoint):
     policy = build_causal_policy(str(checkpoint), ModelConfig(device="cpu"), vocab_size=10, max_len=10)
-    assert isinstance(policy, HFPolicy) and isinstance(policy, Policy)
+    assert isinstance(policy, HFPolicy) and isinstance(policy, PolicyModel)
     assert (policy.vocab_size, policy.max_len, policy.device) == (48, 64, torch.device("cpu"))
     with pytest.raises(FileNotFoundError, match="is neither a local directory"):
         HFPolicy.from_pretrained(checkpoint / "missing", device="cpu")

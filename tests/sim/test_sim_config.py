@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from platoon.config.effective import group_size
 from platoon.config.errors import ConfigError
-from platoon.config.resolve import group_size
 from platoon.config.sim import EmpiricalDuration, LognormalDuration
 from platoon.sim.setup import build_tasks, entry_sims, load_sim_config, preset_names
 

@@ -19,8 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from platoon.live.envs.base import Outcome
-from platoon.live.envs.text import Tool, ToolCall, ToolResult
+from platoon.environments import Outcome, Tool, ToolCall, ToolResult
 from platoon_textcraft.world import Recipe, World
 
 __all__ = ["ANSWER_WORDS", "TOOLS", "CraftTask", "CraftingEpisode", "vocabulary"]

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from platoon.config.registry import environment
+from platoon.environments import environment
 from platoon_textcraft.tasks import CraftingEnvironment
 from platoon_textcraft.world import Ingredient, Recipe, World
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import random
 
-from platoon.config.registry import environment
+from platoon.environments import environment
 from platoon_textcraft.tasks import DIFFICULTIES, CraftingEnvironment
 from platoon_textcraft.world import Ingredient, Recipe, World
 

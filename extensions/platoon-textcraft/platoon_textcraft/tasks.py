@@ -19,8 +19,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 
-from platoon.live.envs.base import Task
-from platoon.live.envs.text import ToolCall
+from platoon.environments import Task, ToolCall
 from platoon_textcraft.episode import CraftingEpisode, CraftTask, vocabulary
 from platoon_textcraft.world import World
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from platoon.live.envs.text import ToolCall
+from platoon.environments import ToolCall
 from platoon_textcraft.episode import TOOLS, CraftingEpisode, CraftTask
 from platoon_textcraft.world import Ingredient, Recipe, World
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from platoon.live.envs.text import ToolCall
+from platoon.environments import ToolCall
 from platoon_textcraft.minecraft import RecipeError, TextCraft, read_recipes, read_tags
 
 RECIPES = Path(__file__).resolve().parent / "recipes"

@@ -14,9 +14,9 @@ from packaging.requirements import Requirement
 
 import platoon
 from platoon.config import registry
+from platoon.environments import is_text_environment
 from platoon.live.envs.catalog import list_environments
 from platoon.live.envs.resolve import resolve_environment
-from platoon.live.envs.text import is_text_environment
 
 EXTENSION = Path(__file__).resolve().parents[1]
 
@@ -101,7 +101,7 @@ def test_a_config_naming_it_is_refused_too(old_release: Path, tmp_path: Path) ->
 
 
 def test_both_keep_the_text_protocol() -> None:
-    from platoon.live.envs.text import TextEnvironment, TextEpisode
+    from platoon.environments import TextEnvironment, TextEpisode
 
     env = resolve_environment("textcraft-synth", {"train_tasks": 4, "val_tasks": 4})
     assert isinstance(env, TextEnvironment)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from platoon.environments import ToolCall
 from platoon.live.agent.harness import default_renderer, tiny_tokenizer
 from platoon.live.agent.messages import Message
-from platoon.live.envs.text import ToolCall
 from platoon_textcraft.episode import TOOLS
 from platoon_textcraft.synth import TextCraftSynth
 

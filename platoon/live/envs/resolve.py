@@ -11,6 +11,7 @@ from typing import Any
 
 import platoon.live.envs.number_search  # noqa: F401  (registers the built-in)
 from platoon.config import registry
+from platoon.config.component_resolution import find_class
 from platoon.config.errors import ExtensionError
 from platoon.live.envs.text import is_text_environment
 
@@ -27,13 +28,8 @@ def resolve_environment(env: str, options: Mapping[str, Any] | None = None, *, p
     """
     if package:
         registry.import_package(package)
-    if ":" in env:
-        cls = registry.import_ref(env)
-    else:
-        name = env.partition("@")[0]  # name@version: the config's rules checked the version of a core one
-        cls = registry.lookup("environment", name)
-        if cls is None:
-            raise ExtensionError(registry.unknown_name_message("environment", name))
+    # name@version: the config's rules checked the version of a core one
+    cls = find_class("environment", env if ":" in env else env.partition("@")[0])
     instance = cls(**dict(options or {}))
     if not is_text_environment(instance):
         raise ExtensionError(f"environment {env!r} does not speak the text protocol (its class sets no "

@@ -17,7 +17,6 @@ Rules it keeps:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,7 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from platoon.config import registry
+from platoon.config import component_resolution as resolution
+from platoon.config.component_resolution import did_you_mean, find_class, options_schema
 from platoon.config.errors import ExtensionError
 from platoon.policy.admission.rules import CORE_RULES
 
@@ -42,13 +42,8 @@ def resolve_group_admission(ref: str | type) -> type:
         raise ExtensionError(f"a group admission rule is a name or module:Class, not {ref!r}")
     elif ref in CORE_RULES:
         return CORE_RULES[ref]
-    elif ":" in ref:
-        cls, shown = registry.import_ref(ref), ref
     else:
-        found = registry.lookup("group_admission", ref)
-        if found is None:
-            raise ExtensionError(registry.unknown_name_message("group_admission", ref))
-        cls, shown = found, ref
+        cls, shown = find_class("group_admission", ref), ref
     if not isinstance(cls, type):
         raise ExtensionError(f"group admission {shown!r} is not a class but {type(cls).__name__}")
     admit = getattr(cls, "admit", None)
@@ -63,41 +58,36 @@ def resolve_group_admission(ref: str | type) -> type:
 
 
 def parse_rule_options(cls: type, options: Mapping[str, Any] | None, *, key: str, name: str) -> Any:
-    """``options`` parsed by ``cls.options_schema``; ValueError with one line per problem, each prefixed ``key``.
+    """``options`` parsed by ``cls.options_schema`` (``component_resolution.parse_options``); ValueError with one
+    line per problem, each prefixed ``key``.
 
-    A schema that is None takes no options; a pydantic model or a dataclass refuses unknown keys (with a
-    did-you-mean); any other callable parses the mapping itself and raises ValueError to refuse it.
+    A schema that is None takes no options (and parses to None); a pydantic model or a dataclass refuses unknown
+    keys (with a did-you-mean); any other callable parses the mapping itself and raises ValueError to refuse it.
     """
-    options = dict(options or {})
-    schema = getattr(cls, "options_schema", None)
-    if schema is None:
-        if options:
-            raise ValueError(f"{key}: {name!r} takes no options; leave {key.rsplit('.', 1)[-1]} out")
-        return None
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
-        try:
-            return schema.model_validate(options)
-        except ValidationError as exc:
-            known = list(schema.model_fields)
-            lines = [_pydantic_line(key, err, known) for err in exc.errors()]
-            raise ValueError("\n".join(lines)) from None
-    if dataclasses.is_dataclass(schema) and isinstance(schema, type):
-        known = [f.name for f in dataclasses.fields(schema) if f.init]
-        unknown = [k for k in options if k not in known]
-        if unknown:
-            raise ValueError("\n".join(_unknown_line(key, k, known) for k in unknown))
-        try:
-            return schema(**options)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{key}: {exc}") from None
-    if callable(schema):
-        try:
-            return schema(options)
-        except ValueError as exc:
-            raise ValueError(f"{key}: {exc}") from None
-    raise ValueError(
-        f"{key}: {name}'s options_schema {schema!r} is not a model, dataclass or parsing function"
-    )
+    schema = options_schema(cls)
+    try:
+        parsed = resolution.parse_options(schema, options)
+    except resolution.OptionsRefused as refused:
+        raise _options_error(refused, schema, key, name) from None
+    return None if schema is None else parsed
+
+
+def _options_error(refused: resolution.OptionsRefused, schema: Any, key: str, name: str) -> Exception:
+    """The ValueError a rule's refused options raise; a TypeError of a parsing function is raised unchanged."""
+    error = refused.error
+    if refused.reason == resolution.NO_OPTIONS:
+        return ValueError(f"{key}: {name!r} takes no options; leave {key.rsplit('.', 1)[-1]} out")
+    if refused.reason == resolution.UNKNOWN_KEYS:
+        return ValueError("\n".join(_unknown_line(key, k, refused.known) for k in refused.unknown))
+    if refused.reason == resolution.BAD_SCHEMA:
+        return ValueError(f"{key}: {name}'s options_schema {schema!r} is not a model, dataclass or parsing function")
+    if refused.form == resolution.MODEL and isinstance(error, ValidationError):
+        known = list(schema.model_fields)
+        return ValueError("\n".join(_pydantic_line(key, err, known) for err in error.errors()))
+    if refused.form == resolution.DATACLASS or (refused.form == resolution.FUNCTION and isinstance(error, ValueError)):
+        return ValueError(f"{key}: {error}")
+    assert error is not None  # the remaining reasons carry what the schema raised
+    return error
 
 
 def options_json(options: Any) -> Any:
@@ -122,8 +112,7 @@ def _json_safe(value: Any) -> Any:
 
 
 def _unknown_line(key: str, name: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}?" if close else (f"; known: {', '.join(known)}" if known else "")
+    hint = did_you_mean(name, known) or (f"; known: {', '.join(known)}" if known else "")
     return f"{key}.{name}: unknown option{hint}"
 
 

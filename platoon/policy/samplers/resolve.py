@@ -13,14 +13,14 @@ Every refusal is an `ExtensionError`.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from platoon.config import registry
+from platoon.config import component_resolution as resolution
+from platoon.config.component_resolution import find_class, options_schema
 from platoon.config.errors import ExtensionError
 from platoon.policy.samplers.pass_rate import PassRateSampler
 from platoon.policy.samplers.uniform import UniformSampler
@@ -75,12 +75,7 @@ def resolve_task_sampler(ref: str) -> type:
         return CORE_CLASSES[ref]
     if ref == "auto":
         raise ExtensionError("task sampler 'auto' names no class: the run resolves it to weighted or uniform")
-    if ":" not in ref:
-        cls = registry.lookup("task_sampler", ref)
-        if cls is None:
-            raise ExtensionError(registry.unknown_name_message("task_sampler", ref))
-    else:
-        cls = registry.import_ref(ref)
+    cls = find_class("task_sampler", ref)
     validate_sampler_class(cls, ref)
     return cls
 
@@ -106,35 +101,35 @@ def validate_sampler_class(cls: Any, ref: str) -> None:
 
 
 def parse_options(cls: type, raw: Mapping[str, Any] | None) -> Any:
-    """Parse ``raw`` options against ``cls.options_schema``; ValueError naming the problem.
+    """Parse ``raw`` options against ``cls.options_schema`` (``component_resolution.parse_options``); ValueError
+    naming the problem.
 
-    A dataclass schema refuses unknown keys; a pydantic model validates (its ValidationError is a ValueError); a
-    function parses; None takes no options (``{}`` only).
+    A dataclass schema refuses unknown keys; a pydantic model validates (its errors become one line); a function
+    parses, and what it raises is raised as is; None takes no options (``{}`` only).
     """
-    raw = dict(raw or {})
-    schema = getattr(cls, "options_schema", None)
-    if schema is None:
-        if raw:
-            raise ValueError(f"takes no options; got {sorted(raw)}")
-        return {}
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
-        try:
-            return schema.model_validate(raw)
-        except ValidationError as exc:
-            lines = [f"{'.'.join(str(p) for p in e['loc']) or '<options>'}: {e['msg']}" for e in exc.errors()]
-            raise ValueError("; ".join(lines)) from None
-    if dataclasses.is_dataclass(schema) and isinstance(schema, type):
-        known = {f.name for f in dataclasses.fields(schema) if f.init}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ValueError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
-        try:
-            return schema(**raw)
-        except TypeError as exc:
-            raise ValueError(str(exc)) from exc
-    if callable(schema):
-        return schema(raw)
-    raise ValueError(f"options_schema {schema!r} is not a dataclass, a pydantic model, a function or None")
+    try:
+        return resolution.parse_options(options_schema(cls), raw)
+    except resolution.OptionsRefused as refused:
+        raise _options_error(refused, options_schema(cls), raw) from None
+
+
+def _options_error(refused: resolution.OptionsRefused, schema: Any, raw: Mapping[str, Any] | None) -> Exception:
+    """The ValueError a sampler's refused options raise; what the schema itself raised is raised unchanged."""
+    error = refused.error
+    if refused.reason == resolution.NO_OPTIONS:
+        return ValueError(f"takes no options; got {sorted(dict(raw or {}))}")
+    if refused.reason == resolution.UNKNOWN_KEYS:
+        unknown = sorted(refused.unknown)
+        return ValueError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+    if refused.reason == resolution.BAD_SCHEMA:
+        return ValueError(f"options_schema {schema!r} is not a dataclass, a pydantic model, a function or None")
+    if refused.form == resolution.MODEL and isinstance(error, ValidationError):
+        lines = [f"{'.'.join(str(p) for p in e['loc']) or '<options>'}: {e['msg']}" for e in error.errors()]
+        return ValueError("; ".join(lines))
+    if refused.form == resolution.DATACLASS and isinstance(error, TypeError):
+        return ValueError(str(error))
+    assert error is not None  # the remaining reasons carry what the schema raised
+    return error
 
 
 def options_seed(parsed: Any) -> int:

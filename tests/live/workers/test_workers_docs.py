@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from platoon.config import load_config
-from platoon.config.resolve import config_warnings
+from platoon.config.config_warnings import config_warnings
 
 DOC = Path(__file__).parents[3] / "docs" / "rollout-workers.md"
 
