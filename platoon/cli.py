@@ -1,21 +1,29 @@
 """The ``platoon`` command line: simulate, calibrate, train, eval, prestage, config, tasks, env, report.
 
 Exit codes: 0 ok, 1 runtime failure, 64 usage error, 78 configuration error (every problem in one report, no
-traceback). Each command's body lives in the layer that owns it; this module parses arguments and maps errors to
-exit codes.
+traceback). Each command's body lives in the layer that owns it; this module parses arguments, calls that body,
+prints what it returns and maps its errors to exit codes (``exits``). Nothing here writes a file.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn
 
 import typer
 
-from platoon.config.errors import EXIT_CONFIG, EXIT_RUNTIME, EXIT_USAGE, ConfigError, ExtensionError
+from platoon.config.errors import (
+    EXIT_CONFIG,
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    ConfigError,
+    ExtensionError,
+    UsageError,
+)
 from platoon.config.overrides import split_arguments
 
 app = typer.Typer(
@@ -70,14 +78,31 @@ def fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _notes(passed_over: Sequence[str]) -> None:
-    """The checkpoints a reader passed over, one ``platoon:`` line each on stderr."""
-    for note in passed_over:
-        typer.echo(f"platoon: {note}", err=True)
+Errors = type[BaseException] | tuple[type[BaseException], ...]
+Rule = tuple[Errors, int] | tuple[Errors, int, Callable[[Any], str]]
+CONFIG: Rule = ((ConfigError, ExtensionError), EXIT_CONFIG)
+"""A config or an extension that does not load: its report, exit 78 (every command that reads a config)."""
+USAGE: Rule = (UsageError, EXIT_USAGE)
+"""A command's arguments that the layer below refused before it read anything: exit 64."""
 
 
-def not_built(command: str, issue: str) -> NoReturn:
-    fail(f"'{command}' is not built yet ({issue}); see the README for what works today", EXIT_RUNTIME)
+@contextmanager
+def exits(*rules: Rule) -> Iterator[None]:
+    """Turn what the block raises into an exit: the first rule ``(errors, code[, message])`` that matches prints
+    ``platoon: <message(error)>`` (default: the error's own text) and exits with ``code``; anything else goes on
+    to ``main``."""
+    try:
+        yield
+    except Exception as exc:
+        for errors, code, *message in rules:
+            if isinstance(exc, errors):
+                fail(message[0](exc) if message else str(exc), code)
+        raise
+
+
+def _note(line: str) -> None:
+    """A checkpoint a reader passed over: one ``platoon:`` line on stderr."""
+    typer.echo(f"platoon: {line}", err=True)
 
 
 @app.command()
@@ -124,37 +149,20 @@ def simulate(
 ) -> None:
     """Run the dispatch policy in the SimPy simulator and print a summary table."""
     from platoon.console import make_console
-    from platoon.report import summary_table, sweep_markdown, sweep_table
-    from platoon.runs.atomic import CorruptFileError
-    from platoon.runs.checkpoints import CheckpointError
-    from platoon.runs.resume import ResumeRefused
-    from platoon.runs.writer import RunBusyError
-    from platoon.sim.calibrate import CalibrationError
-    from platoon.sim.command import Request, UsageError
-    from platoon.sim.command import simulate as run_simulate
-    from platoon.sim.runtime import SimulationStalled
+    from platoon.report import show_simulated
+    from platoon.sim import command
 
     config, overrides = config_and_overrides(arguments, config, overrides)
-    request = Request(config=config, preset=preset, permit_release=permit_release,
-                      overrides=tuple(overrides), steps=steps, seed=seed, out=out, resume=resume,
-                      sweep=tuple(sweep or ()), jobs=jobs, workload=workload, like=like, ray=ray,
-                      ray_address=ray_address)
+    request = command.Request(config=config, preset=preset, permit_release=permit_release,
+                              overrides=tuple(overrides), steps=steps, seed=seed, out=out, resume=resume,
+                              sweep=tuple(sweep or ()), jobs=jobs, workload=workload, like=like, ray=ray,
+                              ray_address=ray_address)
     console = make_console()
-    try:
-        outcome = run_simulate(request, console)
-    except (UsageError, ResumeRefused, RunBusyError) as exc:
-        fail(str(exc), EXIT_USAGE)
-    except (ConfigError, ExtensionError) as exc:
-        fail(str(exc), EXIT_CONFIG)
-    except FileExistsError as exc:
-        fail(f"{exc}; give another --out", EXIT_USAGE)
-    except (CheckpointError, CorruptFileError, SimulationStalled, CalibrationError) as exc:
-        fail(str(exc), EXIT_RUNTIME)
-    if not outcome.points:
-        console.print(summary_table(outcome.path))
-        return
-    console.print(sweep_table(f"platoon simulate --sweep: {outcome.path}", outcome.points, outcome.runs))
-    (outcome.path / "sweep.md").write_text(sweep_markdown(outcome.points, outcome.runs), encoding="utf-8")
+    with exits((command.USAGE_ERRORS, EXIT_USAGE), CONFIG,
+               (FileExistsError, EXIT_USAGE, lambda exc: f"{exc}; give another --out"),
+               (command.RUNTIME_ERRORS, EXIT_RUNTIME)):
+        outcome = command.simulate(request, console)
+    show_simulated(outcome, console)
 
 
 @app.command()
@@ -176,14 +184,8 @@ def train(
     config, overrides = config_and_overrides(arguments, config, overrides)
     if resume is not None and out is not None:
         fail("--resume writes to the run it resumes: give --out or --resume, not both", EXIT_USAGE)
-    try:
+    with exits(CONFIG, ((TrainUsageError, RunBusyError), EXIT_USAGE), (TrainError, EXIT_RUNTIME)):
         path = run_train(config, overrides, out=out, resume=resume, steps=steps)
-    except (ConfigError, ExtensionError) as exc:
-        fail(str(exc), EXIT_CONFIG)
-    except (TrainUsageError, RunBusyError) as exc:
-        fail(str(exc), EXIT_USAGE)
-    except TrainError as exc:
-        fail(str(exc), EXIT_RUNTIME)
     typer.echo(f"run directory: {path}")
 
 
@@ -196,12 +198,8 @@ def evaluate(
     from platoon.live.command import TrainError
     from platoon.live.command import evaluate as run_eval
 
-    try:
+    with exits(CONFIG, (TrainError, EXIT_RUNTIME)):
         report = run_eval(target, n=n)
-    except (ConfigError, ExtensionError) as exc:
-        fail(str(exc), EXIT_CONFIG)
-    except TrainError as exc:
-        fail(str(exc), EXIT_RUNTIME)
     typer.echo(report.line())
 
 
@@ -218,12 +216,8 @@ def prestage(
     config, overrides = config_and_overrides(arguments, config, overrides)
     if config is None:
         fail("prestage needs a CONFIG", EXIT_USAGE)
-    try:
+    with exits(CONFIG, ((ToolchainError, OSError), EXIT_RUNTIME)):
         staged = run_prestage(config, overrides)
-    except (ConfigError, ExtensionError) as exc:
-        fail(str(exc), EXIT_CONFIG)
-    except (ToolchainError, OSError) as exc:
-        fail(str(exc), EXIT_RUNTIME)
     if not staged:
         typer.echo("no toolchain to stage: the environments declare none")
     for s in staged:
@@ -239,12 +233,10 @@ def report(
     from platoon.report import report as write_report
     from platoon.runs.atomic import CorruptFileError
 
-    try:
+    with exits(((FileNotFoundError, CorruptFileError), EXIT_RUNTIME),
+               (OSError, EXIT_RUNTIME, lambda exc: f"cannot write the report: {exc.strerror or exc} "
+                                                   f"({exc.filename or out})")):
         written = write_report(runs, out)
-    except (FileNotFoundError, CorruptFileError) as exc:
-        fail(str(exc), EXIT_RUNTIME)
-    except OSError as exc:
-        fail(f"cannot write the report: {exc.strerror or exc} ({exc.filename or out})", EXIT_RUNTIME)
     for path in written:
         typer.echo(str(path))
 
@@ -255,32 +247,11 @@ def calibrate(
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Write the workload here (YAML); default: print it.")] = None,
 ) -> None:
     """Fit the simulator's workload (its sim block) from a live run's trace and logs, and say how well each fit holds."""
-    from rich.table import Table
+    from platoon.sim.calibrate import CalibrationError, calibrate_to
 
-    from platoon.console import make_console
-    from platoon.runs.atomic import write_atomic
-    from platoon.sim.calibrate import CalibrationError, workload_text
-    from platoon.sim.calibrate import calibrate as fit_workload
-
-    try:
-        cal = fit_workload(run)
-    except (CalibrationError, ConfigError) as exc:
-        fail(str(exc), EXIT_RUNTIME)
-    text = workload_text(cal, run)
-    if out is None:
-        typer.echo(text, nl=False)
-        return
-    table = Table(title=f"platoon calibrate: {run}")
-    for column in ("sim key", "fitted", "samples", "how well it holds"):
-        table.add_column(column, justify="right" if column == "samples" else "left")
-    for fit in cal.fits:
-        table.add_row(fit.key, fit.value, str(fit.samples), fit.quality)
-    console = make_console()
-    console.print(table)
-    for note in cal.notes:
-        console.print(f"note: {note}", highlight=False)
-    write_atomic(out, text)
-    typer.echo(f"workload: {out} (platoon simulate CONFIG --workload {out})")
+    with exits(((CalibrationError, ConfigError), EXIT_RUNTIME)):
+        text = calibrate_to(run, out)
+    typer.echo(text, nl=False)
 
 
 @config_app.command("validate")
@@ -323,49 +294,21 @@ def config_validate(
     ] = False,
 ) -> None:
     """Check configs: each one's every problem with its key path; exit 78 if any fails, 64 if none is given."""
-    from platoon.config.validate import EVAL_KIND_REFUSED, validate_file
+    from platoon.config.validate import check_files
 
     files, positional = split_arguments(arguments or ())
-    paths = [*(configs or ()), *map(Path, files)]
-    if kind == "eval":
-        fail(EVAL_KIND_REFUSED, EXIT_USAGE)
-    if not paths:
-        fail("config validate needs at least one CONFIG", EXIT_USAGE)
+    lister = None
+    if tasks:  # the live layer builds each environment to list its tasks: imported only when asked
+        from platoon.live.build import listed_tasks as lister
+    with exits(USAGE):
+        checked = check_files([*(configs or ()), *map(Path, files)], [*(overrides or ()), *positional], kind=kind,
+                              schema=schema, resolve=resolve, strict=strict, list_tasks=lister)
     failed = False
-    for path in paths:
-        verdict = validate_file(path, [*(overrides or ()), *positional], kind=kind, schema=schema, resolve=resolve)
-        listed: list[str] = []
-        if tasks and not verdict.problems:
-            listed = _listed_tasks(verdict.cfg) if verdict.cfg is not None else ["tasks: only a run config's tasks "
-                                                                                 "are listed"]
-        problems = [*verdict.problems, *(line.removeprefix("problem: ") for line in listed
-                                        if line.startswith("problem: "))]
-        warned = bool(verdict.warnings) or any(line.startswith("warning: ") for line in listed)
-        if problems or (strict and warned):
-            failed = True
-            typer.echo(f"FAIL {path}" + ("" if problems else " (--strict: its warnings fail it)"))
-        else:
-            typer.echo(f"ok   {path}" + (f" ({verdict.schema})" if verdict.schema else ""))
-        for line in [*problems, *(f"warning: {w}" for w in verdict.warnings),
-                     *(line for line in listed if not line.startswith("problem: "))]:
-            typer.echo(f"  {line}")
+    for verdict in checked:
+        typer.echo(verdict.text)
+        failed |= verdict.failed
     if failed:
         raise typer.Exit(EXIT_CONFIG)
-
-
-def _listed_tasks(cfg: Any) -> list[str]:
-    """``config validate --tasks``: the run's plan and its warnings (``warning: ...``), from the training tasks
-    ``platoon train`` lists (each entry's environment built, its split and ``tasks`` read); what listing them
-    finds wrong comes back as ``problem: <key path>: ...`` lines, which fail the file."""
-    from platoon.config.plan import sampling_plan
-    from platoon.live.build import build_environments, build_pool
-
-    try:
-        pool = build_pool(cfg, build_environments(cfg))
-    except (ConfigError, ExtensionError) as exc:
-        return [f"problem: {line}" for line in getattr(exc, "problems", None) or [str(exc)]]
-    plan = sampling_plan(cfg, {label: len(info.task_ids) for label, info in pool.entries.items()})
-    return [*plan.describe(), *(f"warning: {line}" for line in plan.warnings())]
 
 
 @config_app.command("show")
@@ -378,57 +321,13 @@ def config_show(
     ] = False,
 ) -> None:
     """Print a config as it loads (overrides applied, every default filled in) as YAML."""
-    from platoon import __version__
-    from platoon.config.effective import entry_summary
-    from platoon.config.loader import load_config, to_yaml
+    from platoon.config.loader import load_config
+    from platoon.config.show import shown
 
     config, overrides = config_and_overrides(arguments, config, overrides)
-    try:
+    with exits(CONFIG):
         cfg = load_config(config, overrides)
-    except (ConfigError, ExtensionError) as exc:
-        fail(str(exc), EXIT_CONFIG)
-    if defaults:
-        typer.echo(f"# platoon {__version__} run config: every field, each with its description")
-    typer.echo(to_yaml(cfg, comments=defaults), nl=False)
-    if not defaults:
-        typer.echo("# each entry's effective settings:")
-        for i in range(len(cfg.environments)):
-            typer.echo(f"#   {entry_summary(cfg, i)}")
-
-
-def _latest_snapshot(run: Path) -> tuple[dict, dict, list | None]:
-    """(checkpoint row, statistics snapshot, pool) of the newest checkpoint whose snapshot reads back; notes on
-    stderr for every newer one passed over; exit 1 when none reads."""
-    from platoon.runs.checkpoints import CheckpointError, load_latest_checkpoint
-    from platoon.runs.rundir import RunDir
-    from platoon.runs.v040 import is_v040_run, latest_v040_snapshot
-
-    if not run.is_dir():
-        fail(f"{run}: not a run directory", EXIT_RUNTIME)
-    if is_v040_run(run):  # platoon 0.4.0's layout: the snapshot lists every task of its pool
-        try:
-            found = latest_v040_snapshot(run)
-        except CheckpointError as exc:
-            fail(str(exc), EXIT_RUNTIME)
-        _notes(found.passed_over)
-        return found.row, found.snapshot, None
-    try:
-        loaded = load_latest_checkpoint(run)
-    except CheckpointError as exc:
-        fail(str(exc), EXIT_RUNTIME)
-    _notes(loaded.passed_over)
-    snapshot = next((v for k, v in loaded.files.items() if k.startswith("tasks/state-")), None)
-    if not isinstance(snapshot, dict):
-        fail(f"{run}: checkpoint {loaded.row.get('name')} holds no statistics snapshot", EXIT_RUNTIME)
-    return loaded.row, snapshot, RunDir(run).read_pool()
-
-
-def _task_rows(run: Path) -> tuple[dict, int, list[dict]]:
-    from platoon.policy.task_table import store_from_snapshot, task_rows
-
-    row, snapshot, pool = _latest_snapshot(run)
-    version = row.get("policy_version", row.get("step", row.get("batch", 0))) or 0
-    return row, version, task_rows(store_from_snapshot(snapshot, pool), version)
+    typer.echo(shown(cfg, defaults=defaults), nl=False)
 
 
 @tasks_app.command("show")
@@ -439,17 +338,11 @@ def tasks_show(
     top: Annotated[int | None, typer.Option(help="Show at most this many tasks.")] = None,
 ) -> None:
     """The per-task statistics of a run's newest readable checkpoint, for tasks with a settled group."""
-    from platoon.policy.task_table import SORTS, show_table, sort_rows
+    from platoon import tasks
 
-    if sort not in SORTS:
-        fail(f"--sort must be one of {', '.join(SORTS)}, got {sort!r}", EXIT_USAGE)
-    row, version, rows = _task_rows(run)
-    pool = [r for r in rows if label is None or r["label"] == label]
-    shown = sort_rows([r for r in pool if r["groups"] > 0], sort)
-    of_label = f" of label {label}" if label is not None else ""
-    typer.echo(f"{run}: checkpoint {row.get('name')}, policy version {version}: {len(shown)} of {len(pool)} "
-               f"tasks{of_label} have a settled group")
-    typer.echo(show_table(shown[:top] if top is not None else shown))
+    with exits(USAGE, (tasks.ERRORS, EXIT_RUNTIME)):
+        text = tasks.show(run, label=label, sort=sort, top=top, note=_note)
+    typer.echo(text)
 
 
 @tasks_app.command("export")
@@ -459,37 +352,10 @@ def tasks_export(
     fmt: Annotated[str | None, typer.Option("--format", help="csv | jsonl | parquet (default: from -o).")] = None,
 ) -> None:
     """Every task of the pool, in pool order, with its statistics (CSV, JSONL or Parquet)."""
-    from platoon.policy.task_table import TASK_COLUMNS
-    from platoon.runs.atomic import write_atomic
+    from platoon import tasks
 
-    fmt = fmt or {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}.get(out.suffix, "")
-    if fmt not in ("csv", "jsonl", "parquet"):
-        fail(f"cannot tell the format of {out}: give --format csv|jsonl|parquet", EXIT_USAGE)
-    _, _, rows = _task_rows(run)
-    try:
-        if fmt == "parquet":
-            import pandas as pd
-
-            try:
-                pd.DataFrame(rows, columns=list(TASK_COLUMNS)).to_parquet(out, index=False)
-            except ImportError as exc:
-                fail(f"Parquet needs pyarrow (pip install 'platoon[parquet]'): {exc}", EXIT_RUNTIME)
-            return
-        if fmt == "jsonl":
-            import json
-
-            write_atomic(out, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
-            return
-        import csv
-        import io
-
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=list(TASK_COLUMNS), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-        write_atomic(out, buffer.getvalue())
-    except OSError as exc:
-        fail(f"cannot write {out}: {exc.strerror or exc}", EXIT_RUNTIME)
+    with exits(USAGE, (tasks.ERRORS, EXIT_RUNTIME)):
+        tasks.export(run, out, fmt, note=_note)
 
 
 @env_app.command("list")

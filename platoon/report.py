@@ -13,7 +13,11 @@ which grows to hundreds of MB in a long simulated run) and writes, into one dire
 - ``blocked.png``: the stack of ``train/dispatch/blocked_share/<reason>`` per step, a panel per run.
 
 ``summarize`` is also the summary table of ``platoon simulate`` (``summary_table``) and of its sweeps
-(``sweep_table``, ``sweep_markdown``: a row per point, each quantity with its ratio to the first point's).
+(``sweep_table``, ``sweep_markdown``: a row per point, each quantity with its ratio to the first point's;
+``show_simulated`` prints them after a simulation and writes the sweep's ``sweep.md``).
+
+This module draws and words; every file it makes goes into the run directory through ``platoon.runs.report_files``
+(atomically: a reader never sees half a plot or half a table).
 
 Every quantity is computed from the per-step metrics both runtimes write under the same names (docs/metrics.md), so
 a number means the same in a simulated run's column and a live run's. Time is the run's own clock, the ``time``
@@ -31,10 +35,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from platoon.analysis import Run, load_run
+from platoon.runs.report_files import write_figure, write_text_file
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from platoon.sim.command import Outcome
 
 BLOCKED = ("permits", "horizon", "labels", "plan", "sampler")
 STEP_COLUMN = "rollout_client/concurrency_achieved_fraction"
@@ -205,12 +216,8 @@ def write_report(runs: Sequence[Run], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     names = _names(runs)
-    written = []
-    path = out / "summary.md"
-    path.write_text(summary_markdown(runs, names), encoding="utf-8")
-    written.append(path)
+    written = [write_text_file(out / "summary.md", summary_markdown(runs, names))]
 
     fig, ax = plt.subplots(figsize=(8, 4))
     for run, name in zip(runs, names, strict=True):
@@ -246,10 +253,7 @@ def write_report(runs: Sequence[Run], out: Path) -> list[Path]:
     top.set(ylabel="informative share", title="Informative groups and held-out pass@1")
     bottom.set(xlabel="step", ylabel="eval/pass@1")
     top.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "learning.png", dpi=100)
-    plt.close(fig)
-    written.append(out / "learning.png")
+    _save(fig, out / "learning.png", written)
 
     fig, axes = plt.subplots(len(runs), 1, figsize=(8, 2.5 * len(runs) + 0.5), sharex=True, squeeze=False)
     for ax, run, name in zip(axes[:, 0], runs, names, strict=True):
@@ -259,22 +263,23 @@ def write_report(runs: Sequence[Run], out: Path) -> list[Path]:
         ax.set(ylabel="share", ylim=(0, 1), title=f"{name}: what kept groups from starting")
     axes[0, 0].legend(fontsize=8, loc="upper right")
     axes[-1, 0].set_xlabel("step")
-    fig.tight_layout()
-    fig.savefig(out / "blocked.png", dpi=100)
-    plt.close(fig)
-    written.append(out / "blocked.png")
+    _save(fig, out / "blocked.png", written)
     return written
 
 
 def _finish(fig, ax, path: Path, written: list[Path]) -> None:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    _save(fig, path, written)
+
+
+def _save(fig, path: Path, written: list[Path]) -> None:
+    """Lay ``fig`` out, write it to ``path`` (atomically, through ``platoon.runs``) and close it."""
     import matplotlib.pyplot as plt
 
+    fig.tight_layout()
+    written.append(write_figure(path, fig))
     plt.close(fig)
-    written.append(path)
 
 
 SWEEP_COLUMNS = ("steps", "hours", "rollouts_per_hour", "permit_busy_share", "trainer_idle_share",
@@ -337,6 +342,16 @@ def sweep_markdown(points: Sequence[Sequence[str]], runs: Sequence[Path]) -> str
     return "\n".join(lines) + "\n"
 
 
+def show_simulated(outcome: Outcome, console: Console) -> None:
+    """What ``platoon simulate`` prints once its runs are done: one run's summary table, or a sweep's table (a row
+    per point), whose markdown it also writes into the sweep's directory as ``sweep.md``."""
+    if not outcome.points:
+        console.print(summary_table(outcome.path))
+        return
+    console.print(sweep_table(f"platoon simulate --sweep: {outcome.path}", outcome.points, outcome.runs))
+    write_text_file(outcome.path / "sweep.md", sweep_markdown(outcome.points, outcome.runs))
+
+
 def report(paths: Sequence[Path], out: Path | None = None) -> list[Path]:
     """``platoon report``: load each run and write the report into ``out`` (default: the first run's
     ``report/``). A path that is not a run directory (none, or one without ``lock.json``) raises
@@ -349,4 +364,4 @@ def report(paths: Sequence[Path], out: Path | None = None) -> list[Path]:
 
 
 __all__ = ["ONLY", "SHARES", "SUMMARY", "SWEEP_COLUMNS", "cell", "fmt", "is_twin", "report", "twin_error", "step_lengths", "step_rows", "summarize",
-           "summary_markdown", "summary_table", "sweep_markdown", "sweep_table", "write_report"]
+           "show_simulated", "summary_markdown", "summary_table", "sweep_markdown", "sweep_table", "write_report"]

@@ -40,6 +40,7 @@ RANK = {
     "analysis": 4,
     "_checks": 4,
     "report": 4,
+    "tasks": 4,  # platoon tasks show/export, beside report
     "cli": 5,
     "__main__": 5,
 }

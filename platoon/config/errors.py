@@ -22,3 +22,8 @@ class ConfigError(ValueError):
 
 class ExtensionError(ValueError):
     """An extension or component that cannot be loaded (unknown name, bad class, excluded platoon version)."""
+
+
+class UsageError(ValueError):
+    """A command's arguments that do not go together or name nothing it knows (exit 64): raised by the layer that
+    carries the command out, before it reads or writes anything."""

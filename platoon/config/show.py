@@ -1,14 +1,31 @@
 """A config as YAML: the text ``config show`` prints (with ``--defaults``, every field's description above it).
 
-Rules it keeps: every field is written, in schema order; the text loads back to an equal config.
+Rules it keeps: every field is written, in schema order; the text loads back to an equal config (the lines
+``config show`` adds are YAML comments).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel
+
+from platoon import __version__
+from platoon.config.effective import entry_summary
+
+if TYPE_CHECKING:
+    from platoon.config.models import RunConfig
+
+
+def shown(cfg: RunConfig, *, defaults: bool = False) -> str:
+    """What ``config show`` prints: ``cfg`` as YAML, then each entry's effective settings as comments; with
+    ``defaults``, a heading and every field's description above it instead."""
+    if defaults:
+        return f"# platoon {__version__} run config: every field, each with its description\n" + to_yaml(
+            cfg, comments=True)
+    entries = "".join(f"#   {entry_summary(cfg, i)}\n" for i in range(len(cfg.environments)))
+    return to_yaml(cfg) + "# each entry's effective settings:\n" + entries
 
 
 def to_yaml(cfg: BaseModel, *, comments: bool = False) -> str:

@@ -1,7 +1,8 @@
 """``platoon config validate``'s verdict on one file: the schema that checks it (``--kind``, ``--schema``), its
 problems and its warnings.
 
-What this module owns: ``validate_file`` and the kinds a file may be checked as (``KINDS``).
+What this module owns: ``validate_file``, the kinds a file may be checked as (``KINDS``), and ``check_files``: the
+command's verdict on each file it is given, as the lines it prints, with ``--strict`` and ``--tasks`` applied.
 
 Rules it keeps:
 - ``auto`` and ``train`` check the run config (``RunConfig``), this platoon's one config schema, which ``platoon
@@ -12,20 +13,23 @@ Rules it keeps:
 - ``schema`` (``module:Class``, a pydantic model or a dataclass) checks the file against that class instead, each
   problem with its key path; one that does not import is the file's problem, as in platoon 0.4.0. Naming
   ``RunConfig`` itself is ``train``;
-- a problem at a key an override set is prefixed with the override, as everywhere.
+- a problem at a key an override set is prefixed with the override, as everywhere;
+- ``--tasks`` lists a file's training tasks only when it has no problem, through the lister the caller gives (the
+  live layer builds the environments: this layer cannot); a ``problem: `` line it gives fails the file, and under
+  ``--strict`` so does any warning.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from platoon.config.errors import ConfigError, ExtensionError
+from platoon.config.errors import ConfigError, ExtensionError, UsageError
 from platoon.config.loader import load_config, load_config_warnings, load_data
 from platoon.config.models import RunConfig
 from platoon.config.overrides import with_overrides
@@ -51,6 +55,48 @@ class Verdict:
     warnings: list[str] = field(default_factory=list)
     schema: str | None = None
     cfg: RunConfig | None = None
+
+
+TaskLister = Callable[[RunConfig], list[str]]
+"""A run config's tasks as ``--tasks`` prints them: plan lines, ``warning: ...`` and ``problem: ...`` lines."""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One file as ``config validate`` prints it: ``ok``/``FAIL`` and its path, then a line per problem, warning
+    and listed task line; ``failed`` when it fails the command (exit 78)."""
+
+    failed: bool
+    text: str
+
+
+def check_files(paths: Sequence[Path], overrides: Sequence[str] = (), *, kind: str = "auto",
+                schema: str | None = None, resolve: bool = True, strict: bool = False,
+                list_tasks: TaskLister | None = None) -> Iterator[Checked]:
+    """``config validate``: each file's ``Checked``, in order, as each is checked. Raises UsageError, before any
+    file is read, for ``--kind eval`` or no file."""
+    if kind == "eval":
+        raise UsageError(EVAL_KIND_REFUSED)
+    if not paths:
+        raise UsageError("config validate needs at least one CONFIG")
+    return (_checked(validate_file(p, overrides, kind=kind, schema=schema, resolve=resolve), strict, list_tasks)
+            for p in paths)
+
+
+def _checked(verdict: Verdict, strict: bool, list_tasks: TaskLister | None) -> Checked:
+    listed: list[str] = []
+    if list_tasks is not None and not verdict.problems:
+        listed = list_tasks(verdict.cfg) if verdict.cfg is not None else ["tasks: only a run config's tasks are listed"]
+    problems = [*verdict.problems, *(line.removeprefix("problem: ") for line in listed if line.startswith("problem: "))]
+    warned = bool(verdict.warnings) or any(line.startswith("warning: ") for line in listed)
+    failed = bool(problems) or (strict and warned)
+    if failed:
+        head = f"FAIL {verdict.path}" + ("" if problems else " (--strict: its warnings fail it)")
+    else:
+        head = f"ok   {verdict.path}" + (f" ({verdict.schema})" if verdict.schema else "")
+    lines = [*problems, *(f"warning: {w}" for w in verdict.warnings),
+             *(line for line in listed if not line.startswith("problem: "))]
+    return Checked(failed, head + "".join(f"\n  {line}" for line in lines))
 
 
 def validate_file(

@@ -8,6 +8,8 @@ simulator calls too; only the pool differs between the two runtimes (here it lis
 - ``build_pool(cfg, envs)``: the entries' training tasks (``entry_tasks``: ``tasks``, else the listed splits', less
   ``exclude_tasks``, shuffled and limited by ``dataset_kwargs``), each row's data its task's columns
   (``train.label_by`` may name one);
+- ``listed_tasks(cfg)``: that pool's plan as ``config validate --tasks`` prints it (each entry's share, how often
+  each task is drawn), its warnings and the problems listing it finds;
 - ``rollout_workers(cfg, envs)``: under ``rollout_isolation: process``, the worker pool the workflow runs each rollout
   in (and evaluation during training each of its episodes), its fork server opening as soon as the model service is up (``platoon.live.workers``);
 - ``build_live(cfg, start=)``: a ``LiveRun`` holding all of it, a trainer policy and a separate sampling copy behind
@@ -30,6 +32,7 @@ from typing import Any
 from platoon.config.effective import eval_concurrency, group_size, sampling, select_tasks
 from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.models import EnvironmentConfig, RunConfig
+from platoon.config.plan import sampling_plan
 from platoon.live.envs.resolve import resolve_environment
 from platoon.live.toolchain import Staging, run_toolchains
 from platoon.live.workers import EnvSpec, WorkerPool, preload_plan
@@ -67,7 +70,7 @@ call the tool first), 0.535 at step 200 and 0.652 at the end, where the token-le
 
 __all__ = ["EMBEDDED_DEFAULT", "EVAL_EPISODES", "TINY_CONTEXT", "LiveRun", "build_environments", "build_live",
            "build_model", "build_pool", "build_renderer", "context_window", "entry_splits", "entry_tasks",
-           "evaluate_policy", "evaluate_service", "pool_rows", "rollout_workers"]
+           "evaluate_policy", "evaluate_service", "listed_tasks", "pool_rows", "rollout_workers"]
 
 
 def build_environments(cfg: RunConfig) -> dict[str, Any]:
@@ -108,6 +111,18 @@ def build_pool(cfg: RunConfig, envs: Mapping[str, Any]) -> TaskPool:
     if problems:
         raise ConfigError(problems)
     return TaskPool.from_entries(specs, label_column=label_by or DEFAULT_LABEL_COLUMN)
+
+
+def listed_tasks(cfg: RunConfig) -> list[str]:
+    """``config validate --tasks``: the run's plan and its warnings (``warning: ...``), from the training tasks
+    ``platoon train`` lists (each entry's environment built, its split and ``tasks`` read); what listing them
+    finds wrong comes back as ``problem: <key path>: ...`` lines, which fail the file."""
+    try:
+        pool = build_pool(cfg, build_environments(cfg))
+    except (ConfigError, ExtensionError) as exc:
+        return [f"problem: {line}" for line in getattr(exc, "problems", None) or [str(exc)]]
+    plan = sampling_plan(cfg, {label: len(info.task_ids) for label, info in pool.entries.items()})
+    return [*plan.describe(), *(f"warning: {line}" for line in plan.warnings())]
 
 
 def entry_tasks(e: EnvironmentConfig, env: Any, *, training: bool) -> list[str]:

@@ -5,9 +5,14 @@
 - ``rundir``: ``RunDir``, the layout and ``lock.json``;
 - ``checkpoints``: full checkpoints, their index ``checkpoints.jsonl``, retention, and loading with fallback;
 - ``writer``: the writer lock, one process writing a run at a time;
-- ``resume``: what a resume checks before it changes anything (the run's runtime, its steps, its logs, its end).
+- ``resume``: what a resume checks before it changes anything (the run's runtime, its steps, its logs, its end);
+- ``report_files``: a report's ``summary.md``, plots and a sweep's ``sweep.md``, each replaced whole;
+- ``export``: ``platoon tasks export``'s CSV, JSONL and Parquet, written atomically wherever they go;
+- ``shipped``: a run directory packed as bytes on one node and unpacked whole on another (a sweep's Ray points).
 
-No pandas here: ``platoon.analysis`` turns these files into DataFrames.
+Every other module renders its text, table or figure and hands it here (``tests/test_writers.py`` checks it).
+
+No pandas here: ``platoon.analysis`` turns these files into DataFrames (a Parquet export is given its frame).
 """
 
 from platoon.runs.atomic import (

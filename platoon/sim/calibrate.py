@@ -27,6 +27,9 @@ What is fitted, each from ``trace.json``'s spans (docs/run-directory.md, "trace.
 
 Empirical distributions keep at most ``MAX_VALUES`` evenly spaced quantiles of what was measured, so a workload file
 stays small however long the run was.
+
+``calibrate_to`` is the command's body: the workload's text to print, or the fits' table, its notes and the file
+written with ``-o``.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from typing import Any
 import numpy as np
 import yaml
 from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
 
 from platoon.config.bounds import MAX_SLOWDOWN
 from platoon.config.errors import ConfigError
@@ -49,6 +54,8 @@ from platoon.config.loader import config_from_lock
 from platoon.config.problems import describe_errors
 from platoon.config.sim import SimConfig
 from platoon.config.yaml_loader import load_yaml
+from platoon.console import make_console
+from platoon.runs.atomic import write_atomic
 from platoon.runs.rundir import RunDir
 from platoon.runs.trace import SERVICE, TRAINER, read_trace, track_names
 
@@ -401,6 +408,32 @@ def workload_text(cal: Calibration, run: Path) -> str:
                                                      width=110)
 
 
+def calibrate_to(run: Path, out: Path | None, console: Console | None = None) -> str:
+    """``platoon calibrate RUN [-o OUT]``: fit ``run``'s workload. Without ``out``, the workload file's text, to
+    print; with it, the fits' table and notes printed on ``console``, the file written to ``out`` atomically (through
+    ``platoon.runs``), and the line that names it. Raises CalibrationError, ConfigError."""
+    cal = calibrate(run)
+    text = workload_text(cal, run)
+    if out is None:
+        return text
+    console = console or make_console()
+    console.print(fits_table(cal, run))
+    for note in cal.notes:
+        console.print(f"note: {note}", highlight=False)
+    write_atomic(out, text)
+    return f"workload: {out} (platoon simulate CONFIG --workload {out})\n"
+
+
+def fits_table(cal: Calibration, run: Path) -> Table:
+    """The fits of ``cal`` as a rich table: each sim key, its fitted value, its samples and how well it holds."""
+    table = Table(title=f"platoon calibrate: {run}")
+    for column in ("sim key", "fitted", "samples", "how well it holds"):
+        table.add_column(column, justify="right" if column == "samples" else "left")
+    for fit in cal.fits:
+        table.add_row(fit.key, fit.value, str(fit.samples), fit.quality)
+    return table
+
+
 def read_workload(path: Path) -> dict[str, Any]:
     """The ``sim`` block of the workload file at ``path``, checked as a config's ``sim`` is; raises one ConfigError
     naming the file with every problem."""
@@ -422,6 +455,6 @@ def read_workload(path: Path) -> dict[str, Any]:
     return sim
 
 
-__all__ = ["MAX_VALUES", "Calibration", "CalibrationError", "Fit", "calibrate", "covered_s", "difficulty_for",
-           "linear_fit", "mean_pass_rate", "mixed_share", "nonneg_fit", "read_workload", "spread_for",
+__all__ = ["MAX_VALUES", "Calibration", "CalibrationError", "Fit", "calibrate", "calibrate_to", "covered_s",
+           "difficulty_for", "fits_table", "linear_fit", "mean_pass_rate", "mixed_share", "nonneg_fit", "read_workload", "spread_for",
            "workload_text"]

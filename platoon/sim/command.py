@@ -9,8 +9,12 @@
   ``--ray`` (``--ray-address ADDR``), as Ray tasks instead (``platoon.sim.ray_sweep``), to the same directories.
   The sweep's directory is held by its writer lock while the points run.
 
-The tables that follow (``platoon.report``: a run's summary, a sweep's row per point with ratios to the first) are
-printed by the command line, which may read runs back through ``platoon.analysis``; this layer may not.
+The tables that follow (``platoon.report``: a run's summary, a sweep's row per point with ratios to the first, and
+the sweep's ``sweep.md``) come from ``platoon.report.show_simulated``, which may read runs back through
+``platoon.analysis``; this layer may not.
+
+What the command raises is sorted here for the command line's exit codes: ``USAGE_ERRORS`` (64), ``RUNTIME_ERRORS``
+(1), a ``ConfigError`` or ``ExtensionError`` (78), a ``FileExistsError`` for an ``--out`` that is taken (64).
 """
 
 from __future__ import annotations
@@ -32,12 +36,20 @@ from platoon.config.loader import load_config
 from platoon.config.models import RunConfig
 from platoon.config.steps import check_plan, run_directory
 from platoon.console import make_console
-from platoon.runs.resume import RunFinished
+from platoon.runs.atomic import CorruptFileError
+from platoon.runs.checkpoints import CheckpointError
+from platoon.runs.resume import ResumeRefused, RunFinished
 from platoon.runs.rundir import RunDir
-from platoon.runs.writer import WRITER_FILE, WriterLock
-from platoon.sim.calibrate import calibrate, read_workload
+from platoon.runs.writer import WRITER_FILE, RunBusyError, WriterLock
+from platoon.sim.calibrate import CalibrationError, calibrate, read_workload
 from platoon.sim.run import SimRun, UsageError, discarded_unless_stepped, run_point_config
+from platoon.sim.runtime import SimulationStalled
 from platoon.sim.setup import load_sim_config
+
+USAGE_ERRORS = (UsageError, ResumeRefused, RunBusyError)
+"""A request that cannot be carried out as asked: nothing was run (exit 64)."""
+RUNTIME_ERRORS = (CheckpointError, CorruptFileError, SimulationStalled, CalibrationError)
+"""A run that could not start or go on (exit 1)."""
 
 
 @dataclass(frozen=True)
@@ -305,4 +317,4 @@ def _follow(finished: Iterator[tuple[Path, list[str]]], total: int, console: Con
             progress.advance(task)
 
 
-__all__ = ["Outcome", "Request", "UsageError", "grid", "next_run_dir", "parse_sweep", "simulate", "sweep"]
+__all__ = ["RUNTIME_ERRORS", "USAGE_ERRORS", "Outcome", "Request", "UsageError", "grid", "next_run_dir", "parse_sweep", "simulate", "sweep"]

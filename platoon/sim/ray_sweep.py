@@ -9,8 +9,8 @@
 - Each point is one task of one CPU, given its config as loaded and checked by the driver (a config file is not
   read again on another node; files the config names must be at the same paths there). It runs in a temporary
   directory of its node and sends the run directory back whole (a gzipped tar), which the driver unpacks into the
-  sweep's directory: the run directories are the process pool's, with no file system shared between the nodes.
-  Every node needs this platoon installed.
+  sweep's directory (``platoon.runs.shipped``: a point appears there whole or not at all): the run directories are
+  the process pool's, with no file system shared between the nodes. Every node needs this platoon installed.
 - Points are yielded as they finish (``ray.wait``), at most ``jobs`` running at once when given. A point that
   fails raises its own exception here (not Ray's wrapper), as the process pool does, and the points still running
   are cancelled; a failed task is not retried (a point is not half-run twice). Unlike the pool's, a failed point
@@ -20,10 +20,8 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
-import tarfile
 import tempfile
 from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
@@ -31,6 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from platoon.config.models import RunConfig
+from platoon.runs.shipped import pack, unpack
 from platoon.sim.run import UsageError, run_point_config
 
 MISSING = "--ray runs the sweep on Ray, which is not installed: pip install 'platoon[ray]'"
@@ -126,20 +125,4 @@ def run_shipped(cfg: RunConfig, name: str) -> tuple[list[str], bytes]:
         return warnings, pack(out)
 
 
-def pack(path: Path) -> bytes:
-    """The directory ``path``'s tree as a gzipped tar, its members named relative to it."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
-        tar.add(path, arcname=".")
-    return buffer.getvalue()
-
-
-def unpack(data: bytes, path: Path) -> None:
-    """Write ``pack``'s tree as the new directory ``path``."""
-    path.mkdir(parents=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        # the data filter (Python 3.11.4 on) refuses links and names outside ``path``; the tar is our own in any case
-        tar.extractall(path, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-
-
-__all__ = ["MISSING", "connected", "import_ray", "init_options", "pack", "ray_points", "run_shipped", "unpack"]
+__all__ = ["MISSING", "connected", "import_ray", "init_options", "ray_points", "run_shipped"]

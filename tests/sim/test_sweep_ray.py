@@ -10,7 +10,8 @@ from simkit import differing
 from typer.testing import CliRunner
 
 from platoon.cli import app, main
-from platoon.sim.ray_sweep import MISSING, init_options, run_shipped, unpack
+from platoon.runs.shipped import unpack
+from platoon.sim.ray_sweep import MISSING, init_options, run_shipped
 from platoon.sim.run import run_point_config
 from platoon.sim.setup import load_sim_config
 
