@@ -20,33 +20,29 @@ Every name platoon 0.4.0's ``platoon.experimental`` exports is here under the sa
 from platoon.config.registry import group_admission, task_sampler
 from platoon.config.resolve import SamplerCheckContext
 from platoon.live.lease import RolloutLease, rollout_lease
-from platoon.policy.admission import (
+from platoon.policy import (
     Admission,
     AdmissionCheckContext,
     AdmissionRule,
     AdmissionSetup,
     AdmitAll,
-    GroupAdmission,
-    Informative,
-)
-from platoon.policy.samplers.base import (
     Draw,
     EntryInfo,
+    GroupAdmission,
+    GroupRecord,
+    GroupTotals,
+    Informative,
+    MemberResult,
     Sampler,
     SamplerContext,
     SamplerSetup,
     Slot,
-    TaskSampler,
-    TaskStatsView,
-    decision_key,
-)
-from platoon.policy.stats import (
-    GroupRecord,
-    GroupTotals,
-    MemberResult,
     TaskCounts,
+    TaskSampler,
     TaskStats,
     TaskStatsStore,
+    TaskStatsView,
+    decision_key,
     informative_at,
     pass_at,
 )

@@ -18,14 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from platoon.config.errors import UsageError
-from platoon.policy.task_table import (
-    SORTS,
-    TASK_COLUMNS,
-    show_table,
-    sort_rows,
-    store_from_snapshot,
-    task_rows,
-)
+from platoon.policy import SORTS, TASK_COLUMNS, show_table, sort_rows, store_from_snapshot, task_rows
 from platoon.runs.checkpoints import CheckpointError, load_latest_checkpoint
 from platoon.runs.export import write_csv, write_jsonl, write_parquet
 from platoon.runs.rundir import RunDir

@@ -572,3 +572,35 @@ def test_the_cycle_check_allows_feeding_one_event_where_its_work_ends():
     assert runtime_cycle_decisions("def _trained(self):\n    self.carry(self.driver.on_trained(now=t))\n"
                                    "def _published(self):\n    self.carry(self.driver.on_published(now=t))\n"
                                    "version = dec.version\n") == []
+
+
+# -- the policy layer's public face ---------------------------------------------------------------------------------
+# platoon/policy/__init__.py says what the rest of the package may use: a module outside platoon/policy imports from
+# ``platoon.policy`` itself, never from a module behind it (``from platoon.policy.dispatcher import ...``).
+def imports_past_the_policy_face(source: str) -> list[str]:
+    """Where ``source`` imports a module behind ``platoon.policy``, as 'line N: module'."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("platoon.policy."):
+            found.append(f"line {node.lineno}: {node.module}")
+        elif isinstance(node, ast.Import):
+            found += [f"line {node.lineno}: {a.name}" for a in node.names if a.name.startswith("platoon.policy.")]
+    return found
+
+
+def test_nothing_outside_the_policy_layer_imports_past_its_face():
+    crossings = {str(f.relative_to(PACKAGE)): found for f in sorted(PACKAGE.rglob("*.py"))
+                 if f.relative_to(PACKAGE).parts[0] != "policy"
+                 and (found := imports_past_the_policy_face(f.read_text()))}
+    assert crossings == {}
+
+
+@pytest.mark.parametrize("source", ["from platoon.policy.dispatcher import StartGroup",
+                                    "def f():\n    from platoon.policy.samplers.base import Draw",
+                                    "import platoon.policy.driver"])
+def test_the_face_check_catches_an_import_past_it(source):
+    assert imports_past_the_policy_face(source)
+
+
+def test_the_face_check_allows_the_face():
+    assert imports_past_the_policy_face("from platoon.policy import Driver, StartGroup\nimport platoon.policy") == []

@@ -28,16 +28,20 @@ from typing import Any
 from pydantic import BaseModel
 
 from platoon.config.errors import ExtensionError
-from platoon.policy.admission import (
+from platoon.policy import (
+    VERDICTS,
     AdmissionCheckContext,
     AdmissionSetup,
+    EntryInfo,
+    GroupRecord,
+    MemberResult,
+    TaskStatsStore,
+    TaskStatsView,
     accept_answer,
     parse_rule_options,
+    pool_task_id,
     resolve_group_admission,
 )
-from platoon.policy.pool import pool_task_id
-from platoon.policy.samplers.base import EntryInfo, TaskStatsView
-from platoon.policy.stats import VERDICTS, GroupRecord, MemberResult, TaskStatsStore
 
 CHECKS = ("protocol", "options", "answers", "pure", "fast")
 LEVELS = ("run", "entry")

@@ -32,13 +32,24 @@ import numpy as np
 from pydantic import BaseModel
 
 from platoon.config.errors import ExtensionError
-from platoon.policy.pool import EntrySpec, TaskPool
-from platoon.policy.samplers.answers import accept, check_json
-from platoon.policy.samplers.base import Draw, Row, Slot, TaskStatsView
-from platoon.policy.samplers.member import Member
-from platoon.policy.samplers.metrics import clean_metrics
-from platoon.policy.samplers.resolve import class_ref, resolve_task_sampler, validate_sampler_class
-from platoon.policy.stats import GroupRecord, MemberResult, TaskStatsStore
+from platoon.policy import (
+    Draw,
+    EntrySpec,
+    GroupRecord,
+    Member,
+    MemberResult,
+    Row,
+    Slot,
+    TaskPool,
+    TaskStatsStore,
+    TaskStatsView,
+    accept,
+    check_json,
+    class_ref,
+    clean_metrics,
+    resolve_task_sampler,
+    validate_sampler_class,
+)
 
 CHECKS = (
     "protocol",
@@ -331,7 +342,7 @@ def _check_protocol(sampler: Any, levels: Sequence[str], f: _Failures) -> tuple[
 
 
 def _check_options(cls: type, options: Mapping[str, Any] | None, f: _Failures) -> tuple[bool, Any]:
-    from platoon.policy.samplers.resolve import parse_options
+    from platoon.policy import parse_options
 
     ok = True
     try:

@@ -37,9 +37,15 @@ from platoon.live.envs.resolve import resolve_environment
 from platoon.live.toolchain import Staging, run_toolchains
 from platoon.live.workers import EnvSpec, WorkerPool, preload_plan
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
-from platoon.policy.assemble import PolicyLayer, build_policy
-from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
-from platoon.policy.routing_ids import RoutingIdWatch
+from platoon.policy import (
+    DEFAULT_LABEL_COLUMN,
+    EntrySpec,
+    PolicyLayer,
+    RoutingIdWatch,
+    TaskPool,
+    build_policy,
+    label_value,
+)
 
 TINY_CONTEXT = 256
 """The tiny model's positions (the context window) when ``train.context_window_length`` is null."""

@@ -30,9 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from platoon.policy.outputs import group_output as assemble
-from platoon.policy.stats import MemberResult
-from platoon.policy.verdict import rewards_differ
+from platoon.policy import MemberResult, rewards_differ
+from platoon.policy import group_output as assemble
 
 __all__ = [
     "Datum",

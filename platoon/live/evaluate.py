@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, Protocol
 from platoon.live.envs.play import Limits, play_batch, play_episode
 from platoon.live.model import derive_seed
 from platoon.live.workflow import _FirstCall
-from platoon.policy.routing_ids import RoutingIdWatch
+from platoon.policy import RoutingIdWatch
 
 __all__ = ["EvalEpisode", "EvalResult", "EvalSlots", "eval_plan", "evaluate", "evaluate_rollouts", "wilson_interval"]
 

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from platoon.live import rollout_trace
 from platoon.live.rollout_trace import GroupTrace, RolloutTrace
-from platoon.policy.members import CancelRollout, MemberWatch
+from platoon.policy import CancelRollout, MemberWatch
 
 Key = tuple[int, int]
 

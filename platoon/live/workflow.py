@@ -43,11 +43,17 @@ from platoon.live.datums import Trajectory, group_advantages, member_fields, tra
 from platoon.live.envs.play import play_episode
 from platoon.live.lease import LocalMembers, MembersHost, first_model_call, no_lease, rollout_lease
 from platoon.live.model import derive_seed
-from platoon.policy.members import STRAGGLER_KILLED, MemberWatch, cancel_order
-from platoon.policy.outputs import GroupOutput, group_output
-from platoon.policy.routing_ids import RoutingIdWatch
-from platoon.policy.stats import MemberResult
-from platoon.policy.workflow_flags import gives_verdicts, runs_rollouts_on_lease
+from platoon.policy import (
+    STRAGGLER_KILLED,
+    GroupOutput,
+    MemberResult,
+    MemberWatch,
+    RoutingIdWatch,
+    cancel_order,
+    gives_verdicts,
+    group_output,
+    runs_rollouts_on_lease,
+)
 
 log = logging.getLogger("platoon.live")
 

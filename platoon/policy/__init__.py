@@ -8,7 +8,22 @@ they answer (``StartGroup``, ``GrantPermit``, ``SlotGranted``, ``CancelRollout``
 Modules outside ``platoon/policy`` import from here, not from the modules behind it (``tests/test_layering.py``).
 """
 
-from platoon.policy.assemble import PolicyLayer, build_policy
+from platoon.policy.admission import (
+    Admission,
+    AdmissionCheckContext,
+    AdmissionRule,
+    AdmissionSetup,
+    AdmitAll,
+    GroupAdmission,
+    Informative,
+    accept_answer,
+    parse_rule_options,
+    resolve_group_admission,
+)
+from platoon.policy.assemble import (
+    PolicyLayer,
+    build_policy,
+)
 from platoon.policy.cycle import (
     CYCLE_DECISIONS,
     Abort,
@@ -21,18 +36,184 @@ from platoon.policy.cycle import (
     Train,
     WriteRow,
 )
-from platoon.policy.dispatcher import StartGroup
-from platoon.policy.driver import AwaitTeardowns, Driver, EndTeardownWait, Outbox, Schedule
-from platoon.policy.members import CANCELLED, STRAGGLER_KILLED, CancelRollout
-from platoon.policy.outputs import GroupOutput, Key, TrainStep, group_output
-from platoon.policy.permits import GrantPermit
-from platoon.policy.pool import TaskPool, TaskRow
-from platoon.policy.start_limit import SlotGranted
-from platoon.policy.stats import MemberResult
+from platoon.policy.dispatcher import (
+    StartGroup,
+)
+from platoon.policy.driver import (
+    AwaitTeardowns,
+    Driver,
+    EndTeardownWait,
+    Outbox,
+    Schedule,
+)
+from platoon.policy.members import (
+    CANCELLED,
+    STRAGGLER_KILLED,
+    CancelRollout,
+    MemberWatch,
+    cancel_order,
+)
+from platoon.policy.outputs import (
+    GroupOutput,
+    Key,
+    TrainStep,
+    group_output,
+    member_rows,
+)
+from platoon.policy.permits import (
+    GrantPermit,
+)
+from platoon.policy.pool import (
+    DEFAULT_LABEL_COLUMN,
+    EntrySpec,
+    TaskPool,
+    TaskRow,
+    label_value,
+    pool_task_id,
+)
+from platoon.policy.routing_ids import (
+    RoutingIdWatch,
+)
+from platoon.policy.samplers.answers import (
+    accept,
+    check_json,
+)
+from platoon.policy.samplers.base import (
+    Draw,
+    EntryInfo,
+    Row,
+    Sampler,
+    SamplerContext,
+    SamplerSetup,
+    Slot,
+    TaskSampler,
+    TaskStatsView,
+    decision_key,
+)
+from platoon.policy.samplers.member import (
+    Member,
+)
+from platoon.policy.samplers.metrics import (
+    clean_metrics,
+)
+from platoon.policy.samplers.resolve import (
+    class_ref,
+    parse_options,
+    resolve_task_sampler,
+    validate_sampler_class,
+)
+from platoon.policy.start_limit import (
+    SlotGranted,
+)
+from platoon.policy.stats import (
+    VERDICTS,
+    GroupRecord,
+    GroupTotals,
+    MemberResult,
+    TaskCounts,
+    TaskStats,
+    TaskStatsStore,
+    informative_at,
+    pass_at,
+)
+from platoon.policy.task_table import (
+    SORTS,
+    TASK_COLUMNS,
+    show_table,
+    sort_rows,
+    store_from_snapshot,
+    task_rows,
+)
+from platoon.policy.verdict import (
+    rewards_differ,
+)
+from platoon.policy.workflow_flags import (
+    gives_verdicts,
+    runs_rollouts_on_lease,
+)
 
 __all__ = [
-    "Abort", "AwaitTeardowns", "CANCELLED", "CYCLE_DECISIONS", "CancelRollout", "CycleError", "CycleState", "Driver",
-    "EndTeardownWait", "Evaluate", "Finish", "GrantPermit", "GroupOutput", "Key", "MemberResult", "Outbox",
-    "PolicyLayer", "Publish", "STRAGGLER_KILLED", "SaveCheckpoint", "Schedule", "SlotGranted", "StartGroup", "TaskPool",
-    "TaskRow", "Train", "TrainStep", "WriteRow", "build_policy", "group_output",
+    "Abort",
+    "accept",
+    "accept_answer",
+    "Admission",
+    "AdmissionCheckContext",
+    "AdmissionRule",
+    "AdmissionSetup",
+    "AdmitAll",
+    "AwaitTeardowns",
+    "build_policy",
+    "cancel_order",
+    "CANCELLED",
+    "CancelRollout",
+    "check_json",
+    "class_ref",
+    "clean_metrics",
+    "CYCLE_DECISIONS",
+    "CycleError",
+    "CycleState",
+    "decision_key",
+    "DEFAULT_LABEL_COLUMN",
+    "Draw",
+    "Driver",
+    "EndTeardownWait",
+    "EntryInfo",
+    "EntrySpec",
+    "Evaluate",
+    "Finish",
+    "gives_verdicts",
+    "GrantPermit",
+    "group_output",
+    "GroupAdmission",
+    "GroupOutput",
+    "GroupRecord",
+    "GroupTotals",
+    "Informative",
+    "informative_at",
+    "Key",
+    "label_value",
+    "Member",
+    "member_rows",
+    "MemberResult",
+    "MemberWatch",
+    "Outbox",
+    "parse_options",
+    "parse_rule_options",
+    "pass_at",
+    "PolicyLayer",
+    "pool_task_id",
+    "Publish",
+    "resolve_group_admission",
+    "resolve_task_sampler",
+    "rewards_differ",
+    "RoutingIdWatch",
+    "Row",
+    "runs_rollouts_on_lease",
+    "Sampler",
+    "SamplerContext",
+    "SamplerSetup",
+    "SaveCheckpoint",
+    "Schedule",
+    "show_table",
+    "Slot",
+    "SlotGranted",
+    "sort_rows",
+    "SORTS",
+    "StartGroup",
+    "store_from_snapshot",
+    "STRAGGLER_KILLED",
+    "TASK_COLUMNS",
+    "task_rows",
+    "TaskCounts",
+    "TaskPool",
+    "TaskRow",
+    "TaskSampler",
+    "TaskStats",
+    "TaskStatsStore",
+    "TaskStatsView",
+    "Train",
+    "TrainStep",
+    "validate_sampler_class",
+    "VERDICTS",
+    "WriteRow",
 ]

@@ -32,7 +32,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from platoon.policy.outputs import member_rows
+from platoon.policy import member_rows
 from platoon.runs.atomic import sha256_bytes
 
 KEPT_FORMAT = 1

@@ -24,8 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from platoon.policy.cycle import Finish, SaveCheckpoint, WriteRow
-from platoon.policy.driver import Outbox
+from platoon.policy import Finish, Outbox, SaveCheckpoint, WriteRow
 from platoon.runs.checkpoints import save_checkpoint
 from platoon.runs.jsonl import JsonlWriter
 from platoon.runs.kept import add_kept_file

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from platoon.policy.stats import MemberResult
+from platoon.policy import MemberResult
 from platoon.sim.workload import GroupDraws, MemberOutcome
 
 

@@ -41,7 +41,7 @@ from platoon.config.presets import (
 )
 from platoon.config.problems import describe_errors
 from platoon.config.sim import SimConfig
-from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
+from platoon.policy import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_value
 from platoon.sim.learning import EntryTasks, Learner
 from platoon.sim.workload import Workload
 
