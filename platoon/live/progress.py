@@ -1,0 +1,53 @@
+"""What ``platoon train`` shows while it runs: a rich progress bar over the run's steps and a line per step (reward,
+pass rate, informative share, staleness, permits busy, and held-out pass@1 when measured); warnings and infos above
+the bar."""
+
+from __future__ import annotations
+
+__all__ = ["Console", "step_line"]
+
+
+class Console:
+    """A rich progress bar over the run's steps and a line per step; warnings and infos above the bar."""
+
+    def __init__(self, total: int, done: int = 0, *, enabled: bool = True) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from platoon.console import make_console
+
+        self.console = make_console(highlight=False)
+        self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 console=self.console, disable=not enabled, transient=False)
+        self.task = self.progress.add_task("train", total=total, completed=done)
+
+    def __enter__(self) -> Console:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+    def log(self, level: str, message: str) -> None:
+        style = "yellow" if level == "warning" else "dim"
+        self.progress.console.print(f"[{style}]{level}: {message}[/{style}]", markup=True, highlight=False)
+
+    def step(self, row: dict) -> None:
+        self.progress.console.print(step_line(row), highlight=False)
+        if "trainer/datums" in row or "train/reward_mean" in row:
+            self.progress.advance(self.task)
+
+
+def step_line(row: dict) -> str:
+    """The per-step line: step, reward, pass rate, informative share, staleness, permits busy (and eval)."""
+    def get(key: str) -> str:
+        value = row.get(key)
+        return "-" if value is None else f"{value:.3f}"
+
+    if "train/reward_mean" not in row:
+        return f"step {row['step']:>4}  eval/pass@1 {get('eval/pass@1')}"
+    line = (f"step {row['step']:>4}  reward {get('train/reward_mean')}  pass {get('train/pass_rate')}  "
+            f"informative {get('train/informative_share')}  staleness {get('train/staleness_mean')}  "
+            f"permits busy {get('rollout_client/permit_busy_share')}")
+    if "eval/pass@1" in row:
+        line += f"  eval/pass@1 {get('eval/pass@1')}"
+    return line
