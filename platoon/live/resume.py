@@ -34,10 +34,9 @@ from platoon.runs.resume import (
     check_logs,
     check_runtime,
     check_steps,
-    planned_steps,
+    commit_resume,
 )
 from platoon.runs.rundir import LOCK_BASE_KEYS
-from platoon.runs.writer import stale_note
 
 __all__ = ["V040_RESUME_KEYS", "is_v040", "resume_run", "resume_v040_run"]
 
@@ -102,14 +101,9 @@ def _resume(run_dir: LiveRunDir, path: Path, steps: int | None, log: Any,
 
     # decided: from here on the resume changes the run
     run_dir.keep = cfg.checkpoint.keep_recovery
-    if steps is not None and steps != planned_steps(lock):
-        run_dir.rd.write_lock(cfg.model_dump(mode="json"), lock.get("components", []),
-                              {"runtime": "live", "steps": steps})
     for note in point.notes:
         log("warning", note)
-    if run_dir.rd.writer is not None and (note := stale_note(run_dir.rd.writer)):
-        log("info", note)
-    run_dir.cut_logs(point.row)
+    commit_resume(run_dir.rd, lock, cfg.model_dump(mode="json"), runtime="live", steps=steps, row=point.row, log=log)
     d = live.dispatcher
     if point.step >= live.policy.driver.steps:  # every step done, the end not written: the runtime writes only the end
         dispatch_state.resume_finished(d, step=point.step)

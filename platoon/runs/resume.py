@@ -18,12 +18,13 @@ like any other: the runtime writes what is left of its end.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from platoon.runs.checkpoints import CheckpointError
 from platoon.runs.rundir import NEEDED_LOGS, RunDir
+from platoon.runs.writer import stale_note
 
 COMMANDS = {"sim": "platoon simulate", "live": "platoon train"}
 KINDS = {"sim": "a simulated run", "live": "a live run"}
@@ -104,5 +105,18 @@ def check_logs(rd: RunDir, row: Mapping[str, Any]) -> None:
                            "was truncated): the resume needs them; restore the file to resume the run", path=path)
 
 
+def commit_resume(rd: RunDir, lock: Mapping[str, Any], config: Mapping[str, Any], *, runtime: str,
+                  steps: int | None, row: Mapping[str, Any], log: Callable[[str, str], None]) -> None:
+    """The half of a resume that changes the run, once every check passed and the start is built (both runtimes'):
+    say so when the lock was taken from a writer that had died, cut the logs back to the lengths the checkpoint
+    ``row`` recorded (what a killed start wrote after it is written again), and record a new total of ``steps``
+    in ``lock.json`` (``config``: the run's config as it now plans)."""
+    if rd.writer is not None and (note := stale_note(rd.writer)):
+        log("info", note)
+    rd.cut_logs(row.get("logs") or {})
+    if steps is not None and steps != planned_steps(lock):
+        rd.write_lock(dict(config), list(lock.get("components", [])), {"runtime": runtime, "steps": steps})
+
+
 __all__ = ["COMMANDS", "LogsLost", "ResumeRefused", "RunFinished", "check_finished", "check_logs", "check_runtime",
-           "check_steps", "is_finished", "planned_steps"]
+           "check_steps", "commit_resume", "is_finished", "planned_steps"]

@@ -46,10 +46,9 @@ from platoon.runs.resume import (
     check_logs,
     check_runtime,
     check_steps,
-    planned_steps,
+    commit_resume,
 )
 from platoon.runs.session import RunSession, python_log
-from platoon.runs.writer import stale_note
 from platoon.sim.runtime import SimRuntime
 from platoon.sim.setup import build_tasks
 
@@ -143,11 +142,7 @@ class SimRun:
         rt = SimRuntime(cfg, tasks, policy, now=sim_state["now"])
         rt.load_state_dict(sim_state)
         # decided and built: from here on the resume changes the run
-        if rd.writer is not None and rd.writer.previous:
-            log("info", stale_note(rd.writer))
-        rd.cut_logs(ckpt.row.get("logs") or {})
-        if steps is not None and steps != planned_steps(lock):
-            rd.write_lock(cfg.model_dump(mode="json"), lock.get("components", []), {"runtime": "sim", "steps": steps})
+        commit_resume(rd, lock, cfg.model_dump(mode="json"), runtime="sim", steps=steps, row=ckpt.row, log=log)
         run = cls(cfg, rd, rt, log=log)
         rt.resume()
         return run
