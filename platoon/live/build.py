@@ -24,7 +24,6 @@ the split lacks) is a ``ConfigError`` naming its key, all of them in one report.
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +45,7 @@ from platoon.policy import (
     build_policy,
     label_value,
 )
+from platoon.runs.timing import measured_call
 
 TINY_CONTEXT = 256
 """The tiny model's positions (the context window) when ``train.context_window_length`` is null."""
@@ -402,7 +402,7 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
     staging = Staging(run_toolchains(envs.values())).start()
     pool = build_pool(cfg, envs)
     policy = build_policy(cfg, pool, start=start, rolling=workflow_runs_on_lease(workflow_cls),
-                          clock=time.perf_counter, runtime="live", now=clock_start_s,
+                          measure=measured_call, runtime="live", now=clock_start_s,
                           group_workflow=issubclass(workflow_cls, GroupRolloutWorkflow))
     renderer = build_renderer(cfg, envs)
     model = build_model(cfg, envs, renderer)

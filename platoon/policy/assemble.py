@@ -23,7 +23,7 @@ from platoon.policy.driver import Driver, Schedule
 from platoon.policy.members import MemberWatch
 from platoon.policy.pool import TaskPool
 from platoon.policy.recorder import StatsRecorder
-from platoon.policy.samplers.runtime import SamplerSet
+from platoon.policy.samplers.runtime import Measure, SamplerSet
 from platoon.policy.start_limit import StartLimit, start_timer_s
 
 
@@ -40,10 +40,11 @@ class PolicyLayer:
 
 
 def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1, rolling: bool = True,
-                 clock: Callable[[], float] | None = None, runtime: str = "sim", now: float = 0.0,
+                 measure: Measure | None = None, runtime: str = "sim", now: float = 0.0,
                  group_workflow: bool = True) -> PolicyLayer:
     """The driver and what it drives, built from ``cfg`` over ``pool``. ``rolling``: the training workflow runs
-    its rollouts on the lease; ``clock`` times sampler decisions (``train/sampler/decision_ms``; None: untimed);
+    its rollouts on the lease; ``measure`` calls each sampler decision and answers how long it took (``train/sampler/decision_ms``, the
+    runtime's measurement; None: untimed);
     ``runtime`` (``sim`` or ``live``) is recorded in checkpoint rows; ``now``: the run's clock when this start
     begins (``begin_clock``); ``group_workflow``: the training workflow is a GroupRolloutWorkflow (the start
     limit's announcement warns when it is not)."""
@@ -51,7 +52,7 @@ def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1, rolling: boo
     samplers = SamplerSet(
         pool, run_sampler=train.task_sampler, run_options=train.task_sampler_options,
         entry_samplers={e.label: (e.task_sampler, e.task_sampler_options) for e in cfg.environments},
-        batch_size=train.batch_size, seed=train.seed, clock=clock)
+        batch_size=train.batch_size, seed=train.seed, measure=measure)
     recorder = StatsRecorder.for_pool(pool, start=start, group_size=effective_group_size(cfg))
     recorder.add_listener(samplers.observe)
     admission = AdmissionSet(

@@ -64,36 +64,32 @@ class RolloutWork:
                               (Timer.TIMED_OUT, self._t_timed_out)):
             clock.on(kind, handler)
 
-    @property
-    def now(self) -> float:
-        return self.clock.now
-
     # -------------------------------------------------------------------------------------------- decisions
     def start_group(self, dec: StartGroup) -> list:
         """Open the group; its members enter their blocks at once: what the driver answers to that."""
         entry = self.tasks.row_entry[dec.row_index]
-        g = SimGroup(dec.key, dec.row_index, dec.task_id, entry, dec.group_size, self.now,
+        g = SimGroup(dec.key, dec.row_index, dec.task_id, entry, dec.group_size, self.clock.now,
                      [SimMember() for _ in range(dec.group_size)], dec.group_size)
         self.groups[dec.key] = g
         if self.trace is not None and self.trace.wants(dec.position):
             for m in g.members:
                 m.lane = self.trace.open_lane()
-        return self.driver.on_group_entered(dec.key, dec.group_size, now=self.now)
+        return self.driver.on_group_entered(dec.key, dec.group_size, now=self.clock.now)
 
     def granted(self, dec: GrantPermit) -> None:
         g = self.groups.get(dec.key)
         if g is None or g.members[dec.index].phase is not Phase.WAIT:
             raise RuntimeError(f"GrantPermit for rollout {dec.index} of group {dec.key}, which does not wait")
         m = g.members[dec.index]
-        m.granted, m.version = self.now, self.version()
+        m.granted, m.version = self.clock.now, self.version()
         self.rollouts += 1
-        if m.lane is not None and self.now > g.created:  # no span for a wait of no time
+        if m.lane is not None and self.clock.now > g.created:  # no span for a wait of no time
             self._span(m, "permit_wait", g.created)
         if g.draws is None:
             g.draws = self.tasks.workloads[g.entry].group(self.seed, g.key, g.size, self.learner.length[g.row])
         m.out = g.draws.member(dec.index, self.learner.pass_rate(g.row))
         m.phase = Phase.SLOT
-        if not self.slots or self.driver.request_slot(g.key, dec.index, now=self.now):
+        if not self.slots or self.driver.request_slot(g.key, dec.index, now=self.clock.now):
             self.start_up(g, dec.index)
 
     def slot_granted(self, key: tuple[int, int, int]) -> None:
@@ -102,7 +98,7 @@ class RolloutWork:
 
     def await_teardowns(self, key: tuple[int, int], i: int) -> None:
         m = self.groups[key].members[i]
-        m.timer = self.clock.at(self.now + m.out.teardown_s, Timer.TEARDOWN_ENDED, (*key, i))
+        m.timer = self.clock.at(self.clock.now + m.out.teardown_s, Timer.TEARDOWN_ENDED, (*key, i))
 
     def end_teardown_wait(self, key: tuple[int, int], i: int) -> None:
         """The teardown outlived the permit's wait (the permit came back): the member is done."""
@@ -117,34 +113,34 @@ class RolloutWork:
     # -------------------------------------------------------------------------------------------- starting
     def start_up(self, g: SimGroup, i: int) -> None:
         m = g.members[i]
-        m.phase, m.started = Phase.STARTUP, self.now
-        self.driver.on_member_started(g.key, i, now=self.now, delay_s=self.now - g.created)
+        m.phase, m.started = Phase.STARTUP, self.clock.now
+        self.driver.on_member_started(g.key, i, now=self.clock.now, delay_s=self.clock.now - g.created)
         work = m.out.first_call_s
         if work <= 0:
             self._first_call(g, i)
         elif self.startups is not None:
-            self.startups.add((*g.key, i), work, now=self.now)
+            self.startups.add((*g.key, i), work, now=self.clock.now)
             self._arm_startups()
         else:
-            m.timer = self.clock.at(self.now + work, Timer.STARTED_UP, (*g.key, i))
+            m.timer = self.clock.at(self.clock.now + work, Timer.STARTED_UP, (*g.key, i))
 
     def _first_call(self, g: SimGroup, i: int) -> None:
         m = g.members[i]
         m.phase = Phase.RUN
-        if m.lane is not None and self.now > m.started:  # no span for a start-up of no time
+        if m.lane is not None and self.clock.now > m.started:  # no span for a start-up of no time
             self._span(m, "startup", m.started)
         if self.slots:
-            self.carry(self.driver.release_slot(g.key, i, "first_call", now=self.now))
+            self.carry(self.driver.release_slot(g.key, i, "first_call", now=self.clock.now))
         o = m.out
         if o.turns:
             limit = self.timeouts[g.entry]
             if limit is not None:
-                m.deadline = self.clock.at(self.now + limit, Timer.TIMED_OUT, (*g.key, i))
+                m.deadline = self.clock.at(self.clock.now + limit, Timer.TIMED_OUT, (*g.key, i))
             self._call(g, i)
         elif o.error_at_s is not None:
-            m.timer = self.clock.at(self.now + o.error_at_s, Timer.ROLLOUT_RAISED, (*g.key, i))
+            m.timer = self.clock.at(self.clock.now + o.error_at_s, Timer.ROLLOUT_RAISED, (*g.key, i))
         else:
-            m.timer = self.clock.at(self.now + o.run_s, Timer.ROLLOUT_ENDED, (*g.key, i))
+            m.timer = self.clock.at(self.clock.now + o.run_s, Timer.ROLLOUT_ENDED, (*g.key, i))
 
     def _t_started_up(self, s: int, q: int, i: int) -> None:
         g = self.groups[(s, q)]
@@ -153,7 +149,7 @@ class RolloutWork:
 
     def _t_startups_done(self) -> None:
         self.startups_timer = None
-        for s, q, i in self.startups.pop_finished(now=self.now):
+        for s, q, i in self.startups.pop_finished(now=self.clock.now):
             self._first_call(self.groups[(s, q)], i)
         self._arm_startups()
 
@@ -168,13 +164,13 @@ class RolloutWork:
     # ---------------------------------------------------------------------------------------------- turns
     def _call(self, g: SimGroup, i: int) -> None:
         """Member ``i`` makes its next model call: it joins the service's queue."""
-        g.members[i].since = self.now
+        g.members[i].since = self.clock.now
         self.service.request((*g.key, i))
         self._serve()
 
     def _serve(self) -> None:
         """An idle service with calls queued starts its next batch."""
-        ends = self.service.start(self.now)
+        ends = self.service.start(self.clock.now)
         if ends is not None:
             self.clock.at(ends, Timer.BATCH_DONE)
             self.service_changed()
@@ -182,13 +178,13 @@ class RolloutWork:
     def _t_batch_done(self) -> None:
         svc = self.service
         if self.trace is not None:
-            self.trace.span("batch", SERVICE, svc.started, self.now, size=svc.size, prompt_tokens=0, new_tokens=0)
+            self.trace.span("batch", SERVICE, svc.started, self.clock.now, size=svc.size, prompt_tokens=0, new_tokens=0)
         while (key := svc.next_answer()) is not None:  # a member's answer may withdraw a later one (a cancel)
             self._answered(key)
         svc.finish()
         if svc.handoff_s > 0:
             svc.handing_off = True
-            self.clock.at(self.now + svc.handoff_s, Timer.SERVICE_FREE)
+            self.clock.at(self.clock.now + svc.handoff_s, Timer.SERVICE_FREE)
         else:
             self._serve()
         self.service_changed()  # idle now (or busy again at once: no change)
@@ -207,8 +203,8 @@ class RolloutWork:
         m.turn += 1
         step = m.out.env_steps[m.turn - 1] if m.out.env_steps else 0.0
         if step > 0:
-            m.since = self.now
-            m.timer = self.clock.at(self.now + step, Timer.ENV_STEPPED, key)
+            m.since = self.clock.now
+            m.timer = self.clock.at(self.clock.now + step, Timer.ENV_STEPPED, key)
         else:
             self._turn_done(g, i)
 
@@ -263,10 +259,10 @@ class RolloutWork:
             self.clock.cancel(m.deadline)
             m.deadline = None
         if self.slots:
-            self.carry(self.driver.release_slot(g.key, i, "end", now=self.now))
+            self.carry(self.driver.release_slot(g.key, i, "end", now=self.clock.now))
         m.result = self._result(g, i, outcome="pass" if m.out.passed else "fail", disposition="completed")
-        m.phase, m.since = Phase.TEARDOWN, self.now
-        self.carry(self.driver.on_member_exited(g.key, i, now=self.now, teardowns=m.out.teardown_s > 0))
+        m.phase, m.since = Phase.TEARDOWN, self.clock.now
+        self.carry(self.driver.on_member_exited(g.key, i, now=self.clock.now, teardowns=m.out.teardown_s > 0))
         if m.phase is Phase.TEARDOWN and m.timer is None:  # no teardown held its permit
             self._done(g, i)
 
@@ -279,11 +275,11 @@ class RolloutWork:
     def _raised(self, g: SimGroup, i: int) -> None:
         self.clock.cancel(g.members[i].deadline)
         g.members[i].deadline = None
-        self.carry(self.driver.release_slot(g.key, i, "end", now=self.now))
+        self.carry(self.driver.release_slot(g.key, i, "end", now=self.clock.now))
         g.members[i].result = self._result(g, i, outcome="error", disposition="error")
         g.failed = True
-        cancels = self.driver.on_member_ended(g.key, i, now=self.now, raised=True)
-        self.carry(self.driver.on_block_exited(g.key, i, now=self.now))
+        cancels = self.driver.on_member_ended(g.key, i, now=self.clock.now, raised=True)
+        self.carry(self.driver.on_block_exited(g.key, i, now=self.clock.now))
         self._done(g, i)
         self.carry(cancels)
 
@@ -294,14 +290,14 @@ class RolloutWork:
         return MemberResult.quick(reward=reward, scored=reward, valid=ok, outcome=outcome if ok or outcome == "error"
                                   else "invalid", disposition=disposition,
                                   steps=m.turn if m.out.turns else self.model_calls[g.entry],
-                                  seconds=self.now - m.started, versions={"main": (m.version, m.version)})
+                                  seconds=self.clock.now - m.started, versions={"main": (m.version, m.version)})
 
     def _t_teardown_ended(self, s: int, q: int, i: int) -> None:
         g = self.groups[(s, q)]
         g.members[i].timer = None
         if g.members[i].lane is not None:
             self._span(g.members[i], "teardown", g.members[i].since)
-        self.carry(self.driver.on_teardowns_done(g.key, i, now=self.now))
+        self.carry(self.driver.on_teardowns_done(g.key, i, now=self.clock.now))
         self._done(g, i)
 
     def cancel_member(self, dec: CancelRollout) -> None:
@@ -313,7 +309,7 @@ class RolloutWork:
         i, m, key = dec.index, g.members[dec.index], dec.key
         phase = m.phase
         if phase is Phase.WAIT:
-            if m.lane is not None and self.now > g.created:
+            if m.lane is not None and self.clock.now > g.created:
                 self._span(m, "permit_wait", g.created)
             m.result = MemberResult(outcome="none", disposition=dec.reason)
         elif phase is Phase.TEARDOWN:  # a cancellation ends the wait, not the teardown
@@ -326,14 +322,14 @@ class RolloutWork:
                 self._stop_turn(g, i)
                 self.clock.cancel(m.deadline)
                 m.deadline = None
-            elif phase is Phase.STARTUP and self.startups is not None and self.startups.cancel((*key, i), now=self.now):
+            elif phase is Phase.STARTUP and self.startups is not None and self.startups.cancel((*key, i), now=self.clock.now):
                 self._arm_startups()
             self.clock.cancel(m.timer)
             m.timer = None
             m.result = MemberResult(outcome="none", disposition=dec.reason, steps=m.turn if m.out.turns else None,
-                                    seconds=self.now - m.started if m.started is not None else None,
+                                    seconds=self.clock.now - m.started if m.started is not None else None,
                                     versions={"main": (m.version, m.version)})
-        self.carry(self.driver.on_member_cancelled(key, i, now=self.now))
+        self.carry(self.driver.on_member_cancelled(key, i, now=self.clock.now))
         self._done(g, i)
 
     # --------------------------------------------------------------------------------------------- groups
@@ -353,13 +349,13 @@ class RolloutWork:
             members = [m.result for m in g.members]
             output = group_output(members, min_successful=self.min_successful,
                                   datums=lambda: ((i, r.reward) for i, r in enumerate(members) if r.valid))
-        self.carry(self.driver.on_group_finished(g.key, output, now=self.now))
+        self.carry(self.driver.on_group_finished(g.key, output, now=self.clock.now))
 
     # ---------------------------------------------------------------------------------------------- trace
     def _span(self, m: SimMember, name: str, start: float, **args) -> None:
         """A span of traced member ``m`` (``m.lane`` set) from ``start`` to now."""
         assert self.trace is not None and m.lane is not None
-        self.trace.span(name, m.lane, start, self.now, **args)
+        self.trace.span(name, m.lane, start, self.clock.now, **args)
 
     def _rollout_span(self, g: SimGroup, i: int) -> None:
         """The span over traced member ``i``'s whole lane, from entering its block to done; its lane comes back."""

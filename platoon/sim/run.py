@@ -29,7 +29,6 @@ it in ``lock.json`` (``finished``).
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -49,6 +48,7 @@ from platoon.runs.resume import (
     commit_resume,
 )
 from platoon.runs.session import RunSession, python_log
+from platoon.runs.timing import measured_call
 from platoon.sim.runtime import SimRuntime
 from platoon.sim.setup import build_tasks
 
@@ -87,7 +87,7 @@ class SimRun:
         check_plan(cfg)
         records = resolve_components(cfg)
         tasks = build_tasks(cfg)
-        policy = build_policy(cfg, tasks.pool, start=1, clock=time.perf_counter)
+        policy = build_policy(cfg, tasks.pool, start=1, measure=measured_call)
         with RunDir.create(path).undone_on_failure() as rd:
             rd.write_lock(cfg.model_dump(mode="json"), [r.to_json() for r in records],
                           {"runtime": "sim", "steps": policy.driver.steps})
@@ -132,7 +132,7 @@ class SimRun:
         for note in ckpt.passed_over:
             log("warning", note)
         tasks = build_tasks(cfg)
-        policy = build_policy(cfg, tasks.pool, start=dispatch["start"], clock=time.perf_counter)
+        policy = build_policy(cfg, tasks.pool, start=dispatch["start"], measure=measured_call)
         policy.dispatcher.load_state_dict(dispatch)
         policy.driver.load_state_dict(driver_state)
         snapshot = ckpt.files.get(stats_file_name(ckpt.row, name))

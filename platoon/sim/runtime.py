@@ -111,6 +111,10 @@ class SimRuntime:
     def _carry(self, decisions: list) -> None:
         """Carry out the driver's decisions, in order (those they lead to after them), then what its poll answers,
         until it answers nothing."""
+        if not decisions:  # most calls: nothing to carry out, and the cycle has nothing due
+            decisions = self.driver.poll(now=self.clock.now)
+            if not decisions:
+                return
         queue = deque(decisions)
         while True:
             while queue:

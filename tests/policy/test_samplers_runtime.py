@@ -252,9 +252,15 @@ def test_a_core_samplers_failure_stops_the_run():
 
 
 def test_metrics_names_reasons_and_the_samplers_own():
-    ticks = iter(range(1000))
     p = pool(b_name="b/c")
-    s = sset(p, entries={"a": (f"{HERE}:Chatty", {})}, clock=lambda: next(ticks) * 0.001)
+
+    def measure(fn, arg):  # a runtime that measures each decision at 1 ms
+        try:
+            return fn(arg), None, 0.001
+        except Exception as exc:  # noqa: BLE001
+            return None, exc, 0.001
+
+    s = sset(p, entries={"a": (f"{HERE}:Chatty", {})}, measure=measure)
     for pos in range(60):
         s.static_decision(pos)
     s.note_reissue("uniform@b/c")

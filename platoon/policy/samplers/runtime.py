@@ -70,6 +70,10 @@ class Token:
     fallback: bool
 
 
+Measure = Callable[[Callable[[Any], Any], Any], tuple[Any, "Exception | None", float]]
+"""``measure(fn, arg) -> (fn(arg) or None, the Exception it raised or None, seconds it took)``: a runtime's."""
+
+
 class SamplerSet:
     """The run's sampler and, under a slot-handing run sampler, each entry's, as the dispatcher drives them.
 
@@ -78,8 +82,9 @@ class SamplerSet:
     only when the run sampler hands slots. Qualified names: the run's as configured, an entry's
     ``<name>@<entry>``. Seeds (``SamplerSetup.seed``, the decision keys' seed): ``seed`` (``train.seed``) plus the
     options' ``seed`` for the run's; ``seed`` plus the entry's ``EntryInfo.seed`` plus the options' ``seed`` for
-    an entry's, so that ``train.seed`` varies every sampler's draws. ``clock`` (e.g. ``time.perf_counter``) times
-    each ``next``.
+    an entry's, so that ``train.seed`` varies every sampler's draws. ``measure`` (a runtime's, e.g.
+    ``platoon.runs.timing.measured_call``) calls each ``next`` and answers its value, the ``Exception`` it raised (or
+    None) and the seconds it took: the layer reads no clock, the decision times are the runtime's measurements.
     """
 
     def __init__(
@@ -91,14 +96,14 @@ class SamplerSet:
         entry_samplers: Mapping[str, tuple[str | None, Mapping[str, Any] | None]],
         batch_size: int,
         seed: int,
-        clock: Callable[[], float] | None = None,
+        measure: Measure | None = None,
     ) -> None:
         if len(pool) == 0:
             raise ValueError("the run has no training tasks to sample")
         self.pool = pool
         self.seed = seed
         self.run_name = run_sampler or "auto"
-        self._clock = clock
+        self._measure = measure
         self._warnings: list[str] = []
         entries = pool.entries
         if self.run_name == "auto":
@@ -198,17 +203,19 @@ class SamplerSet:
         timed: bool = True,
     ) -> tuple[Any, BaseException | None]:
         ctx = m.context(decision, stats=stats, mask=mask, step=step, version=version)
-        t0 = self._clock() if (timed and self._clock) else None
         try:
-            return m.sampler.next(ctx), None
-        except Exception as exc:  # noqa: BLE001 - a sampler's failure is judged below
-            return None, exc
+            if not (timed and self._measure is not None):
+                try:
+                    return m.sampler.next(ctx), None
+                except Exception as exc:  # noqa: BLE001 - a sampler's failure is judged below
+                    return None, exc
+            answer, exc, seconds = self._measure(m.sampler.next, ctx)
+            ms = seconds * 1000.0
+            for prefix in {RUN_PREFIX, m.prefix}:
+                c = self._counters[prefix]
+                c.ms_sum, c.ms_n, c.ms_max = c.ms_sum + ms, c.ms_n + 1, max(c.ms_max, ms)
+            return answer, exc
         finally:
-            if t0 is not None:
-                ms = (self._clock() - t0) * 1000.0
-                for prefix in {RUN_PREFIX, m.prefix}:
-                    c = self._counters[prefix]
-                    c.ms_sum, c.ms_n, c.ms_max = c.ms_sum + ms, c.ms_n + 1, max(c.ms_max, ms)
             self._drain(m)
 
     def _judge(
