@@ -40,6 +40,7 @@ from platoon.policy.dispatcher import (
     StartGroup,
 )
 from platoon.policy.driver import (
+    DRIVER_STATE_FORMAT,
     AwaitTeardowns,
     Driver,
     EndTeardownWait,
@@ -133,6 +134,7 @@ from platoon.policy.workflow_flags import (
 )
 
 __all__ = [
+    "DRIVER_STATE_FORMAT",
     "Abort",
     "accept",
     "accept_answer",

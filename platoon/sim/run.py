@@ -36,7 +36,7 @@ from platoon.config.loader import config_from_lock
 from platoon.config.models import RunConfig
 from platoon.config.resolve import resolve_components
 from platoon.config.steps import check_plan, with_steps
-from platoon.policy import build_policy
+from platoon.policy import DRIVER_STATE_FORMAT, build_policy
 from platoon.runs import RunDir, load_latest_checkpoint
 from platoon.runs.checkpoints import stats_file_name
 from platoon.runs.resume import (
@@ -49,7 +49,7 @@ from platoon.runs.resume import (
 )
 from platoon.runs.session import RunSession, python_log
 from platoon.runs.timing import measured_call
-from platoon.sim.runtime import SimRuntime
+from platoon.sim.runtime import STATE_FORMAT, SimRuntime
 from platoon.sim.setup import build_tasks
 
 _log = python_log("platoon.sim")
@@ -126,6 +126,11 @@ class SimRun:
         if not all(isinstance(x, dict) for x in (sim_state, dispatch, driver_state)):
             raise ResumeError(f"{ckpt.path}: not a simulator checkpoint of this release (no sim-{name}.json, "
                               f"driver-{name}.json or dispatch state)")
+        if driver_state.get("format") != DRIVER_STATE_FORMAT or sim_state.get("format") != STATE_FORMAT:
+            raise ResumeError(f"{ckpt.path}: written by an earlier release of platoon (driver state format "
+                              f"{driver_state.get('format')!r}, simulator state format {sim_state.get('format')!r}; "
+                              f"this release writes {DRIVER_STATE_FORMAT} and {STATE_FORMAT}): a simulated run goes "
+                              "on exactly only in the release that began it; simulate it again with this one")
         check_logs(rd, ckpt.row)
         if steps is not None:
             cfg = with_steps(cfg, steps)

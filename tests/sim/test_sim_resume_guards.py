@@ -143,3 +143,15 @@ def test_config_show_defaults_lists_the_retention():
     lines = result.output.splitlines()
     at = next(i for i, line in enumerate(lines) if line.strip() == "keep_recovery: null")
     assert lines[at - 1].strip().startswith("# Recovery checkpoints to keep, the newest")
+
+
+def test_a_checkpoint_of_an_earlier_release_is_refused_naming_it_and_the_run_is_left_as_it_was(tmp_path, monkeypatch):
+    from platoon.sim import run as sim_run
+
+    run = simulated(tmp_path, steps=2)
+    before = snapshot(run)
+    monkeypatch.setattr(sim_run, "DRIVER_STATE_FORMAT", 99)  # this release's format, as a later release sees it
+    result = runner.invoke(app, ["simulate", "--resume", str(run), "--steps", "4"])
+    assert result.exit_code == 64
+    assert f"{run}/checkpoints/000002: written by an earlier release of platoon (driver state format 2" in result.output
+    assert "Traceback" not in result.output and snapshot(run) == before
