@@ -25,6 +25,10 @@ Rules about members kept here rather than in a runtime: whether a block's permit
 (``on_member_cancelled``), a block that enters after its group's draw was released (it runs on no permit, with a
 warning once per group), the fate of a workflow that returns no ``GroupOutput`` or is cancelled, and the count of
 blocks running at once for the over-budget warning.
+
+(About 575 lines, past the ~450 of one idea a module: it is one idea, every event of a start routed to the part that
+keeps its rule and every answer given in order; the cycle's states are ``platoon.policy.cycle``'s and the member
+rules ``platoon.policy.members``', and splitting the routing further would scatter one call's answer over modules.)
 """
 
 from __future__ import annotations
