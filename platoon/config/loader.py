@@ -59,7 +59,7 @@ DEFAULT_SOURCE = "<default>"
 
 def load_config(
     path: Path | None, overrides: Sequence[str] = (), *, strict_resolve: bool = False, needs_log_path: bool = False,
-    data: Mapping[str, Any] | None = None, sections: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None, sections: Mapping[str, Any] | None = None, resolve_on_failure: bool = False,
 ) -> RunConfig:
     """Read the config at ``path`` (None: the embedded default, every field at its default), apply ``overrides``
     (``dotted.key=value``, YAML-typed, list indices allowed, ``null`` for None) and validate it.
@@ -68,6 +68,7 @@ def load_config(
     platoon 0.4.0 refuses it: ``config validate``, and ``train`` without ``--out``). With ``strict_resolve`` a config
     is also resolved (stage 2: packages imported, components resolved, their options and checks run), and its
     problems raise; when stage 1 fails, stage 2 runs on what it could validate, and its problems join stage 1's.
+    ``resolve_on_failure``: that last only (a caller that resolves a config that passes itself: ``simulate``).
     ``data``: a run's recorded config (``lock.json``), in place of reading ``path`` (which names it in messages, and
     whose directory relative file names are taken from); its no-effect keys at their defaults are dropped
     (``drop_recorded_defaults``), so that only what the run's config set is warned about. ``sections``: top-level sections that replace the
@@ -96,7 +97,7 @@ def load_config(
             problems.append(Problem("log_path", f"{MISSING_KEY} (where runs go; train --out DIR names the run "
                                                 "directory instead)", ("log_path",)))
             cfg = None
-    if strict_resolve and best is not None:
+    if best is not None and (strict_resolve or (resolve_on_failure and problems)):
         # Stage 2 joins stage 1's report: what it says at, above or below a key stage 1 named (a bad value, whose
         # default stands in, or a rule's) is left to stage 1.
         problems += [p for p in resolution_problems(best) if not _covered(p.path, covered)]
