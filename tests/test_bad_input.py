@@ -265,6 +265,9 @@ def test_duplicate_keys_are_refused_naming_both_lines(tmp_path: Path) -> None:
     assert result.output.splitlines()[1:] == [  # the lines of the file as written, after log_path's
         "  train.batch_size: duplicate key, on lines 3 and 5; a key may appear once in a mapping",
         "  environments.0.name: duplicate key, on lines 7 and 7; a key may appear once in a mapping",
+        # the file's other problems join them: its last values are validated
+        "  train.model_name: missing required key",
+        "  train.renderer_name: missing required key",
     ]
     assert invoke("simulate", config, "--out", tmp_path / "out").exit_code == 78
     merged = write(tmp_path, "x: &x {batch_size: 1}\ntrain:\n  <<: *x\n  batch_size: 2\n", "merge.yaml")

@@ -20,7 +20,10 @@ Rules it keeps:
 - a value that fails its own check is replaced by its default for the rules between fields, and a rule that reads
   it is skipped, so one mistake is reported once;
 - a problem at a key an override set is prefixed ``override <key>=<value>: ``;
-- stage 1 imports nothing; ``strict_resolve=True`` runs stage 2 (``platoon.config.resolve``) too.
+- a duplicate YAML key is reported and its last value validated, so the file's other problems join the report;
+- stage 1 imports nothing; ``strict_resolve=True`` runs stage 2 (``platoon.config.resolve``) too, and when stage 1
+  failed, on the config with defaults standing in for its bad values: stage 2's problems join the one report,
+  less those at, above or below a key stage 1 named.
 """
 
 from __future__ import annotations
@@ -42,11 +45,11 @@ from platoon.config.models import EMBEDDED_DEFAULT, RunConfig, SimConfig
 from platoon.config.overrides import apply_override, override_value, with_overrides
 from platoon.config.presets import preset_data, unknown_preset
 from platoon.config.problems import MISSING_KEY, Problem, describe_errors
-from platoon.config.resolve import resolve_components
+from platoon.config.resolve import resolution_problems
 from platoon.config.rules import config_problems
 from platoon.config.show import to_yaml
 from platoon.config.sim_files import read_durations, read_task_file
-from platoon.config.yaml_loader import MAX_DEPTH, describe_yaml_error, load_yaml, nesting_depth
+from platoon.config.yaml_loader import MAX_DEPTH, describe_yaml_error, nesting_depth, read_yaml
 
 __all__ = ["DEFAULT_SOURCE", "check_config", "config_from_lock", "config_problems", "load_config",
            "load_config_warnings", "load_data", "to_yaml"]
@@ -56,15 +59,16 @@ DEFAULT_SOURCE = "<default>"
 
 def load_config(
     path: Path | None, overrides: Sequence[str] = (), *, strict_resolve: bool = False, needs_log_path: bool = False,
-    data: Mapping[str, Any] | None = None, sections: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None, sections: Mapping[str, Any] | None = None, resolve_on_failure: bool = False,
 ) -> RunConfig:
     """Read the config at ``path`` (None: the embedded default, every field at its default), apply ``overrides``
     (``dotted.key=value``, YAML-typed, list indices allowed, ``null`` for None) and validate it.
 
     Raises one ConfigError with every problem. ``needs_log_path``: a config without ``log_path`` is refused (as
     platoon 0.4.0 refuses it: ``config validate``, and ``train`` without ``--out``). With ``strict_resolve`` a config
-    that passes is also resolved
-    (stage 2: packages imported, components resolved, their options and checks run), and its problems raise.
+    is also resolved (stage 2: packages imported, components resolved, their options and checks run), and its
+    problems raise; when stage 1 fails, stage 2 runs on what it could validate, and its problems join stage 1's.
+    ``resolve_on_failure``: that last only (a caller that resolves a config that passes itself: ``simulate``).
     ``data``: a run's recorded config (``lock.json``), in place of reading ``path`` (which names it in messages, and
     whose directory relative file names are taken from); its no-effect keys at their defaults are dropped
     (``drop_recorded_defaults``), so that only what the run's config set is warned about. ``sections``: top-level sections that replace the
@@ -82,25 +86,29 @@ def load_config(
         data.update(copy.deepcopy(dict(sections)))
     if data is not None and path is not None:
         _absolute_files(data, Path(path).resolve().parent)
-    cfg = None
+    cfg = best = None
+    covered: frozenset[str] = frozenset()
     if data is not None:
         _merge_preset(data, overrides, problems)
         for text in overrides:
             apply_override(data, text, applied, problems)
-        cfg = _validate(data, problems)
+        cfg, best, covered = _validate(data, problems)
         if needs_log_path and data.get("log_path") is None and not any(p.path == "log_path" for p in problems):
             problems.append(Problem("log_path", f"{MISSING_KEY} (where runs go; train --out DIR names the run "
                                                 "directory instead)", ("log_path",)))
             cfg = None
+    if best is not None and (strict_resolve or (resolve_on_failure and problems)):
+        # Stage 2 joins stage 1's report: what it says at, above or below a key stage 1 named (a bad value, whose
+        # default stands in, or a rule's) is left to stage 1.
+        problems += [p for p in resolution_problems(best) if not _covered(p.path, covered)]
     if problems:
         raise ConfigError(with_overrides([str(p) for p in problems], applied), source)
     assert cfg is not None
-    if strict_resolve:
-        try:
-            resolve_components(cfg, source=source)
-        except ConfigError as exc:
-            raise ConfigError(with_overrides(exc.problems, applied), source) from None
     return cfg
+
+
+def _covered(path: str, covered: frozenset[str]) -> bool:
+    return any(path == p or path.startswith(p + ".") or p.startswith(path + ".") for p in covered)
 
 
 def load_data(
@@ -132,7 +140,7 @@ def config_from_lock(lock: object, source: str) -> RunConfig:
     problems: list[Problem] = []
     data = copy.deepcopy(data)
     drop_recorded_defaults(data, RunConfig)
-    cfg = _validate(data, problems)
+    cfg, _, _ = _validate(data, problems)
     if problems:
         raise ConfigError([str(p) for p in problems], source)
     assert cfg is not None
@@ -163,10 +171,11 @@ def _read(path: Path | None, problems: list[Problem]) -> dict[str, Any] | None:
         problems.append(Problem("<file>", f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"))
         return None
     try:
-        data = load_yaml(text)
+        data, duplicates = read_yaml(text)
     except yaml.YAMLError as exc:
         problems += [Problem(p.path or "<yaml>", p.message) for p in describe_yaml_error(exc)]
         return None
+    problems += [Problem(p.path, p.message) for p in duplicates]  # the last value is validated as the rest
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -235,9 +244,13 @@ def _merge_preset(data: dict[str, Any], overrides: Sequence[str], problems: list
 # --- validation ------------------------------------------------------------------------------------------------
 
 
-def _validate(data: dict[str, Any], problems: list[Problem]) -> RunConfig | None:
+def _validate(
+    data: dict[str, Any], problems: list[Problem]
+) -> tuple[RunConfig | None, RunConfig | None, frozenset[str]]:
     """Validate ``data``, adding its problems; then run the rules between fields on a copy whose bad values are
-    replaced by their defaults. Returns the config when ``data`` itself was valid."""
+    replaced by their defaults. Returns the config when ``data`` itself was valid (else None), that copy (the best
+    effort, None when none validates) and the paths of the problems found about its values (the bad values and
+    the rules between fields; not the files it names), which stage 2 leaves to stage 1."""
     found: list[Problem] = []
     cfg: RunConfig | None = None
     try:
@@ -248,10 +261,12 @@ def _validate(data: dict[str, Any], problems: list[Problem]) -> RunConfig | None
     problems += found
     invalid = frozenset(p.path for p in found)
     best = cfg if not found else _best_effort(data, found)
+    covered = invalid
     if best is not None:
-        problems += config_problems(best, invalid=invalid)
-        problems += _file_problems(best, invalid)
-    return cfg if not problems else None
+        rules = config_problems(best, invalid=invalid)
+        problems += rules + _file_problems(best, invalid)
+        covered |= {p.path for p in rules}
+    return (cfg if not problems else None), best, covered
 
 
 def _file_problems(cfg: RunConfig, invalid: frozenset[str]) -> list[Problem]:

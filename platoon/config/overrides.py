@@ -11,7 +11,8 @@ Rules it keeps:
 - ``key=value`` sets the key; ``key+=value`` appends the value, as one item, to the list at the key (a missing or
   null list starts as its default's copy, or empty), as in platoon 0.4.0;
 - the value is YAML (``null`` for None, ``[1, 2]`` for a list, ``{a: 1}`` for a mapping), read as a file is
-  (``platoon.config.yaml_loader``: plain data, no duplicate keys, bounded);
+  (``platoon.config.yaml_loader``: plain data, no duplicate keys, bounded); a duplicate key is a problem, and the
+  value is applied with its last one, so that the rest of it is checked too;
 - a list is indexed by a number, and an index one past the end appends; a key the data lacks on the way to the
   last one starts empty (``_empty_like``): a mapping, or its default's list with each mapping in it emptied (a default
   distribution is copied whole), so that an override sets only its own key (a required key stays missing; the
@@ -32,7 +33,7 @@ import yaml
 
 from platoon.config.models import default_config
 from platoon.config.problems import Problem
-from platoon.config.yaml_loader import describe_yaml_error, load_yaml
+from platoon.config.yaml_loader import describe_yaml_error, load_yaml, read_yaml
 
 _INDEX = re.compile(r"\d+")
 _DOTTED_KEY = re.compile(r"[A-Za-z_][\w-]*(\.[\w-]+)*")
@@ -74,11 +75,13 @@ def apply_override(
         problems.append(Problem(f"override {text}", "expected dotted.key=value or dotted.key+=value"))
         return
     try:
-        value = load_yaml(raw)
+        value, duplicates = read_yaml(raw)
     except yaml.YAMLError as exc:
-        for p in describe_yaml_error(exc):
-            where = f"{p.path}: " if p.path else ""
-            problems.append(Problem(f"override {text}", f"the value is not YAML: {where}{p.message}"))
+        duplicates, value = describe_yaml_error(exc), _REFUSED
+    for p in duplicates:  # a duplicate key is reported, and its last value applied (as a file's is)
+        where = f"{p.path}: " if p.path else ""
+        problems.append(Problem(f"override {text}", f"the value is not YAML: {where}{p.message}"))
+    if value is _REFUSED:
         return
     parts = key.split(".")
     if defaults is None:

@@ -96,6 +96,14 @@ def resolve_components(
     return records
 
 
+def resolution_problems(cfg: RunConfig) -> list[Problem]:
+    """Stage 2's problems of ``cfg``, raising nothing: the loader runs it on a config that failed stage 1 (its bad
+    values replaced by their defaults), so that what cannot resolve joins stage 1's report."""
+    r = _Resolver(cfg, True)
+    r.run()
+    return r.problems
+
+
 _FAILED = object()
 
 

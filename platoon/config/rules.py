@@ -166,18 +166,19 @@ def _sampler_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
             out += core_option_problems(
                 "task_sampler", name, e.task_sampler_options, f"{at}.task_sampler_options"
             )
+    # At the sampler's key, in the words of pass_rate's own check (stage 2), as platoon 0.4.0 names it.
     mixes = (
-        "pass_rate chooses tasks likely to mix passes and failures, which a group of one never does ({}); use "
-        "uniform, or a group size of 2 or more"
+        "pass_rate chooses tasks likely to mix passes and failures, which a group of one never does "
+        "(environments[{}] has group_size 1); use uniform, or a group size of 2 or more"
     )
     for i, e in enumerate(cfg.environments):
-        at, size_at = f"environments.{i}", group_size_path(cfg, i)
-        if group_size(cfg, i) != 1 or not ok(size_at):
+        at = f"environments.{i}"
+        if group_size(cfg, i) != 1 or not ok(group_size_path(cfg, i)):
             continue
         if run == "pass_rate":
-            out.append(Problem(size_at, mixes.format("train.task_sampler: pass_rate")))
+            out.append(Problem("train.task_sampler", mixes.format(e.label)))
         elif e.task_sampler == "pass_rate" and ok(f"{at}.task_sampler"):
-            out.append(Problem(size_at, mixes.format(f"{at}.task_sampler: pass_rate")))
+            out.append(Problem(f"{at}.task_sampler", mixes.format(e.label)))
     return out
 
 

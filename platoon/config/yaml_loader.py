@@ -9,7 +9,9 @@ Rules it keeps, over PyYAML's safe loader:
   is read as the text it is (YAML 1.2's core schema has no timestamps); an explicit ``!!binary``, ``!!set``,
   ``!!omap``, ``!!pairs`` or ``!!timestamp`` value is refused, since lock.json, which records the config, is JSON;
 - **no duplicate keys**: a key written twice in one mapping is refused, naming its dotted path and both lines
-  (PyYAML would keep the last silently); a merge key (``<<: *base``) may still be overridden by the mapping's own;
+  (PyYAML would keep the last silently); a merge key (``<<: *base``) may still be overridden by the mapping's own.
+  ``read_yaml`` reports them beside the data, with the last value kept (as platoon 0.4.0 validates it), so that a
+  file's other problems join the same report; ``load_yaml`` raises them;
 - **bounded**: nesting deeper than ``MAX_DEPTH`` levels is refused while the document is composed (no
   RecursionError), aliases may expand to at most ``MAX_ALIAS_VALUES`` values beyond the document's own (an alias
   bomb validates quickly and then takes gigabytes to print or copy), an alias inside its own anchor is refused,
@@ -69,6 +71,8 @@ class _ConfigLoader(yaml.SafeLoader):
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
+        self.duplicates: list[YamlProblem] = []
+        """The duplicate keys of the document, in the order of their lines (its data keeps each one's last value)."""
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:  # type: ignore[override]
         self._depth += 1
@@ -81,7 +85,7 @@ class _ConfigLoader(yaml.SafeLoader):
             self._depth -= 1
 
     def construct_document(self, node: Node) -> Any:
-        _check_graph(self, node)
+        self.duplicates = _check_graph(self, node)
         return super().construct_document(node)
 
     def construct_yaml_int(self, node: ScalarNode) -> int:
@@ -114,9 +118,10 @@ def _children(node: Node) -> list[Node]:
     return []
 
 
-def _check_graph(loader: _ConfigLoader, root: Node) -> None:
-    """Refuse a recursive alias, aliases that expand past ``MAX_ALIAS_VALUES`` and duplicate keys (every one of
-    them, each with its path and lines). Iterative: the graph may be as deep as ``MAX_DEPTH``, and wide."""
+def _check_graph(loader: _ConfigLoader, root: Node) -> list[YamlProblem]:
+    """Refuse a recursive alias and aliases that expand past ``MAX_ALIAS_VALUES``; return the duplicate keys (every
+    one of them, each with its path and lines, by line). Iterative: the graph may be as deep as ``MAX_DEPTH``, and
+    wide."""
     # Expanded size of every node, post-order, shared nodes counted once per reference (memoized by id).
     size: dict[int, int] = {}
     visiting: set[int] = set()
@@ -168,21 +173,37 @@ def _check_graph(loader: _ConfigLoader, root: Node) -> None:
                 else:
                     first[key] = line
                 walk.append((value_node, (*path, str(key))))
-    if problems:
-        raise YamlProblems([p for _, p in sorted(problems, key=lambda lp: lp[0])])
+    return [p for _, p in sorted(problems, key=lambda lp: lp[0])]
+
+
+def read_yaml(text: str) -> tuple[Any, list[YamlProblem]]:
+    """The plain data of the YAML document ``text`` (None for an empty one), each duplicate key at its last value,
+    and the duplicate keys as problems (empty: none).
+
+    Raises ``YamlProblems`` for the rest of what the module docstring refuses (the duplicate keys first, when there
+    are any) and ``yaml.YAMLError`` for a syntax error; never RecursionError or a ValueError of Python's own.
+    """
+    loader = _ConfigLoader(text)
+    try:
+        return loader.get_single_data(), loader.duplicates
+    except yaml.YAMLError as exc:
+        if loader.duplicates:
+            raise YamlProblems([*loader.duplicates, *describe_yaml_error(exc)]) from exc
+        raise
+    finally:
+        loader.dispose()
 
 
 def load_yaml(text: str) -> Any:
     """The plain data of the YAML document ``text`` (None for an empty one).
 
-    Raises ``YamlProblems`` for what the module docstring refuses and ``yaml.YAMLError`` for a syntax error; never
-    RecursionError or a ValueError of Python's own.
+    Raises ``YamlProblems`` for what the module docstring refuses (duplicate keys included) and ``yaml.YAMLError``
+    for a syntax error; never RecursionError or a ValueError of Python's own.
     """
-    loader = _ConfigLoader(text)
-    try:
-        return loader.get_single_data()
-    finally:
-        loader.dispose()
+    data, duplicates = read_yaml(text)
+    if duplicates:
+        raise YamlProblems(duplicates)
+    return data
 
 
 def nesting_depth(data: Any) -> int:
@@ -211,4 +232,4 @@ def describe_yaml_error(exc: yaml.YAMLError) -> list[YamlProblem]:
 
 
 __all__ = ["MAX_ALIAS_VALUES", "MAX_DEPTH", "MAX_INT_DIGITS", "YamlProblem", "YamlProblems", "describe_yaml_error",
-           "load_yaml", "nesting_depth"]
+           "load_yaml", "nesting_depth", "read_yaml"]

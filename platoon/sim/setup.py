@@ -4,7 +4,8 @@ and their pool, and the learning model.
 - ``load_sim_config``: ``platoon simulate``'s config. No file: a preset (``long-agentic`` unless ``--preset``) is
   the whole run. A file beside ``--preset NAME``: the file's run with the preset's workload (``sim.preset``).
   ``sim.preset`` in any config takes the preset's ``sim`` block as the base of the config's own ``sim`` keys (the
-  loader merges it, ``platoon.config.presets``). Every problem raises one ``ConfigError`` (exit 78).
+  loader merges it, ``platoon.config.presets``). Every problem raises one ``ConfigError`` (exit 78): a config that
+  fails stage 1 is resolved too, so that what cannot import joins the report (the run resolves one that passes).
 - ``entry_sims``: each entry's workload, its ``sim`` overrides deep-merged onto the run's; an entry may not set
   what is the run's alone (the trainer, the GPUs, a preset).
 - ``environment_tasks``: an entry that names an extension's environment (a registered name that is not core's)
@@ -62,8 +63,9 @@ def load_sim_config(config: Path | None, *, preset: str | None = None, overrides
     if config is None:
         name = preset or DEFAULT_PRESET
         return load_config(preset_path(name), [f"sim.preset={name}"] * (sim is None) + list(overrides),
-                           sections=sections)
-    return load_config(config, [f"sim.preset={preset}"] * (preset is not None) + list(overrides), sections=sections)
+                           sections=sections, resolve_on_failure=True)
+    return load_config(config, [f"sim.preset={preset}"] * (preset is not None) + list(overrides), sections=sections,
+                       resolve_on_failure=True)
 
 
 def entry_sims(cfg: RunConfig) -> list[SimConfig]:

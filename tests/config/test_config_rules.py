@@ -198,17 +198,17 @@ def test_pass_rate_refuses_groups_of_one(tmp_path: Path) -> None:
         tmp_path,
         "train: {task_sampler: pass_rate}\nenvironments: [{name: a, workflow_config: {group_size: 1}}, {name: b}]",
     )
-    assert run == [
-        "environments.0.workflow_config.group_size: pass_rate chooses tasks likely to mix passes and failures, which a group of one "
-        "never does (train.task_sampler: pass_rate); use uniform, or a group size of 2 or more"
+    assert run == [  # at the sampler's key, as platoon 0.4.0 names it
+        "train.task_sampler: pass_rate chooses tasks likely to mix passes and failures, which a group of one "
+        "never does (environments[a] has group_size 1); use uniform, or a group size of 2 or more"
     ]
     entry = problems(
         tmp_path,
         "train: {workflow_config: {group_size: 1}}\nenvironments: [{name: a, task_sampler: pass_rate}, {name: b}]",
     )
     assert entry == [
-        "train.workflow_config.group_size: pass_rate chooses tasks likely to mix passes and failures, which a group of one "
-        "never does (environments.0.task_sampler: pass_rate); use uniform, or a group size of 2 or more"
+        "environments.0.task_sampler: pass_rate chooses tasks likely to mix passes and failures, which a group of one "
+        "never does (environments[a] has group_size 1); use uniform, or a group size of 2 or more"
     ]
 
 
