@@ -18,7 +18,6 @@ knew it. Rules it keeps:
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import signal
 import sys
@@ -41,7 +40,8 @@ def die_with_parent(parent: int | None) -> bool:
     armed = False
     if sys.platform.startswith("linux"):
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            # the process's own symbols (libc's among them): find_library would run ldconfig in every worker
+            libc = ctypes.CDLL(None, use_errno=True)
             armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
         except (OSError, AttributeError):
             armed = False

@@ -138,8 +138,7 @@ def _kill_mid_run(tmp_path, method: str) -> tuple[dict[int, str], list[int], flo
             tree.update(_tree(proc.pid))
             now = _tree(proc.pid)
             worker_now = any(("spawn_main" in c) if method == "exec" else
-                             ("forkserver" not in c and "resource_tracker" not in c and "screen" not in c
-                              and pid not in _tree_children(proc.pid)) for pid, c in now.items())
+                             ("forkserver" in c and pid not in _tree_children(proc.pid)) for pid, c in now.items())
             if worker_now:  # a training rollout's or the first evaluation's: a worker either way
                 tree.update(now)
                 break
