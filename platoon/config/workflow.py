@@ -129,14 +129,17 @@ _WORKER_KEYS = frozenset({
     "worker_launch_concurrent_groups", "worker_rss_soft_limit_bytes", "worker_mem_available_floor_bytes",
     "worker_binding_poll_seconds", "worker_unbounded_rollout_budget_seconds", "worker_python_env_isolation",
 })
-"""The rollout-worker keys. Of them ``rollout_isolation``, ``worker_start_method``, ``worker_preload`` and
-``worker_termination_grace_seconds`` act (``platoon.live.workers``, docs/rollout-workers.md), and
+"""The rollout-worker keys. Of them ``rollout_isolation``, ``worker_start_method``, ``worker_preload``,
+``worker_termination_grace_seconds``, ``worker_parent_grace_seconds`` and the launch gate's
+``worker_launch_concurrent_groups``, ``worker_rss_soft_limit_bytes`` and ``worker_mem_available_floor_bytes`` act
+(``platoon.live.workers``, docs/rollout-workers.md), and
 ``worker_startup_budget_seconds`` sets the start limit's timer (``platoon.policy.start_limit``); the rest are
 ``NO_EFFECT``."""
 
 _WORKER_KEYS_ACTING = frozenset({
     "rollout_isolation", "worker_start_method", "worker_preload", "worker_termination_grace_seconds",
-    "worker_startup_budget_seconds",
+    "worker_startup_budget_seconds", "worker_parent_grace_seconds", "worker_launch_concurrent_groups",
+    "worker_rss_soft_limit_bytes", "worker_mem_available_floor_bytes",
 })
 
 
@@ -202,17 +205,33 @@ class WorkflowConfig(ConfigModel):
     )
     worker_startup_budget_seconds: float = Field(
         300.0, gt=0, le=MAX_SECONDS,
-        description="A worker's start-up budget; here it sets the start limit's timer (this plus 300 s).",
+        description="A worker's start-up budget; here it sets the start limit's timer (this plus 300 s) and bounds "
+        "a launch's wait for memory (worker_mem_available_floor_bytes, worker_rss_soft_limit_bytes).",
     )
     worker_finalize_grace_seconds: float = Field(120.0, ge=0, le=MAX_SECONDS, description="Rollout workers.")
-    worker_parent_grace_seconds: float = Field(60.0, ge=0, le=MAX_SECONDS, description="Rollout workers.")
+    worker_parent_grace_seconds: float = Field(
+        60.0, ge=0, le=MAX_SECONDS,
+        description="How long a rollout worker may outlive its trainer: where the kernel's parent-death signal "
+        "(Linux) does not end it at once, a worker whose trainer is gone is ended this long after.",
+    )
     worker_termination_grace_seconds: float = Field(
         10.0, ge=0, le=MAX_SECONDS,
         description="How long a cancelled rollout worker may take to unwind its rollout before it is killed.",
     )
-    worker_launch_concurrent_groups: int = Field(2, ge=1, description="Rollout workers.")
-    worker_rss_soft_limit_bytes: int = Field(24 * 1024**3, ge=0, le=INT64_MAX, description="Rollout workers.")
-    worker_mem_available_floor_bytes: int = Field(0, ge=0, le=INT64_MAX, description="Rollout workers.")
+    worker_launch_concurrent_groups: int = Field(
+        2, ge=1, description="At most this many groups launch rollout workers at once (a launch: from its start "
+        "to its worker being ready, its imports done); evaluation's episodes are one group.",
+    )
+    worker_rss_soft_limit_bytes: int = Field(
+        24 * 1024**3, ge=0, le=INT64_MAX,
+        description="A worker launch waits while the workers' resident memory in all (each one's PSS, else RSS; "
+        "launches in flight at one worker's estimate) is over this; 0: no limit.",
+    )
+    worker_mem_available_floor_bytes: int = Field(
+        0, ge=0, le=INT64_MAX,
+        description="A worker launch waits while the node's MemAvailable, less the launches in flight at one "
+        "worker's estimate, is under this; 0: no floor.",
+    )
     worker_binding_poll_seconds: float = Field(5.0, gt=0, le=MAX_SECONDS, description="Rollout workers.")
     worker_unbounded_rollout_budget_seconds: float = Field(86400.0, gt=0, le=MAX_SECONDS,
                                                            description="Rollout workers.")

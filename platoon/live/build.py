@@ -28,7 +28,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from platoon.config.effective import eval_concurrency, group_size, sampling, select_tasks
+from platoon.config.effective import (
+    eval_concurrency,
+    group_size,
+    max_concurrent_rollouts,
+    sampling,
+    select_tasks,
+)
 from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.models import EnvironmentConfig, RunConfig
 from platoon.config.plan import sampling_plan
@@ -175,7 +181,11 @@ def rollout_workers(cfg: RunConfig, envs: Mapping[str, Any], *, from_config: boo
              for e in cfg.environments} if from_config else {}
     plan = None if w.worker_python_env_isolation else preload_plan(specs, envs, w.worker_preload)
     pool = WorkerPool(method=w.worker_start_method, plan=plan, env_specs=specs,
-                      grace_s=w.worker_termination_grace_seconds)
+                      grace_s=w.worker_termination_grace_seconds, parent_grace_s=w.worker_parent_grace_seconds,
+                      gate={"floor_bytes": w.worker_mem_available_floor_bytes,
+                            "rss_limit_bytes": w.worker_rss_soft_limit_bytes,
+                            "concurrent_groups": w.worker_launch_concurrent_groups,
+                            "wait_limit_s": w.worker_startup_budget_seconds, "permits": max_concurrent_rollouts(cfg)})
     pool.open()
     return pool
 

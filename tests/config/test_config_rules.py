@@ -431,7 +431,7 @@ def test_keys_of_absent_components_load_with_one_warning_naming_each(tmp_path: P
         tinker_base_url: http://localhost:8000
         train:
           lora_rank: 8
-          workflow_config: {worker_launch_concurrent_groups: 4, worker_binding_poll_seconds: 2, rollout_config: {timeout: 3}}
+          workflow_config: {worker_finalize_grace_seconds: 4, worker_binding_poll_seconds: 2, rollout_config: {timeout: 3}}
         stats: {wandb: {project: p}}
         watchdog: {enabled: false}
         checkpoint: {load_checkpoint_path: 'tinker://x'}
@@ -441,7 +441,7 @@ def test_keys_of_absent_components_load_with_one_warning_naming_each(tmp_path: P
     (warning,) = config_warnings(cfg)
     keys = warning.split(": no effect here")[0].split(", ")
     assert sorted(keys) == sorted([
-        "tinker_base_url", "train.lora_rank", "train.workflow_config.worker_launch_concurrent_groups",
+        "tinker_base_url", "train.lora_rank", "train.workflow_config.worker_finalize_grace_seconds",
         "train.workflow_config.worker_binding_poll_seconds", "train.workflow_config.rollout_config.timeout",
         "stats.wandb", "watchdog", "checkpoint.load_checkpoint_path", "environments.0.harness",
         "environments.0.workflow_config.filter_errors",

@@ -31,6 +31,7 @@ import asyncio
 import inspect
 import itertools
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import pickle
 import socket
@@ -46,6 +47,7 @@ from platoon.live.lease import background_teardown, first_model_call
 from platoon.live.workers import worker
 from platoon.live.workers.channel import Channel, portable
 from platoon.live.workers.envs import EnvSpec
+from platoon.live.workers.gate import LaunchGate
 from platoon.live.workers.preload import PreloadPlan, open_fork_server
 
 __all__ = ["WorkerDied", "WorkerPool", "node_scratch"]
@@ -81,13 +83,16 @@ class WorkerPool:
     ``method``: ``forkserver`` or ``exec``; ``plan``: what the fork server imports beyond the worker's stack
     (``platoon.live.workers.preload``; None: nothing at all, as under ``worker_python_env_isolation``); ``env_specs``: the
     entries' environments as the config names them (a worker builds them, or finds them in its fork server); an
-    environment without a spec travels pickled. ``grace_s``: how long a cancelled worker may take to unwind.
+    environment without a spec travels pickled. ``grace_s``: how long a cancelled worker may take to unwind;
+    ``parent_grace_s``: how long a worker may outlive this process (``platoon.live.workers.lifeline``); ``gate``:
+    the ``LaunchGate``'s keywords (its floor, soft limit, groups at once, wait limit, permits, memory readers).
     ``audit_opens``: workers count the files they open (``opens``, for benchmarks).
     """
 
     def __init__(self, *, method: str = "forkserver", plan: PreloadPlan | None = None,
                  env_specs: Mapping[str, EnvSpec] | None = None, grace_s: float = 10.0,
-                 scratch: Path | None = None, audit_opens: bool = False) -> None:
+                 scratch: Path | None = None, audit_opens: bool = False, parent_grace_s: float = 60.0,
+                 gate: Mapping[str, Any] | None = None) -> None:
         if method not in ("forkserver", "exec"):
             raise ValueError(f"method must be 'forkserver' or 'exec', got {method!r}")
         self.method = method
@@ -95,6 +100,7 @@ class WorkerPool:
         self.plan = plan
         self.env_specs = dict(env_specs or {})
         self.grace_s = float(grace_s)
+        self.parent_grace_s = float(parent_grace_s)
         self.scratch = scratch or node_scratch()
         self.audit_opens = audit_opens
         self.messages: list[tuple[str, str]] = []  # everything logged, (level, message)
@@ -105,6 +111,7 @@ class WorkerPool:
         self._names = itertools.count()
         self._pickled: dict[int, tuple[Any, bytes]] = {}
         self._alive: set[_Worker] = set()
+        self.gate = LaunchGate(alive=self._pids, method=method, log=self.log, **dict(gate or {}))
         self._reaping: set[asyncio.Task] = set()
         self.startup_s: list[float] = []  # each worker's seconds from its start to its first model call
         self.opens: list[int] = []  # with audit_opens: the files each worker opened
@@ -145,7 +152,7 @@ class WorkerPool:
         episode = worker.WorkflowEpisode(self._pickle(workflow, lambda: (type(workflow), _state(workflow))),
                                          pickle.dumps(row))
         service = _FirstCall(workflow.service, on_first_call=lambda: None)  # the worker signals its own first call
-        rollout = await self.run_job(episode, workflow.envs, service, warn=workflow.warn)
+        rollout = await self.run_job(episode, workflow.envs, service, warn=workflow.warn, group=row.key)
         # routing ids are counted here, where every call of the rollout is served (the worker's watch is mute)
         for warning in workflow.routing.rollout_ended(f"rollout {row.member} of task {row.task_id} (group {row.key})",
                                                       calls=service.calls, present=service.routed):
@@ -153,20 +160,28 @@ class WorkerPool:
         return rollout
 
     async def run_job(self, episode: worker.Episode, envs: Mapping[str, Any], service: Any, *,
-                      warn: Callable[[str], None], first_call: Callable[[], None] = first_model_call) -> Any:
+                      warn: Callable[[str], None], first_call: Callable[[], None] = first_model_call,
+                      group: Any = "eval") -> Any:
         """Run ``episode`` in a worker, playing ``envs`` (by entry: an entry of ``env_specs`` is built from its spec,
         or found in the fork server; any other travels pickled); its value (or its exception). The worker's service
         calls are made on ``service`` (a caller that counts calls or routing ids wraps it), its first model call
         calls ``first_call``, its warnings go to ``warn``. Cancelled, the worker is cancelled, then killed after
-        ``grace_s``, before this raises; its background teardowns hold the caller's lease block, if any."""
+        ``grace_s``, before this raises; its background teardowns hold the caller's lease block, if any. The launch
+        goes through the gate first, as one of ``group``'s (evaluation's episodes: one group)."""
         await self.ready()
         job, files = self._job(episode, envs, service)
-        w = await self._start(job, files)
+        launch = await self.gate.admit(group)
+        try:
+            w = await self._start(job, files)
+        except BaseException:
+            launch.done()
+            raise
+        w.launch = launch
         try:
             result, teardowns = await self._serve(w, service, warn, first_call)
         except BaseException:
             await _unwound(w.stop(self.grace_s))
-            self._alive.discard(w)
+            self._gone(w)
             raise
         if teardowns:
             background_teardown(self._finish(w, teardown=True))
@@ -207,22 +222,36 @@ class WorkerPool:
 
     async def _start(self, job: bytes, files: tuple[Path, Path]) -> _Worker:
         ours, theirs = socket.socketpair()
-        proc = self._ctx.Process(target=worker.main, args=(theirs, job), daemon=True, name="platoon-rollout")
         started = time.perf_counter()
-        start = asyncio.get_running_loop().run_in_executor(self._starter, proc.start)
+        start = asyncio.get_running_loop().run_in_executor(self._starter, self._spawn, theirs, job)
         try:
-            await asyncio.shield(start)
+            proc = await asyncio.shield(start)
         except BaseException:
-            await _unwound(start)
-            theirs.close()
-            ours.close()
-            w = _Worker(proc, None, files, started)
-            await _unwound(w.stop(0.0))
+            try:
+                proc = await _unwound(start)
+            finally:
+                theirs.close()
+                ours.close()
+            await _unwound(_Worker(proc, None, files, started).stop(0.0))
             raise
         theirs.close()
         w = _Worker(proc, await Channel.open(ours), files, started)
         self._alive.add(w)
         return w
+
+    def _spawn(self, theirs: socket.socket, job: bytes) -> Any:
+        """Start a worker (in a start thread, which lives as long as the pool: the kernel's parent-death signal is
+        tied to the thread that created the process); the process. Its parent, for the worker's check that it
+        still has one: the fork server (started now if it is not running) or this process."""
+        parent = os.getpid()
+        if self.method == "forkserver":
+            server = multiprocessing.forkserver._forkserver
+            server.ensure_running()
+            parent = server._forkserver_pid
+        proc = self._ctx.Process(target=worker.main, args=(theirs, job, parent, os.getpid(), self.parent_grace_s),
+                                 daemon=True, name="platoon-rollout")
+        proc.start()
+        return proc
 
     async def _serve(self, w: _Worker, service: Any, warn: Callable[[str], None],
                      first_call: Callable[[], None]) -> tuple[Any, int]:
@@ -234,7 +263,10 @@ class WorkerPool:
                 if message is None:
                     raise await w.died()
                 kind = message[0]
-                if kind == "call":
+                if kind == "ready":
+                    if w.launch is not None:
+                        w.launch.done(w.proc.pid)
+                elif kind == "call":
                     _, i, name, args, kwargs = message
                     w.first_call(self.startup_s)
                     calls[i] = asyncio.ensure_future(_answer(w.chan, i, service, name, args, kwargs))
@@ -272,8 +304,19 @@ class WorkerPool:
             if not await w.exited(self.grace_s):
                 await w.stop(0.0)
         finally:
+            w.kill()  # cancelled meanwhile (its teardown wait ran out, a stop): a worker left alive would linger
             w.remove_files()
-            self._alive.discard(w)
+            self._gone(w)
+
+    def _gone(self, w: _Worker) -> None:
+        """``w`` has ended (or is ending): out of the live set, its launch (if still open) given back."""
+        self._alive.discard(w)
+        if w.launch is not None:
+            w.launch.done()
+        self.gate.changed()
+
+    def _pids(self) -> list[int]:
+        return [w.proc.pid for w in self._alive if w.proc.pid is not None and w.proc.exitcode is None]
 
     def _reap(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -305,6 +348,7 @@ class _Worker:
     def __init__(self, proc: Any, chan: Channel | None, files: tuple[Path, Path], started: float) -> None:
         self.proc, self.chan, self.files = proc, chan, files
         self.started = started
+        self.launch: Any = None  # its LaunchGate admission, until it is ready
         self._first_call = False
         self._ended: asyncio.Future | None = None
 

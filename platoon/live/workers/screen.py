@@ -15,6 +15,9 @@ then forks one throwaway child per candidate; each child takes its state, applie
 - no seed drawn from the OS for a numpy generator (calls of ``secrets.randbits``, through which numpy seeds,
   counted; numpy's own global generator, which each worker reseeds, is seeded with the stack, by ``_stack``).
 
+Each of these processes ends with the one that started it (``platoon.live.workers.lifeline``: the trainer's screening
+thread waits in ``subprocess.run`` for the interpreter, which forks its children from its one thread).
+
 ``screen`` returns, for each candidate, what it left (empty: safe) and how many modules it imported. A candidate that
 fails to import or build is not safe either ("failed: ..."), nor, when the screening interpreter itself fails, any.
 """
@@ -29,6 +32,8 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from platoon.live.workers.lifeline import die_with_parent
 
 __all__ = ["THREAD_GRACE_S", "WORKER_STACK", "screen"]
 
@@ -57,7 +62,7 @@ def screen(candidates: Sequence[Mapping[str, Any]], *, timeout_s: float = 300.0)
 
 def _screen(candidates: Sequence[Mapping[str, Any]], timeout_s: float) -> dict[str, dict[str, Any]]:
     try:
-        done = subprocess.run([sys.executable, "-m", "platoon.live.workers.screen"],
+        done = subprocess.run([sys.executable, "-m", "platoon.live.workers.screen", str(os.getpid())],
                               input=json.dumps({"sys_path": sys.path, "candidates": list(candidates)}),
                               capture_output=True, text=True, timeout=timeout_s, env=os.environ.copy())
         if done.returncode != 0:
@@ -80,8 +85,10 @@ def _main() -> None:
     children = []
     for c in candidates:
         read, write = os.pipe()
+        screening = os.getpid()
         pid = os.fork()
         if pid == 0:
+            die_with_parent(screening)
             os.close(read)
             try:
                 verdict = _check(c)
@@ -201,4 +208,5 @@ def _count_seeds() -> None:
 
 
 if __name__ == "__main__":
+    die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else None)  # the trainer's pid, which started it
     _main()

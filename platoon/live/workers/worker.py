@@ -9,6 +9,7 @@ the real model service (batched with every other rollout's) and sends back its v
 worker sends:
 
 - ``("call", i, name, args, kwargs)`` / ``("drop", i)``: a service call, and its cancellation;
+- ``("ready",)``: its episode is set up (after its imports; the trainer's launch gate measures it then);
 - ``("first_call",)``: the rollout's first model call (``first_model_call``): its start slot comes back;
 - ``("warn", message)``: the episode's warnings; ``("env_step", start, end)``: a traced rollout's step, on the
   monotonic clock;
@@ -16,7 +17,9 @@ worker sends:
   (``teardowns`` > 0), ``("teardowns_done",)`` once they have ended.
 
 It reads ``("reply", i, ok, value)`` and ``("cancel",)``: a cancel (or its trainer gone: the connection closed)
-cancels the rollout, which unwinds as it would in the trainer, and the worker ends. The worker writes a readiness
+cancels the rollout, which unwinds as it would in the trainer, and the worker ends. It ends with its trainer
+however the trainer ends (``platoon.live.workers.lifeline``: the kernel's parent-death signal, and a watch that ends
+it ``worker_parent_grace_seconds`` after its trainer is gone, for a rollout that does not unwind). The worker writes a readiness
 file once its episode is set up (its workflow built) and keeps a diagnostics file (``faulthandler``'s output: a crash's traceback) in
 node-local scratch, and removes both when it ends; the trainer removes what a killed worker could not.
 
@@ -42,6 +45,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from platoon.live.workers.channel import Channel, portable
+from platoon.live.workers.lifeline import die_with_parent, watch_parent
 
 __all__ = ["Episode", "Job", "ServiceProxy", "WorkflowEpisode", "cuda_started", "main", "report", "reseed"]
 
@@ -146,11 +150,19 @@ class ServiceProxy:
                         future.set_exception(value)
 
 
-def main(sock: socket.socket, job_bytes: bytes) -> None:
-    """The worker's entry point (a ``multiprocessing.Process`` target)."""
+def main(sock: socket.socket, job_bytes: bytes, parent: int | None = None, trainer: int | None = None,
+         parent_grace_s: float = 60.0) -> None:
+    """The worker's entry point (a ``multiprocessing.Process`` target). ``parent``: the pid that starts it (the
+    trainer under ``exec``, the fork server under ``forkserver``), ``trainer``: the trainer's; the worker ends with
+    either (``platoon.live.workers.lifeline``), outliving its trainer at most ``parent_grace_s``."""
+    die_with_parent(parent)  # first: a trainer killed from here on takes the worker with it
+    files: list[str] = []  # the watch removes them when it ends the worker
+    if trainer is not None:
+        watch_parent(os.getppid() if parent is None else parent, trainer, parent_grace_s, files)
     # A Ctrl-C reaches the whole process group: the trainer decides what becomes of its rollouts (it cancels them).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     job: Job = pickle.loads(job_bytes)
+    files += [job.ready_file, job.diagnostics_file]
     if job.audit_opens:
         sys.addaudithook(_count_opens)
     reseed()
@@ -177,6 +189,7 @@ async def _serve(sock: socket.socket, job: Job) -> None:
         await chan.drain()
         return
     _write_ready(job)
+    chan.send("ready")  # the trainer's launch gate counts it launched: its imports done, its memory measurable
     teardowns: list[asyncio.Task] = []
     with rollout_scope(lambda: chan.send("first_call"), teardowns):
         token = rollout_trace.use(_RemoteTrace(chan)) if job.traced else None

@@ -1,0 +1,226 @@
+"""The launch gate: when a rollout worker may start, so that the workers at the run's permits do not exhaust the node.
+
+``WorkerPool`` asks ``LaunchGate.admit(group)`` before it starts each worker and gives the ``Launch`` back once the
+worker is ready (its episode set up: an ``exec`` worker's imports done), or ended. Rules it keeps:
+
+- **groups** (``worker_launch_concurrent_groups``): at most that many groups launch workers at once; a group already
+  launching admits its other members at once (a group's launches stay together); evaluation's episodes are one group;
+- **memory**: a launch waits while the node's available memory (``MemAvailable``, ``/proc/meminfo``) is under
+  ``worker_mem_available_floor_bytes``, or the workers' resident memory in all is over ``worker_rss_soft_limit_bytes``
+  (0: no limit). A worker's resident memory is its proportional set size (PSS, ``/proc/<pid>/smaps_rollup``: its own
+  pages and its share of those it shares, so that workers forked from one fork server do not each count the server's
+  pages), else its RSS (``/proc/<pid>/statm``). The launches in flight (started, not yet ready: still importing)
+  count at one worker's estimate each, against both: the mean of the ready workers measured so far, else
+  ``ESTIMATE_BYTES`` for the start method;
+- **bounded**: a launch waits at most ``wait_limit_s`` (the worker's start-up budget), then goes ahead; and it never
+  waits while none of the pool's workers is alive or launching (nothing of the run's would free memory). The first
+  wait is logged as a warning with its figures, once per pool;
+- **the budget**: once the first worker is measured, when the run's permits of such workers do not fit in what is
+  available (``MemAvailable`` plus what the workers hold), a warning says so with the arithmetic, once.
+
+The memory readers are parameters (``available``, ``resident``), so tests inject figures rather than pressure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+__all__ = ["ESTIMATE_BYTES", "Launch", "LaunchGate", "mem_available", "resident_bytes"]
+
+Logger = Callable[[str, str], None]
+
+ESTIMATE_BYTES = {"exec": 310 * 1024**2, "forkserver": 8 * 1024**2}
+"""A worker's resident memory before any is measured, by start method (docs/rollout-workers.md's benchmark: an
+``exec`` worker of the built-in stack held 310 MB of its own; a forked one 6.4 MB, its share of the server's aside)."""
+
+POLL_S = 0.25
+"""How often a waiting launch looks again (sooner when a worker ends or becomes ready)."""
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def mem_available() -> int | None:
+    """The node's available memory in bytes (``MemAvailable``), None where ``/proc/meminfo`` has none."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def resident_bytes(pid: int) -> int:
+    """Process ``pid``'s resident memory in bytes: its PSS, else its RSS; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1024**3:.1f} GB"
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1024**2:.0f} MB"
+
+
+class Launch:
+    """One admitted launch: give it back (``done``) once its worker is ready or ended; ``measure`` it when ready."""
+
+    def __init__(self, gate: LaunchGate, group: Hashable, waited_s: float) -> None:
+        self._gate, self.group, self.waited_s = gate, group, waited_s
+        self._open = True
+
+    def done(self, pid: int | None = None) -> None:
+        """The worker is ready (``pid``: measure it) or gone (None); idempotent."""
+        if self._open:
+            self._open = False
+            self._gate._ended(self.group, pid)
+
+
+class LaunchGate:
+    """Admits worker launches (see the module docstring). ``alive()``: the pids of the pool's workers now;
+    ``permits``: the run's rollout permits (None: no budget warning); ``method``: the start method (its estimate)."""
+
+    def __init__(self, *, alive: Callable[[], Iterable[int]], method: str = "forkserver", floor_bytes: int = 0,
+                 rss_limit_bytes: int = 0, concurrent_groups: int = 0, wait_limit_s: float = 300.0,
+                 permits: int | None = None, log: Logger | None = None,
+                 available: Callable[[], int | None] = mem_available,
+                 resident: Callable[[int], int] = resident_bytes, poll_s: float = POLL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._alive, self.method = alive, method
+        self.floor_bytes, self.rss_limit_bytes = int(floor_bytes), int(rss_limit_bytes)
+        self.concurrent_groups, self.wait_limit_s = int(concurrent_groups), float(wait_limit_s)
+        self.permits = permits
+        self._log = log or (lambda level, message: None)
+        self._available, self._resident, self.poll_s, self._clock = available, resident, poll_s, clock
+        self._groups: dict[Hashable, int] = {}  # the groups launching: their launches in flight
+        self._measured: list[int] = []  # the ready workers' resident memory, each as measured once ready
+        self._changed: asyncio.Event | None = None
+        self._warned_wait = self._warned_budget = False
+        self.waits: list[float] = []  # each launch's seconds in the gate
+
+    # ----------------------------------------------------------------------------------------------- admitting
+    async def admit(self, group: Hashable) -> Launch:
+        """Wait until a launch of ``group`` may start (bounded: ``wait_limit_s``); the admitted ``Launch``."""
+        began = self._clock()
+        while True:
+            why = self._why_wait(group)
+            if why is None:
+                break
+            waited = self._clock() - began
+            if waited >= self.wait_limit_s:
+                self._log("warning", f"a rollout worker launch waited {waited:.0f}s, its limit "
+                          f"(worker_startup_budget_seconds), and goes ahead: {why}")
+                break
+            if not self._warned_wait:
+                self._warned_wait = True
+                self._log("warning", f"rollout worker launches wait: {why}")
+            await self._changes(self.poll_s)
+        self._groups[group] = self._groups.get(group, 0) + 1
+        waited = self._clock() - began
+        self.waits.append(waited)
+        return Launch(self, group, waited)
+
+    def _why_wait(self, group: Hashable) -> str | None:
+        """Why a launch of ``group`` must wait now (None: it need not)."""
+        in_flight = sum(self._groups.values())
+        if (self.concurrent_groups and group not in self._groups
+                and len(self._groups) >= self.concurrent_groups):
+            return (f"{len(self._groups)} group(s) are launching workers, worker_launch_concurrent_groups "
+                    f"{self.concurrent_groups}")
+        if not self.floor_bytes and not self.rss_limit_bytes:
+            return None
+        alive = list(self._alive())
+        if not alive and not in_flight:
+            return None  # nothing of the run's would free memory: waiting could only stall it
+        each = self.estimate()
+        pending = in_flight * each
+        reasons = []
+        if self.floor_bytes:
+            available = self._available()
+            if available is not None and available - pending < self.floor_bytes:
+                reasons.append(f"{_gb(available)} available{self._with(in_flight, each)}, under "
+                               f"worker_mem_available_floor_bytes {_gb(self.floor_bytes)}")
+        if self.rss_limit_bytes:
+            held = sum(self._resident(pid) for pid in alive)
+            if held + pending > self.rss_limit_bytes:
+                reasons.append(f"{len(alive)} worker(s) hold {_gb(held)} resident{self._with(in_flight, each, '+')}, "
+                               f"over worker_rss_soft_limit_bytes {_gb(self.rss_limit_bytes)}")
+        return "; ".join(reasons) or None
+
+    @staticmethod
+    def _with(in_flight: int, each: int, sign: str = "-") -> str:
+        return f" ({sign} {in_flight} launch(es) in flight at ~{_mb(each)} each)" if in_flight else ""
+
+    def estimate(self) -> int:
+        """One worker's resident memory: the mean of those measured, else the start method's estimate."""
+        if self._measured:
+            return sum(self._measured) // len(self._measured)
+        return ESTIMATE_BYTES.get(self.method, ESTIMATE_BYTES["exec"])
+
+    async def _changes(self, timeout_s: float) -> None:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        self._changed.clear()
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout_s)
+        except TimeoutError:
+            pass
+
+    def changed(self) -> None:
+        """Something the gate weighs changed (a worker ended): waiting launches look again now."""
+        if self._changed is not None:
+            self._changed.set()
+
+    # ------------------------------------------------------------------------------------------------ ending
+    def _ended(self, group: Hashable, pid: int | None) -> None:
+        left = self._groups.get(group, 0) - 1
+        if left > 0:
+            self._groups[group] = left
+        else:
+            self._groups.pop(group, None)
+        if pid is not None:
+            size = self._resident(pid)
+            if size > 0:
+                self._measured.append(size)
+                if len(self._measured) == 1:
+                    self._check_budget(size)
+        self.changed()
+
+    def _check_budget(self, each: int) -> None:
+        """Warn, once, when the run's permits of workers this size do not fit in what is available to them."""
+        if self._warned_budget or not self.permits:
+            return
+        available = self._available()
+        if available is None:
+            return
+        held = sum(self._resident(pid) for pid in self._alive())
+        room = available + held
+        need = self.permits * each
+        if need > room:
+            self._warned_budget = True
+            self._log("warning", f"rollout workers ({self.method}) at the run's permits do not fit this node: "
+                      f"{self.permits} permits x {_mb(each)} per worker = {_gb(need)}, more than the {_gb(room)} "
+                      f"available (MemAvailable {_gb(available)} plus the workers' {_gb(held)}); launches wait "
+                      f"for memory only under worker_mem_available_floor_bytes / worker_rss_soft_limit_bytes, so "
+                      f"set those or fewer permits (train.max_concurrent_rollouts)")
+
+    def state(self) -> dict[str, Any]:
+        """The groups launching and the launches in flight (for tests and diagnostics)."""
+        return {"groups": len(self._groups), "in_flight": sum(self._groups.values())}
