@@ -160,3 +160,42 @@ def test_awaitable_calls_are_awaited_by_play_episode_and_refused_by_play_batch()
     with pytest.raises(TypeError, match="awaitables"):
         play_text_batch(SyncModel(), env, [env.task("t")], RoleColonRenderer(TOK), temperature=1.0, seeds=[0],
                         limits=Limits())
+
+
+def test_a_turn_runs_at_most_its_bound_of_tool_calls_and_answers_the_rest_with_an_error_the_model_sees():
+    eot = TOK.token("<eot>")
+    many = TOK.encode(" ; ".join(["say a"] * 40)) + [eot]
+    env = Parrot()
+    rollout = TextRollout(env, env.task("t"), RoleColonRenderer(TOK), Limits(max_tool_calls=3))
+    calls = rollout.take(many, [0.0] * len(many), 0)
+    assert len(calls) == 3 and len(rollout.messages[-1].tool_calls) == 40  # the message keeps every call parsed
+    for call in calls:
+        assert rollout.answer(call, rollout.episode.call(call))
+    rollout.close()
+    text = TOK.decode(rollout.context)
+    assert text.count("not run: a turn runs at most 3 tool calls") == 37
+    assert "and this was call 4 of its turn" in text and "and this was call 40 of its turn" in text
+    assert rollout.turns[0].tokens == tuple(many)  # what trains is exactly what was sampled
+    assert len(rollout.episode.calls) == 3
+
+
+def test_a_completion_of_a_thousand_calls_runs_the_default_bound_and_the_episode_goes_on():
+    from platoon.live.agent.harness import MAX_TOOL_CALLS
+
+    eot = TOK.token("<eot>")
+    thousand = TOK.encode(" ; ".join(["say b"] * 1000)) + [eot]
+    service = Scripted([thousand, TOK.encode("say ab") + [eot], TOK.encode("stop") + [eot]])
+
+    class Counting(Parrot):
+        def task(self, task_id):  # room for the whole completion in one turn
+            return Task(task_id, "train", max_turns=4, max_action_tokens=len(thousand))
+
+        def episode(self, task):
+            self.last = super().episode(task)
+            return self.last
+
+    env = Counting()
+    rollout = asyncio.run(play_text_episode(service, env, env.task("t"), RoleColonRenderer(TOK), temperature=1.0,
+                                            seed=0))
+    assert [c.name for c in env.last.calls].count("say") == MAX_TOOL_CALLS + 1 and rollout.success
+    assert rollout.turns[0].tokens == tuple(thousand)

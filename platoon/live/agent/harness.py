@@ -47,6 +47,8 @@ __all__ = ["NUDGE", "Limits", "TextRollout", "default_renderer", "play_text_batc
            "tiny_tokenizer"]
 
 NUDGE = "call a tool"
+MAX_TOOL_CALLS = 32
+"""The tool calls one turn runs at most, by default (``Limits.max_tool_calls``)."""
 """The user message that answers a completion with no tool call."""
 
 
@@ -67,11 +69,14 @@ def default_renderer(envs: Iterable[Any]) -> Renderer:
 @dataclass(frozen=True)
 class Limits:
     """A rollout's budgets beyond its task's own: ``max_new_tokens`` caps each turn, ``max_turns`` the turns,
-    ``context_window`` the context (None: no cap of that kind)."""
+    ``context_window`` the context (None: no cap of that kind); ``max_tool_calls`` the tool calls one turn runs (a
+    completion that makes more runs the first ones, and each of the others is answered with an error the model sees,
+    so that a model that writes thousands of calls costs the environment no more than this a turn)."""
 
     max_new_tokens: int | None = None
     max_turns: int | None = None
     context_window: int | None = None
+    max_tool_calls: int = MAX_TOOL_CALLS
 
 
 class TextRollout:
@@ -94,6 +99,8 @@ class TextRollout:
         cap = limits.max_new_tokens
         self._per_turn = task.max_action_tokens if cap is None else min(task.max_action_tokens, cap)
         self._window = limits.context_window
+        self._max_calls = limits.max_tool_calls
+        self._beyond: tuple[ToolCall, ...] = ()  # the turn's calls past the bound: answered, not run
         self._new: list[Message] = []
         self._closed = True
 
@@ -113,7 +120,8 @@ class TextRollout:
         self._closed = ends_with_stop(tokens, self.renderer.stop_sequences)
         message = parse_completion(self.renderer, tokens, self.tools)
         self.messages.append(message)
-        self.calls = tuple(message.tool_calls)
+        cap = self._max_calls
+        self.calls, self._beyond = tuple(message.tool_calls[:cap]), tuple(message.tool_calls[cap:])
         self._new = [] if self.calls else [Message("user", NUDGE)]
         return self.calls
 
@@ -129,6 +137,9 @@ class TextRollout:
         and the renderer's ids for the new messages and the next generation prompt."""
         if self.ended is not None:
             return
+        self._new += [Message("tool", f"not run: a turn runs at most {self._max_calls} tool calls, and this was call "
+                                      f"{self._max_calls + 1 + i} of its turn", tool_call_id=call.id, name=call.name)
+                      for i, call in enumerate(self._beyond)]
         last = self.turns[-1]
         self.context = (list(last.prompt) + list(last.tokens)
                         + list(self.renderer.extend(self.messages, self._new, self.tools, closed=self._closed)))
