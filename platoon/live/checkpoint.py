@@ -1,4 +1,4 @@
-"""A live run's directory: its logs as the runtime drains them, full checkpoints, and what a resume starts from.
+"""A live run's directory: its creation, its full checkpoints' contents, and what a resume starts from.
 
 What this module owns: the live backend's use of ``platoon.runs`` (the only writer of run artifacts). A full
 checkpoint ``checkpoints/<step>/`` holds
@@ -18,9 +18,9 @@ trained a group), ``start``, the ``tasks`` and ``dispatch`` records ``{file, sha
 
 Rules it keeps:
 
-- The files and row come from the driver (``Driver.checkpoint``: the same fields as a simulated run's), with
-  ``trainer.pt`` added here and ``clock_s`` and ``logs`` by the runtime (a simulated run keeps its clock in its own
-  state file instead).
+- The files and row come from the driver (``SaveCheckpoint``: the same fields as a simulated run's), with
+  ``trainer.pt`` and ``clock_s`` added by the live runtime and ``logs`` by its run session (a simulated run keeps
+  its clock in its own state file instead).
 - The state is captured on the event loop, between two dispatcher calls (every event drained and flushed, so the
   log lengths match the state); only the writing may happen off the loop.
 - A resume takes the newest checkpoint whose trainer state reads back (``load_latest_checkpoint``; each newer one
@@ -47,7 +47,6 @@ from typing import Any
 
 from platoon.runs import (
     CheckpointError,
-    JsonlWriter,
     LoadedCheckpoint,
     RunDir,
     iter_jsonl,
@@ -55,7 +54,6 @@ from platoon.runs import (
     load_latest_checkpoint,
     read_checkpoint_file,
     read_checkpoint_rows,
-    save_checkpoint,
     stats_file_name,
 )
 
@@ -118,14 +116,13 @@ class ResumePoint:
 
 
 class LiveRunDir:
-    """The run directory of one start of a live run: writers for its logs and its checkpoints."""
+    """The run directory of one start of a live run: created, or claimed for a resume, and what a resume starts from
+    (its writes are the run session's: ``platoon.runs.session``)."""
 
     def __init__(self, path: str | os.PathLike[str] | RunDir, *, keep: int | None = None) -> None:
         self.rd = path if isinstance(path, RunDir) else RunDir(path)
         self.path = self.rd.path
-        self.keep = keep  # checkpoint.keep_recovery: recovery checkpoints ``save`` keeps (None: every one)
-        self._metrics: JsonlWriter | None = None
-        self._events: JsonlWriter | None = None
+        self.keep = keep  # checkpoint.keep_recovery: the recovery checkpoints a run session keeps (None: every one)
 
     # ------------------------------------------------------------------------------------------- creating
     @classmethod
@@ -146,8 +143,7 @@ class LiveRunDir:
         return cls(RunDir.claim(path))
 
     def release(self) -> None:
-        """Close the logs and give the writer lock back (idempotent)."""
-        self.close()
+        """Give the writer lock back (idempotent)."""
         self.rd.release()
 
     def resume_point(self) -> ResumePoint:
@@ -207,35 +203,3 @@ class LiveRunDir:
     def cut_logs(self, row: Mapping[str, Any]) -> None:
         """Cut the run's logs back to the lengths the checkpoint ``row`` recorded (``RunDir.cut_logs``)."""
         self.rd.cut_logs(row.get("logs") or {})
-
-    # ------------------------------------------------------------------------------------------- writing
-    def write_events(self, events: list[dict]) -> None:
-        if not events:
-            return
-        if self._events is None:
-            self._events = self.rd.events_writer()
-        for event in events:
-            self._events.write(event)
-
-    def write_metrics(self, row: dict) -> None:
-        if self._metrics is None:
-            self._metrics = self.rd.metrics_writer()
-        self._metrics.write(row)
-
-    def log_lengths(self) -> dict[str, int]:
-        return self.rd.log_lengths()
-
-    def save(self, done: int, files: Mapping[str, object], row: dict, permanent: bool = False) -> dict:
-        """Write the checkpoint of ``done`` steps (files and row from ``checkpoint_payload``, ``logs`` added),
-        kept for good when ``permanent``, else among the newest ``keep`` recovery checkpoints."""
-        return save_checkpoint(self.rd, done, files, row, keep=self.keep, permanent=permanent)
-
-    def mark_finished(self, steps: int, start: int | None = None) -> None:
-        """The run reached the end of its plan (``lock.json``'s ``finished``)."""
-        self.rd.mark_finished(steps, start)
-
-    def close(self) -> None:
-        for writer in (self._metrics, self._events):
-            if writer is not None:
-                writer.close()
-        self._metrics = self._events = None

@@ -177,8 +177,6 @@ class LiveRuntime:
             await workers.aclose()
         self.session.drain(self.driver.take_outbox())
         self.session.close()
-        if self.run_dir is not None:
-            self.run_dir.close()
         close = getattr(self.service, "aclose", None)
         if close is not None:
             await close()
