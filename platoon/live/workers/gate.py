@@ -40,6 +40,9 @@ ESTIMATE_BYTES = {"exec": 310 * 1024**2, "forkserver": 8 * 1024**2}
 POLL_S = 0.25
 """How often a waiting launch looks again (sooner when a worker ends or becomes ready)."""
 
+REREAD_S = 2.0
+"""How long a worker's resident memory, once read, stands for it (``LaunchGate._held``)."""
+
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -111,6 +114,7 @@ class LaunchGate:
         self._available, self._resident, self.poll_s, self._clock = available, resident, poll_s, clock
         self._groups: dict[Hashable, int] = {}  # the groups launching: their launches in flight
         self._measured: list[int] = []  # the ready workers' resident memory, each as measured once ready
+        self._readings: dict[int, tuple[float, int]] = {}  # pid -> (when read, resident bytes)
         self._changed: asyncio.Event | None = None
         self._warned_wait = self._warned_budget = False
         self.waits: list[float] = []  # each launch's seconds in the gate
@@ -158,11 +162,24 @@ class LaunchGate:
                 reasons.append(f"{_gb(available)} available{self._with(in_flight, each)}, under "
                                f"worker_mem_available_floor_bytes {_gb(self.floor_bytes)}")
         if self.rss_limit_bytes:
-            held = sum(self._resident(pid) for pid in alive)
+            held = self._held(alive)
             if held + pending > self.rss_limit_bytes:
                 reasons.append(f"{len(alive)} worker(s) hold {_gb(held)} resident{self._with(in_flight, each, '+')}, "
                                f"over worker_rss_soft_limit_bytes {_gb(self.rss_limit_bytes)}")
         return "; ".join(reasons) or None
+
+    def _held(self, alive: list[int]) -> int:
+        """The workers' resident memory in all, each worker read again at most every ``REREAD_S`` (a launch asks
+        before every worker starts: reading every worker's memory each time would cost the event loop N x N reads)."""
+        now, cache = self._clock(), self._readings
+        for pid in alive:
+            reading = cache.get(pid)
+            if reading is None or now - reading[0] >= REREAD_S:
+                cache[pid] = (now, self._resident(pid))
+        if len(cache) > 2 * len(alive):  # forget the workers that ended
+            alive_set = set(alive)
+            self._readings = cache = {pid: r for pid, r in cache.items() if pid in alive_set}
+        return sum(cache[pid][1] for pid in alive)
 
     @staticmethod
     def _with(in_flight: int, each: int, sign: str = "-") -> str:
