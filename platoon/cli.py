@@ -7,7 +7,9 @@ prints what it returns and maps its errors to exit codes (``exits``). Nothing he
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -366,19 +368,34 @@ def env_list() -> None:
     typer.echo(listing_table(list_environments()))
 
 
+class Terminated(SystemExit):
+    """SIGTERM reached the process: it unwinds (every ``finally`` runs: logs closed, the run's lock given back) as
+    a ``SystemExit``, which no ``except Exception`` stops and the event loop lets through."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated(EXIT_RUNTIME)
+
+
 def main() -> None:
     """Console entry point: run the app and turn its outcome into an exit code.
 
     Usage errors (an unknown option or command, a bad value, no arguments) print their message and exit 64; config
-    and extension errors print their report and exit 78; ``typer.Exit`` exits with its code; an abort, an interrupt,
+    and extension errors print their report and exit 78; ``typer.Exit`` exits with its code; an abort, an interrupt
+    (SIGINT; SIGTERM unwinds too, saying how to go on),
     running out of memory and any other error exit 1 with one line: a user never sees a traceback (unless
     ``PLATOON_TRACEBACK=1``, for a bug report).
     """
     # typer raises click's exceptions; from typer 0.2x on it vendors click, so the class is found through
     # typer's public BadParameter (a UsageError) rather than by importing click
     usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    with contextlib.suppress(ValueError):  # only the main thread may (a caller's other thread keeps its handler)
+        signal.signal(signal.SIGTERM, _terminated)  # unwind: logs closed, the run's lock given back
     try:
         result = app(standalone_mode=False)
+    except Terminated:
+        typer.echo("platoon: terminated (SIGTERM); a run goes on from its last checkpoint with --resume", err=True)
+        sys.exit(EXIT_RUNTIME)
     except usage_error as exc:
         exc.show()
         sys.exit(EXIT_USAGE)
