@@ -120,9 +120,11 @@ def test_the_watch_ends_a_process_its_grace_after_its_trainer_is_gone(tmp_path):
 
 
 # -------------------------------------------------------------------------------------- a killed platoon train
-def _kill_mid_run(tmp_path, method: str) -> tuple[dict[int, str], list[int], float]:
-    """Start ``platoon train`` with rollout workers (``method``), ``SIGKILL`` it while a worker runs; the tree it had
-    started, what of it still runs after 10 s, and how long the rest took to end."""
+def _kill_mid_run(tmp_path, method: str, signum: int = signal.SIGKILL,
+                  ended: list | None = None) -> tuple[dict[int, str], list[int], float]:
+    """Start ``platoon train`` with rollout workers (``method``), send it ``signum`` while a worker runs; the tree it
+    had started, what of it still runs after 10 s, and how long the rest took to end. ``ended`` gets the process's
+    exit code and its stderr, when it ended by itself within a minute of the signal."""
     run, scratch = tmp_path / "run", tmp_path / "scratch"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PLATOON_NODE_SCRATCH": str(scratch)}
     settings = ["train.batch_size=2", "environments.0.workflow_config.group_size=2", "model.d_model=16",
@@ -144,7 +146,10 @@ def _kill_mid_run(tmp_path, method: str) -> tuple[dict[int, str], list[int], flo
                 break
             time.sleep(0.01)
         assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
-        os.kill(proc.pid, signal.SIGKILL)
+        os.kill(proc.pid, signum)
+        if ended is not None:
+            _, err = proc.communicate(timeout=60)
+            ended += [proc.returncode, err.decode()]
     finally:
         proc.kill()
         proc.wait()
@@ -174,3 +179,14 @@ def test_sigkill_of_platoon_train_ends_every_process_it_started(tmp_path, method
     assert tree, "the run started no process"
     assert left == [], f"still running {took:.1f}s after the kill: {[tree[p] for p in left]}"
     assert took < 5.0, took
+
+
+@pytest.mark.live
+@pytest.mark.slow
+def test_sigterm_of_platoon_train_unwinds_it_and_ends_every_process_it_started(tmp_path):
+    ended: list = []
+    tree, left, took = _kill_mid_run(tmp_path, "exec", signal.SIGTERM, ended)
+    returncode, err = ended
+    assert returncode == 1 and "Traceback" not in err, err[-2000:]
+    assert "terminated (SIGTERM); a run goes on from its last checkpoint with --resume" in err
+    assert tree and left == [], f"still running {took:.1f}s after it ended: {[tree[p] for p in left]}"
