@@ -229,8 +229,9 @@ class WorkflowConfig(ConfigModel):
     )
     worker_mem_available_floor_bytes: int = Field(
         0, ge=0, le=INT64_MAX,
-        description="A worker launch waits while the node's MemAvailable, less the launches in flight at one "
-        "worker's estimate, is under this; 0: no floor.",
+        description="A worker launch waits while the memory available (the node's MemAvailable, or its memory "
+        "cgroup's room where less), less the launches in flight at one worker's estimate, is under this; 0: keep "
+        "1 GiB (or 5% of the node's memory, if less) free.",
     )
     worker_binding_poll_seconds: float = Field(5.0, gt=0, le=MAX_SECONDS, description="Rollout workers.")
     worker_unbounded_rollout_budget_seconds: float = Field(86400.0, gt=0, le=MAX_SECONDS,

@@ -5,9 +5,13 @@ worker is ready (its episode set up: an ``exec`` worker's imports done), or ende
 
 - **groups** (``worker_launch_concurrent_groups``): at most that many groups launch workers at once; a group already
   launching admits its other members at once (a group's launches stay together); evaluation's episodes are one group;
-- **memory**: a launch waits while the node's available memory (``MemAvailable``, ``/proc/meminfo``) is under
-  ``worker_mem_available_floor_bytes``, or the workers' resident memory in all is over ``worker_rss_soft_limit_bytes``
-  (0: no limit). A worker's resident memory is its proportional set size (PSS, ``/proc/<pid>/smaps_rollup``: its own
+- **memory**: a launch waits while the node's available memory is under ``worker_mem_available_floor_bytes``, or the
+  workers' resident memory in all is over ``worker_rss_soft_limit_bytes`` (0: no limit). Available memory is
+  ``MemAvailable`` (``/proc/meminfo``), or less where the process's memory cgroup (v2 ``memory.max``, v1
+  ``memory.limit_in_bytes``: a container's limit, which ``/proc/meminfo`` does not show) leaves less room: its limit
+  less its usage, reclaimable page cache (``inactive_file``) aside. A floor of 0 keeps ``reserve_bytes`` (1 GiB, or
+  5% of the node's memory where that is less): below it the next thing to start is the kernel's OOM killer, which
+  would end the run without a word. A worker's resident memory is its proportional set size (PSS, ``/proc/<pid>/smaps_rollup``: its own
   pages and its share of those it shares, so that workers forked from one fork server do not each count the server's
   pages), else its RSS (``/proc/<pid>/statm``). The launches in flight (started, not yet ready: still importing)
   count at one worker's estimate each, against both: the mean of the ready workers measured so far, else
@@ -15,8 +19,9 @@ worker is ready (its episode set up: an ``exec`` worker's imports done), or ende
 - **bounded**: a launch waits at most ``wait_limit_s`` (the worker's start-up budget), then goes ahead; and it never
   waits while none of the pool's workers is alive or launching (nothing of the run's would free memory). The first
   wait is logged as a warning with its figures, once per pool;
-- **the budget**: once the first worker is measured, when the run's permits of such workers do not fit in what is
-  available (``MemAvailable`` plus what the workers hold), a warning says so with the arithmetic, once.
+- **the budget**: when the run's permits of workers do not fit in what is available (plus what the workers hold), a
+  warning says so with the arithmetic: at the pool's opening with the start method's estimate
+  (``check_budget``), else once the first worker is measured, with its measured size; once per pool.
 
 The memory readers are parameters (``available``, ``resident``), so tests inject figures rather than pressure.
 """
@@ -27,9 +32,10 @@ import asyncio
 import os
 import time
 from collections.abc import Callable, Hashable, Iterable
+from pathlib import Path
 from typing import Any
 
-__all__ = ["ESTIMATE_BYTES", "Launch", "LaunchGate", "mem_available", "resident_bytes"]
+__all__ = ["ESTIMATE_BYTES", "Launch", "LaunchGate", "cgroup_room", "mem_available", "reserve_bytes", "resident_bytes"]
 
 Logger = Callable[[str, str], None]
 
@@ -46,16 +52,78 @@ REREAD_S = 2.0
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def mem_available() -> int | None:
-    """The node's available memory in bytes (``MemAvailable``), None where ``/proc/meminfo`` has none."""
+RESERVE_BYTES = 1024**3
+"""What a floor of 0 still keeps available (or 5% of the node's memory, where that is less): see ``reserve_bytes``."""
+
+
+def _meminfo(field: str, path: str = "/proc/meminfo") -> int | None:
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, IndexError, ValueError):
         pass
     return None
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return None if text in ("", "max") else int(text) if text.isdigit() else None
+
+
+def _inactive_file(stat: Path) -> int:
+    try:
+        for line in stat.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name in ("inactive_file", "total_inactive_file") and value.strip().isdigit():
+                return int(value)
+    except OSError:
+        pass
+    return 0
+
+
+def cgroup_room(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> int | None:
+    """What this process's memory cgroup leaves: its limit less its usage, reclaimable page cache aside; None where it
+    sets no limit (or none can be read). cgroup v2 (``memory.max``, ``memory.current``) and v1 (the ``memory``
+    controller's ``memory.limit_in_bytes``, ``memory.usage_in_bytes``); the cgroup's own directory, else the mount's
+    root (a container sees its cgroup there)."""
+    try:
+        lines = Path(proc_cgroup).read_text().splitlines()
+    except OSError:
+        return None
+    base = Path(root)
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        rel = path.lstrip("/")
+        if controllers == "" and path:  # v2's unified hierarchy
+            tries = [(base / rel, "memory.max", "memory.current"), (base, "memory.max", "memory.current")]
+        elif "memory" in controllers.split(","):
+            tries = [(base / "memory" / rel, "memory.limit_in_bytes", "memory.usage_in_bytes"),
+                     (base / "memory", "memory.limit_in_bytes", "memory.usage_in_bytes")]
+        else:
+            continue
+        for directory, limit_file, usage_file in tries:
+            limit, usage = _read_int(directory / limit_file), _read_int(directory / usage_file)
+            if limit is not None and usage is not None and limit < 2**60:  # v1 writes "no limit" as ~2**63
+                return max(0, limit - max(0, usage - _inactive_file(directory / "memory.stat")))
+    return None
+
+
+def mem_available() -> int | None:
+    """The memory available to this process in bytes: the node's ``MemAvailable``, or its cgroup's room where that
+    is less; None where neither can be read."""
+    figures = [f for f in (_meminfo("MemAvailable"), cgroup_room()) if f is not None]
+    return min(figures) if figures else None
+
+
+def reserve_bytes(total: int | None = None) -> int:
+    """The floor a floor of 0 keeps: ``RESERVE_BYTES``, or 5% of ``total`` (the node's ``MemTotal``) if less."""
+    total = _meminfo("MemTotal") if total is None else total
+    return min(RESERVE_BYTES, total // 20) if total else RESERVE_BYTES
 
 
 def resident_bytes(pid: int) -> int:
@@ -98,16 +166,18 @@ class Launch:
 
 class LaunchGate:
     """Admits worker launches (see the module docstring). ``alive()``: the pids of the pool's workers now;
-    ``permits``: the run's rollout permits (None: no budget warning); ``method``: the start method (its estimate)."""
+    ``permits``: the run's rollout permits (None: no budget warning); ``method``: the start method (its estimate);
+    ``reserve``: what a ``floor_bytes`` of 0 keeps available (default ``reserve_bytes()``; 0: nothing)."""
 
     def __init__(self, *, alive: Callable[[], Iterable[int]], method: str = "forkserver", floor_bytes: int = 0,
                  rss_limit_bytes: int = 0, concurrent_groups: int = 0, wait_limit_s: float = 300.0,
                  permits: int | None = None, log: Logger | None = None,
                  available: Callable[[], int | None] = mem_available,
                  resident: Callable[[int], int] = resident_bytes, poll_s: float = POLL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, reserve: int | None = None) -> None:
         self._alive, self.method = alive, method
         self.floor_bytes, self.rss_limit_bytes = int(floor_bytes), int(rss_limit_bytes)
+        self.reserve_bytes = reserve_bytes() if reserve is None else int(reserve)
         self.concurrent_groups, self.wait_limit_s = int(concurrent_groups), float(wait_limit_s)
         self.permits = permits
         self._log = log or (lambda level, message: None)
@@ -148,7 +218,8 @@ class LaunchGate:
                 and len(self._groups) >= self.concurrent_groups):
             return (f"{len(self._groups)} group(s) are launching workers, worker_launch_concurrent_groups "
                     f"{self.concurrent_groups}")
-        if not self.floor_bytes and not self.rss_limit_bytes:
+        floor = self.floor_bytes or self.reserve_bytes
+        if not floor and not self.rss_limit_bytes:
             return None
         alive = list(self._alive())
         if not alive and not in_flight:
@@ -156,11 +227,12 @@ class LaunchGate:
         each = self.estimate()
         pending = in_flight * each
         reasons = []
-        if self.floor_bytes:
+        if floor:
             available = self._available()
-            if available is not None and available - pending < self.floor_bytes:
-                reasons.append(f"{_gb(available)} available{self._with(in_flight, each)}, under "
-                               f"worker_mem_available_floor_bytes {_gb(self.floor_bytes)}")
+            if available is not None and available - pending < floor:
+                under = (f"worker_mem_available_floor_bytes {_gb(floor)}" if self.floor_bytes else
+                         f"the {_gb(floor)} kept free when worker_mem_available_floor_bytes is 0")
+                reasons.append(f"{_gb(available)} available{self._with(in_flight, each)}, under {under}")
         if self.rss_limit_bytes:
             held = self._held(alive)
             if held + pending > self.rss_limit_bytes:
@@ -217,26 +289,30 @@ class LaunchGate:
             if size > 0:
                 self._measured.append(size)
                 if len(self._measured) == 1:
-                    self._check_budget(size)
+                    self.check_budget(size, measured=True)
         self.changed()
 
-    def _check_budget(self, each: int) -> None:
-        """Warn, once, when the run's permits of workers this size do not fit in what is available to them."""
+    def check_budget(self, each: int | None = None, *, measured: bool = False) -> None:
+        """Warn, once, when the run's permits of workers ``each`` bytes in size (default: the estimate) do not fit in
+        what is available to them: the available memory plus what the workers already hold."""
         if self._warned_budget or not self.permits:
             return
         available = self._available()
         if available is None:
             return
+        each = self.estimate() if each is None else each
         held = sum(self._resident(pid) for pid in self._alive())
         room = available + held
         need = self.permits * each
         if need > room:
             self._warned_budget = True
+            size = "measured" if measured else "estimated, none measured yet"
             self._log("warning", f"rollout workers ({self.method}) at the run's permits do not fit this node: "
-                      f"{self.permits} permits x {_mb(each)} per worker = {_gb(need)}, more than the {_gb(room)} "
-                      f"available (MemAvailable {_gb(available)} plus the workers' {_gb(held)}); launches wait "
-                      f"for memory only under worker_mem_available_floor_bytes / worker_rss_soft_limit_bytes, so "
-                      f"set those or fewer permits (train.max_concurrent_rollouts)")
+                      f"{self.permits} permits x {_mb(each)} per worker ({size}) = {_gb(need)}, more than the "
+                      f"{_gb(room)} available (available {_gb(available)} plus the workers' {_gb(held)}); launches "
+                      f"will wait for memory (worker_mem_available_floor_bytes, worker_rss_soft_limit_bytes), so "
+                      f"rollouts start slower than the permits allow: set fewer permits "
+                      f"(train.max_concurrent_rollouts) or use worker_start_method: forkserver")
 
     def state(self) -> dict[str, Any]:
         """The groups launching and the launches in flight (for tests and diagnostics)."""

@@ -112,13 +112,18 @@ class WorkerPool:
         self._pickled: dict[int, tuple[Any, bytes]] = {}
         self._alive: set[_Worker] = set()
         self.gate = LaunchGate(alive=self._pids, method=method, log=self.log, **dict(gate or {}))
+        self._budget_checked = False
         self._reaping: set[asyncio.Task] = set()
         self.startup_s: list[float] = []  # each worker's seconds from its start to its first model call
         self.opens: list[int] = []  # with audit_opens: the files each worker opened
 
     def open(self) -> None:
         """Start the fork server (``forkserver``; in a thread, see ``platoon.live.workers.preload``); under ``exec``
-        there is nothing to start. The first rollout waits until it has."""
+        there is nothing to start. The first rollout waits until it has. The permits' budget is checked once, here,
+        at the workers' estimated size (``LaunchGate.check_budget``)."""
+        if not self._budget_checked:
+            self._budget_checked = True
+            self.gate.check_budget()
         if self.method == "forkserver" and self._opening is None:
             self._opening = open_fork_server(self.plan, self.log)
 

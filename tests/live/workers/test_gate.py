@@ -13,7 +13,7 @@ from live_harness import FakeService
 from workers_harness import SleepyWorkflow
 
 from platoon.live.workers import EnvSpec, WorkerPool, preload_plan
-from platoon.live.workers.gate import LaunchGate, mem_available, resident_bytes
+from platoon.live.workers.gate import LaunchGate, cgroup_room, mem_available, reserve_bytes, resident_bytes
 from platoon.live.workflow import GroupRow
 
 GB, MB = 1024**3, 1024**2
@@ -144,8 +144,33 @@ def test_a_budget_that_cannot_fit_is_said_with_its_arithmetic_once():
 
     said = asyncio.run(run())
     assert len(said) == 1
-    assert ("256 permits x 310 MB per worker = 77.5 GB, more than the 20.6 GB available (MemAvailable 20.0 GB plus "
-            "the workers' 0.6 GB)") in said[0][1]
+    assert ("256 permits x 310 MB per worker (measured) = 77.5 GB, more than the 20.6 GB available (available "
+            "20.0 GB plus the workers' 0.6 GB)") in said[0][1]
+
+
+def test_a_budget_that_cannot_fit_is_said_at_the_start_with_the_estimate_and_not_again():
+    node, said = Node(available=20 * GB, each=310 * MB), []
+    g = gate(node, said, permits=256, method="exec")
+    g.check_budget()
+    assert len(said) == 1 and ("256 permits x 310 MB per worker (estimated, none measured yet) = 77.5 GB, more "
+                               "than the 20.0 GB available") in said[0][1]
+
+    async def measure():
+        launch = await g.admit("a")
+        node.pids = [11]
+        launch.done(pid=11)
+
+    asyncio.run(measure())
+    assert len(said) == 1
+
+
+def test_a_pool_under_exec_says_at_its_opening_that_its_permits_cannot_fit(tmp_path):
+    workers = WorkerPool(method="exec", scratch=tmp_path / "scratch",
+                         gate={"permits": 10**6, "available": lambda: 20 * GB})
+    workers.open()
+    workers.open()
+    budget = [m for _, m in workers.messages if "do not fit this node" in m]
+    assert len(budget) == 1 and "1000000 permits x 310 MB per worker (estimated" in budget[0]
 
 
 def test_a_budget_that_fits_says_nothing():
@@ -158,6 +183,58 @@ def test_a_budget_that_fits_says_nothing():
         return said
 
     assert asyncio.run(run()) == []
+
+
+def test_a_floor_of_zero_still_keeps_the_reserve_free():
+    async def run():
+        node, said = Node(available=int(0.5 * GB)), []
+        g = gate(node, said, reserve=1 * GB)  # floor_bytes 0
+        node.pids = [11]
+        admitted = asyncio.ensure_future(g.admit("a"))
+        await asyncio.sleep(0.1)
+        assert not admitted.done()
+        node.available = 2 * GB
+        await asyncio.wait_for(admitted, 5)
+        return said
+
+    said = asyncio.run(run())
+    assert len(said) == 1
+    assert "0.5 GB available, under the 1.0 GB kept free when worker_mem_available_floor_bytes is 0" in said[0][1]
+
+
+def test_the_reserve_is_a_gigabyte_or_five_percent_of_a_small_node():
+    assert reserve_bytes(total=64 * GB) == 1 * GB
+    assert reserve_bytes(total=8 * GB) == int(8 * GB) // 20
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_containers_memory_limit_bounds_what_is_available(tmp_path, version):
+    """A container's cgroup limit is what its OOM killer enforces; /proc/meminfo shows the host's memory."""
+    if version == "v2":
+        (tmp_path / "proc").write_text("0::/job/7\n")
+        d = tmp_path / "sys" / "job" / "7"
+        d.mkdir(parents=True)
+        (d / "memory.max").write_text(f"{4 * GB}\n")
+        (d / "memory.current").write_text(f"{3 * GB}\n")
+        (d / "memory.stat").write_text(f"anon 1\ninactive_file {GB // 2}\n")
+    else:
+        (tmp_path / "proc").write_text("9:pids:/\n4:memory:/job/7\n0::/\n")
+        d = tmp_path / "sys" / "memory"  # a container sees its own cgroup at the mount's root
+        d.mkdir(parents=True)
+        (d / "memory.limit_in_bytes").write_text(f"{4 * GB}\n")
+        (d / "memory.usage_in_bytes").write_text(f"{3 * GB}\n")
+        (d / "memory.stat").write_text(f"cache 5\ntotal_inactive_file {GB // 2}\n")
+    assert cgroup_room(str(tmp_path / "proc"), str(tmp_path / "sys")) == int(1.5 * GB)
+
+
+def test_no_cgroup_limit_leaves_the_nodes_figure(tmp_path):
+    (tmp_path / "proc").write_text("4:memory:/\n")
+    d = tmp_path / "sys" / "memory"
+    d.mkdir(parents=True)
+    (d / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (d / "memory.usage_in_bytes").write_text(f"{3 * GB}\n")
+    assert cgroup_room(str(tmp_path / "proc"), str(tmp_path / "sys")) is None
+    assert cgroup_room(str(tmp_path / "missing"), str(tmp_path / "sys")) is None
 
 
 def test_the_readers_read_this_node():
