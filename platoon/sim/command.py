@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import multiprocessing
 import os
 import re
 from collections.abc import Generator, Iterator, Sequence
@@ -36,6 +37,7 @@ from platoon.config.loader import load_config
 from platoon.config.models import RunConfig
 from platoon.config.steps import check_plan, run_directory
 from platoon.console import make_console
+from platoon.lifeline import die_with_parent
 from platoon.runs.atomic import CorruptFileError
 from platoon.runs.checkpoints import CheckpointError
 from platoon.runs.resume import ResumeRefused, RunFinished
@@ -299,8 +301,12 @@ def _ray_connection(req: Request) -> contextlib.AbstractContextManager[None]:
 
 def _pool_points(source: Source, overrides: list[list[str]], dirs: list[Path],
                  jobs: int | None) -> Generator[tuple[Path, list[str]], None, None]:
-    """The points in a process pool (``jobs`` processes, default one a CPU); ``(dir, warnings)`` as each finishes."""
-    with ProcessPoolExecutor(max_workers=jobs or min(len(dirs), os.cpu_count() or 1)) as pool:
+    """The points in a process pool (``jobs`` processes, default one a CPU); ``(dir, warnings)`` as each finishes.
+    Each pool process ends with this one, however this one ends (``platoon.lifeline``)."""
+    context = multiprocessing.get_context()
+    parent = os.getpid() if context.get_start_method() in ("fork", "spawn") else None  # forkserver: its server's
+    with ProcessPoolExecutor(max_workers=jobs or min(len(dirs), os.cpu_count() or 1), mp_context=context,
+                             initializer=die_with_parent, initargs=(parent,)) as pool:
         futures = {pool.submit(_run_point, source, o, str(d)): d for o, d in zip(overrides, dirs, strict=True)}
         for future in as_completed(futures):
             yield futures[future], future.result()

@@ -84,7 +84,7 @@ class WorkerPool:
     (``platoon.live.workers.preload``; None: nothing at all, as under ``worker_python_env_isolation``); ``env_specs``: the
     entries' environments as the config names them (a worker builds them, or finds them in its fork server); an
     environment without a spec travels pickled. ``grace_s``: how long a cancelled worker may take to unwind;
-    ``parent_grace_s``: how long a worker may outlive this process (``platoon.live.workers.lifeline``); ``gate``:
+    ``parent_grace_s``: how long a worker may outlive this process (``platoon.lifeline``); ``gate``:
     the ``LaunchGate``'s keywords (its floor, soft limit, groups at once, wait limit, permits, memory readers).
     ``audit_opens``: workers count the files they open (``opens``, for benchmarks).
     """

@@ -15,7 +15,7 @@ then forks one throwaway child per candidate; each child takes its state, applie
 - no seed drawn from the OS for a numpy generator (calls of ``secrets.randbits``, through which numpy seeds,
   counted; numpy's own global generator, which each worker reseeds, is seeded with the stack, by ``_stack``).
 
-Each of these processes ends with the one that started it (``platoon.live.workers.lifeline``: the trainer's screening
+Each of these processes ends with the one that started it (``platoon.lifeline``: the trainer's screening
 thread waits in ``subprocess.run`` for the interpreter, which forks its children from its one thread).
 
 ``screen`` returns, for each candidate, what it left (empty: safe) and how many modules it imported. A candidate that
@@ -33,7 +33,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from platoon.live.workers.lifeline import die_with_parent
+from platoon.lifeline import die_with_parent
 
 __all__ = ["THREAD_GRACE_S", "WORKER_STACK", "screen"]
 

@@ -18,7 +18,7 @@ worker sends:
 
 It reads ``("reply", i, ok, value)`` and ``("cancel",)``: a cancel (or its trainer gone: the connection closed)
 cancels the rollout, which unwinds as it would in the trainer, and the worker ends. It ends with its trainer
-however the trainer ends (``platoon.live.workers.lifeline``: the kernel's parent-death signal, and a watch that ends
+however the trainer ends (``platoon.lifeline``: the kernel's parent-death signal, and a watch that ends
 it ``worker_parent_grace_seconds`` after its trainer is gone, for a rollout that does not unwind). The worker writes a readiness
 file once its episode is set up (its workflow built) and keeps a diagnostics file (``faulthandler``'s output: a crash's traceback) in
 node-local scratch, and removes both when it ends; the trainer removes what a killed worker could not.
@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from platoon.lifeline import die_with_parent, watch_parent
 from platoon.live.workers.channel import Channel, portable
-from platoon.live.workers.lifeline import die_with_parent, watch_parent
 
 __all__ = ["Episode", "Job", "ServiceProxy", "WorkflowEpisode", "cuda_started", "main", "report", "reseed"]
 
@@ -154,7 +154,7 @@ def main(sock: socket.socket, job_bytes: bytes, parent: int | None = None, train
          parent_grace_s: float = 60.0) -> None:
     """The worker's entry point (a ``multiprocessing.Process`` target). ``parent``: the pid that starts it (the
     trainer under ``exec``, the fork server under ``forkserver``), ``trainer``: the trainer's; the worker ends with
-    either (``platoon.live.workers.lifeline``), outliving its trainer at most ``parent_grace_s``."""
+    either (``platoon.lifeline``), outliving its trainer at most ``parent_grace_s``."""
     die_with_parent(parent)  # first: a trainer killed from here on takes the worker with it
     files: list[str] = []  # the watch removes them when it ends the worker
     if trainer is not None:

@@ -1,4 +1,4 @@
-"""Every process platoon starts for rollouts ends with the process that started it (``platoon.live.workers.lifeline``):
+"""Every process platoon starts for rollouts ends with the process that started it (``platoon.lifeline``):
 the parent-death signal and its race, the parent watch, and a ``SIGKILL`` of ``platoon train`` under both start
 methods, after which no process it started survives (checked by pid, on the tree recorded before the kill)."""
 
@@ -10,56 +10,11 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
+from process_tree import children, tree_of, wait_gone
 
 LINUX = sys.platform.startswith("linux")
-
-
-def _tree(root: int) -> dict[int, str]:
-    """The descendants of ``root`` now, by pid, with their command lines."""
-    out: dict[int, str] = {}
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                children = Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
-            except OSError:
-                continue
-            for child in map(int, children):
-                if child not in out:
-                    try:
-                        out[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-                    except OSError:
-                        out[child] = "?"
-                    todo.append(child)
-    return out
-
-
-def _alive(pids) -> list[int]:
-    """The pids that still run (a zombie, which has ended and waits for its reaper, does not)."""
-    alive = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state not in ("Z", "X"):
-            alive.append(pid)
-    return alive
-
-
-def _wait_gone(pids, within_s: float) -> tuple[list[int], float]:
-    began = time.monotonic()
-    while (left := _alive(pids)) and time.monotonic() - began < within_s:
-        time.sleep(0.02)
-    return left, time.monotonic() - began
 
 
 def _python(code: str, *args: str) -> subprocess.Popen:
@@ -73,7 +28,7 @@ def test_a_child_dies_with_its_parent_by_the_kernels_signal():
     middle = _python("""
         import os, subprocess, sys, time
         child = subprocess.Popen([sys.executable, "-c",
-            "import os, sys, time; from platoon.live.workers.lifeline import die_with_parent; "
+            "import os, sys, time; from platoon.lifeline import die_with_parent; "
             "die_with_parent(int(sys.argv[1])); print('armed', flush=True); time.sleep(60)", str(os.getpid())],
             stdout=subprocess.PIPE, text=True)
         assert child.stdout.readline().strip() == "armed"
@@ -83,13 +38,13 @@ def test_a_child_dies_with_its_parent_by_the_kernels_signal():
     child = int(middle.stdout.readline())
     os.kill(middle.pid, signal.SIGKILL)
     middle.wait()
-    left, took = _wait_gone([child], 5.0)
+    left, took = wait_gone([child], 5.0)
     assert left == [], f"the child outlived its parent by {took:.1f}s"
 
 
 def test_a_child_whose_parent_is_already_gone_ends_at_once():
     # the race: the pid it was told is not its parent (any more), so it exits 1 before doing anything
-    done = subprocess.run([sys.executable, "-c", "import sys; from platoon.live.workers.lifeline import "
+    done = subprocess.run([sys.executable, "-c", "import sys; from platoon.lifeline import "
                            "die_with_parent; die_with_parent(1 if __import__('os').getppid() != 1 else 2); "
                            "print('ran on')"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "ran on" not in done.stdout
@@ -102,7 +57,7 @@ def test_the_watch_ends_a_process_its_grace_after_its_trainer_is_gone(tmp_path):
     leftover.write_text("x")
     child = _python("""
         import os, sys, time
-        from platoon.live.workers.lifeline import watch_parent
+        from platoon.lifeline import watch_parent
         watch_parent(os.getppid(), int(sys.argv[1]), 0.5, [sys.argv[2]])
         print("watching", flush=True)
         time.sleep(60)  # a rollout that never unwinds
@@ -137,10 +92,10 @@ def _kill_mid_run(tmp_path, method: str, signum: int = signal.SIGKILL,
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
-            tree.update(_tree(proc.pid))
-            now = _tree(proc.pid)
+            tree.update(tree_of(proc.pid))
+            now = tree_of(proc.pid)
             worker_now = any(("spawn_main" in c) if method == "exec" else
-                             ("forkserver" in c and pid not in _tree_children(proc.pid)) for pid, c in now.items())
+                             ("forkserver" in c and pid not in children(proc.pid)) for pid, c in now.items())
             if worker_now:  # a training rollout's or the first evaluation's: a worker either way
                 tree.update(now)
                 break
@@ -153,21 +108,10 @@ def _kill_mid_run(tmp_path, method: str, signum: int = signal.SIGKILL,
     finally:
         proc.kill()
         proc.wait()
-    left, took = _wait_gone(tree, 10.0)
+    left, took = wait_gone(tree, 10.0)
     for pid in left:  # never leave them behind, whatever the assertion says
         os.kill(pid, signal.SIGKILL)
     return tree, left, took
-
-
-def _tree_children(pid: int) -> set[int]:
-    """``pid``'s own children (a forked worker is a grandchild: its fork server's child)."""
-    out: set[int] = set()
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            out.update(map(int, Path(f"/proc/{pid}/task/{tid}/children").read_text().split()))
-        except OSError:
-            pass
-    return out
 
 
 @pytest.mark.live

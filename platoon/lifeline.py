@@ -1,7 +1,7 @@
-"""A process platoon starts for rollouts ends when the process that started it does, however that one ends.
+"""A process platoon starts ends when the process that started it does, however that one ends.
 
 Every such process (a rollout worker under either start method, the fork server, the screening interpreter and its
-children) calls ``die_with_parent(parent)`` first thing, ``parent`` being the pid that started it, as its starter
+children, a simulator sweep's pool process) calls ``die_with_parent(parent)`` first thing, ``parent`` being the pid that started it, as its starter
 knew it. Rules it keeps:
 
 - **Linux**: the kernel kills the process (``SIGKILL``) when its parent ends: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``

@@ -1,0 +1,65 @@
+"""Process trees by pid, for the tests that check no process platoon starts outlives its run (``platoon.lifeline``)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+__all__ = ["alive", "children", "tree_of", "wait_gone"]
+
+
+def tree_of(root: int) -> dict[int, str]:
+    """The descendants of ``root`` now, by pid, with their command lines."""
+    out: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                kids = Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
+            except OSError:
+                continue
+            for child in map(int, kids):
+                if child not in out:
+                    try:
+                        out[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                    except OSError:
+                        out[child] = "?"
+                    todo.append(child)
+    return out
+
+
+def alive(pids) -> list[int]:
+    """The pids that still run (a zombie, which has ended and waits for its reaper, does not)."""
+    alive = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            alive.append(pid)
+    return alive
+
+
+def wait_gone(pids, within_s: float) -> tuple[list[int], float]:
+    began = time.monotonic()
+    while (left := alive(pids)) and time.monotonic() - began < within_s:
+        time.sleep(0.02)
+    return left, time.monotonic() - began
+
+
+def children(pid: int) -> set[int]:
+    """``pid``'s own children (a forked worker is a grandchild: its fork server's child)."""
+    out: set[int] = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out.update(map(int, Path(f"/proc/{pid}/task/{tid}/children").read_text().split()))
+        except OSError:
+            pass
+    return out
