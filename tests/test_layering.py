@@ -30,6 +30,7 @@ RANK = {
     "__init__": 0,  # the root package: __version__ and the docstring, importable from anywhere
     "config": 0,
     "console": 0,  # the rich Console factory (rich only)
+    "lifeline": 0,  # a started process ends with its starter (stdlib only): workers, fork server, sweep pools
     "policy": 1,
     "runs": 2,
     "sim": 3,
