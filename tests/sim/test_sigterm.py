@@ -55,6 +55,13 @@ def terminated_then_resumed(run: Path, proc: subprocess.Popen) -> bool:
     return True
 
 
+def began(run: Path, proc: subprocess.Popen, within_s: float = 60.0) -> None:
+    """Wait until ``proc`` has begun its run (its launch checkpoint is listed) or has ended."""
+    deadline = time.monotonic() + within_s
+    while not (run / "checkpoints.jsonl").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 @pytest.mark.slow
 def test_sigterm_at_random_moments_then_resume_ends_as_the_whole_run(tmp_path, whole):
     rng = random.Random(0)
@@ -63,7 +70,11 @@ def test_sigterm_at_random_moments_then_resume_ends_as_the_whole_run(tmp_path, w
         run = tmp_path / f"trial-{trial}"
         proc = subprocess.Popen([sys.executable, "-m", "platoon", *ARGS, "--out", str(run)], env=ENV,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        time.sleep(rng.uniform(0.6, 2.4))
+        if rng.random() < 0.2:  # some moments fall in the start-up, before or as the handler is set
+            time.sleep(rng.uniform(0.0, 0.8))
+        else:  # the rest in the run, timed from its start (so a loaded machine's slow imports move no moment)
+            began(run, proc)
+            time.sleep(rng.uniform(0.0, 1.5))
         proc.send_signal(signal.SIGTERM)
         if terminated_then_resumed(run, proc):
             resumed += 1
