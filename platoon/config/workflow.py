@@ -66,14 +66,14 @@ _ROLLOUT_NO_EFFECT = frozenset({
 
 
 class RolloutConfig(ConfigModel):
-    """``train.workflow_config.rollout_config``: how one rollout runs. Of it, ``inference_params`` and
-    ``max_steps`` act here (the tool-calling harness's budgets); the rest steers 0.4.0's agent harnesses, which this
+    """``train.workflow_config.rollout_config``: how one rollout runs. Of it, ``inference_params``, ``max_steps``
+    and ``step_timeout`` act here (the tool-calling harness's budgets); the rest steers 0.4.0's agent harnesses, which this
     backend does not have."""
 
     UNKNOWN_KEY_HINTS: ClassVar[dict[str, str]] = {
         "propogate_root_success": "unknown key; platoon 0.3.0 removed it; use propagate_root_success",
     }
-    NO_EFFECT: ClassVar[frozenset[str]] = _ROLLOUT_NO_EFFECT - {"max_steps"}
+    NO_EFFECT: ClassVar[frozenset[str]] = _ROLLOUT_NO_EFFECT - {"max_steps", "step_timeout"}
 
     model_name: str | None = Field(None, description="Set by the trainer (no effect here).")
     train: bool = Field(False, description="Set by the trainer (no effect here).")
@@ -84,7 +84,11 @@ class RolloutConfig(ConfigModel):
     output_dir: str = Field("rollout_results", description="Where a harness writes rollouts (no effect here).")
     verbose: bool = Field(True, description="Harness logging (no effect here).")
     timeout: float | None = Field(None, description="The root agent's time limit, seconds (no effect here).")
-    step_timeout: float = Field(300, description="One agent step's time limit, seconds (no effect here).")
+    step_timeout: float = Field(
+        300, gt=0, description="The seconds one tool call may take; past them the call raises ToolTimeout where it "
+        "stands and its rollout fails, as if the tool had raised (platoon.live.envs.deadline says how a blocking "
+        "call is stopped).",
+    )
     return_dict: bool = Field(False, description="No effect here.")
     propagate_root_success: bool | None = Field(None, description="Subagent rewards (no effect here).")
     skip_subagent_reward_computation: bool = Field(False, description="Subagent rewards (no effect here).")

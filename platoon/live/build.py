@@ -39,6 +39,7 @@ from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.models import EnvironmentConfig, RunConfig
 from platoon.config.plan import sampling_plan
 from platoon.live.envs.resolve import resolve_environment
+from platoon.live.errors import TrainError
 from platoon.live.toolchain import Staging, run_toolchains
 from platoon.live.workers import EnvSpec, WorkerPool, preload_plan
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
@@ -86,9 +87,12 @@ __all__ = ["EMBEDDED_DEFAULT", "EVAL_EPISODES", "TINY_CONTEXT", "LiveRun", "buil
 
 
 def build_environments(cfg: RunConfig) -> dict[str, Any]:
-    """Each entry's environment, by the entry's name; one ConfigError with every entry's problem."""
+    """Each entry's environment, by the entry's name; one ConfigError with every entry's problem, or (the config
+    being fine) a ``TrainError`` naming each environment whose constructor raised anything else (a server it cannot
+    reach: the environment's failure, not the file's)."""
     envs: dict[str, Any] = {}
     problems: list[str] = []
+    failures: list[str] = []
     for i, e in enumerate(cfg.environments):
         try:
             envs[e.label] = resolve_environment(e.env, e.service_kwargs, package=e.package)
@@ -96,8 +100,13 @@ def build_environments(cfg: RunConfig) -> dict[str, Any]:
             problems.append(f"environments.{i}.env: {exc}")
         except (TypeError, ValueError) as exc:
             problems.append(f"environments.{i}.service_kwargs: {exc}")
+        except Exception as exc:
+            failures.append(f"environment {e.env!r} (environments.{i}, entry {e.label!r}) could not be built: its "
+                            f"constructor raised {type(exc).__name__}: {exc}")
     if problems:
         raise ConfigError(problems)
+    if failures:
+        raise TrainError("; ".join(failures))
     return envs
 
 
@@ -150,6 +159,10 @@ def entry_tasks(e: EnvironmentConfig, env: Any, *, training: bool) -> list[str]:
             listed += env.task_ids(split)
         except KeyError as exc:
             raise ConfigError([f"{at}.split_name: {exc.args[0] if exc.args else exc}"]) from None
+    if twice := repeated(listed):
+        raise ConfigError([f"env: {e.env} lists task ids more than once ({', '.join(map(repr, twice[:5]))}"
+                           + (f" and {len(twice) - 5} more" if len(twice) > 5 else "") + f" in {at}'s splits): a "
+                           "task id names one task, so the environment must list each once"])
     if training and e.tasks is not None:
         known = set(listed)
         missing = [t for t in e.tasks if t not in known]
@@ -162,6 +175,17 @@ def entry_tasks(e: EnvironmentConfig, env: Any, *, training: bool) -> list[str]:
         raise ConfigError([f"{at}: no {'training' if training else 'evaluation'} task is left (after "
                            "exclude_tasks and limit)"])
     return ids
+
+
+def repeated(ids: list[str]) -> list[str]:
+    """The ids listed more than once, each once, in the order of their second listing."""
+    seen: set[str] = set()
+    twice: dict[str, None] = {}
+    for task_id in ids:
+        if task_id in seen:
+            twice[task_id] = None
+        seen.add(task_id)
+    return list(twice)
 
 
 def entry_splits(e: EnvironmentConfig, env: Any) -> list[str]:
@@ -222,8 +246,9 @@ def _eval_limits(cfg: RunConfig, model: Any) -> Any:
     """The harness's budgets for an evaluation episode: the run's, as its training rollouts have them."""
     from platoon.live.agent.harness import Limits
 
-    return Limits(max_new_tokens=sampling(cfg)[1], max_turns=cfg.train.workflow_config.rollout_config.max_steps,
-                  context_window=context_window(cfg, model))
+    rollout = cfg.train.workflow_config.rollout_config
+    return Limits(max_new_tokens=sampling(cfg)[1], max_turns=rollout.max_steps,
+                  context_window=context_window(cfg, model), step_timeout=rollout.step_timeout)
 
 
 def evaluate_policy(model: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int = EVAL_EPISODES, *,
@@ -429,7 +454,8 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
                             max_new_tokens=max_tokens, straggler_timeout_s=run.straggler_timeout_seconds,
                             quorum=run.straggler_quorum, leave_one_out_baseline=run.leave_one_out_baseline,
                             min_successful_group_size=run.min_successful_group_size, renderer=renderer,
-                            max_turns=run.rollout_config.max_steps, context_window=context_window(cfg, model))
+                            max_turns=run.rollout_config.max_steps, context_window=context_window(cfg, model),
+                            step_timeout=run.rollout_config.step_timeout)
     if workers is not None:
         workflow.rollout_workers = workers
     return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes, clock_start_s,

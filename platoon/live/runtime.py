@@ -28,6 +28,7 @@ from typing import Any
 
 from platoon.live.checkpoint import TRAINER_FILE, LiveRunDir
 from platoon.live.datums import datum_tokens
+from platoon.live.errors import TrainError
 from platoon.live.lease import RolloutLease, set_lease
 from platoon.live.lease_host import EvalSlots, LeaseHost
 from platoon.live.rollout_trace import GroupTrace, TrainerTrack
@@ -59,8 +60,9 @@ Logger = Callable[[str, str], None]
 __all__ = ["LiveRuntime", "RuntimeStalled"]
 
 
-class RuntimeStalled(RuntimeError):
-    """Nothing runs, nothing is due, and the trainer waits for a step that cannot complete."""
+class RuntimeStalled(TrainError):
+    """The driver aborted the run (``Abort``): nothing runs, nothing is due and no step can complete, or groups
+    failed in a row (exit 1, with the driver's reason)."""
 
 
 class LiveRuntime:

@@ -1,8 +1,8 @@
 """A live run's config as ``platoon train`` loads it, and the errors of starting or going on with a run.
 
 ``load_train_config``: a config file (or, with none, the embedded default: ``platoon.live.build.EMBEDDED_DEFAULT``
-over the config's defaults) with its overrides, resolved (stage 2) and planning some steps. ``TrainError``: a run that
-cannot start or go on (exit 1); ``TrainUsageError``: a ``--resume`` used as it cannot be (exit 64).
+over the config's defaults) with its overrides, resolved (stage 2) and planning some steps. It hands on
+``platoon.live.errors``' ``TrainError`` and ``TrainUsageError``.
 """
 
 from __future__ import annotations
@@ -14,16 +14,9 @@ from platoon.config.loader import load_config
 from platoon.config.models import RunConfig
 from platoon.config.steps import check_plan
 from platoon.live.build import EMBEDDED_DEFAULT
+from platoon.live.errors import TrainError, TrainUsageError
 
 __all__ = ["TrainError", "TrainUsageError", "load_train_config"]
-
-
-class TrainError(RuntimeError):
-    """A run that cannot start or go on (exit 1)."""
-
-
-class TrainUsageError(TrainError):
-    """A ``--resume`` used as it cannot be (exit 64): the run directory was left as it was."""
 
 
 def load_train_config(config: Path | None, overrides: Sequence[str] = (), steps: int | None = None, *,

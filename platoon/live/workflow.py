@@ -152,10 +152,11 @@ class GroupRolloutWorkflow:
                  straggler_timeout_s: float | None = None, quorum: int | None = None,
                  warn: Callable[[str], None] | None = None, leave_one_out_baseline: bool = False,
                  min_successful_group_size: int = 1, renderer: Any = None, max_turns: int | None = None,
-                 context_window: int | None = None) -> None:
+                 context_window: int | None = None, step_timeout: float | None = None) -> None:
         self.envs = dict(envs or {})
         self.renderer = renderer if renderer is not None else default_renderer(self.envs.values())
-        self.limits = Limits(max_new_tokens=max_new_tokens, max_turns=max_turns, context_window=context_window)
+        self.limits = Limits(max_new_tokens=max_new_tokens, max_turns=max_turns, context_window=context_window,
+                             step_timeout=step_timeout)
         self.service = service
         self.seed = seed
         self.temperature = temperature

@@ -11,7 +11,8 @@ policy layer of one start of a run:
   evaluation, end, and stall detection;
 - the ``StartLimit`` of ``train.max_starting_rollouts`` (or None);
 - the ``MemberWatch``: a failing group's cancel order and the straggler deadlines (``platoon.policy.members``);
-- the ``StepWindow`` and the batch metrics of ``platoon.policy.run_metrics``.
+- the ``StepWindow`` and the batch metrics of ``platoon.policy.run_metrics``;
+- the ``FailureStreak`` (``platoon.policy.failures``): groups that fail in a row stop the run (``Abort``).
 
 Decisions about rollouts, answered by the event handlers: ``StartGroup`` (start a group's workflow), ``GrantPermit``
 (a member may run; ``held`` False for a block of a group whose draw was released, which runs on no permit),
@@ -54,6 +55,7 @@ from platoon.policy.cycle import (
 from platoon.policy.dispatch_records import StepPhase
 from platoon.policy.dispatch_state import STATE_FORMAT
 from platoon.policy.dispatcher import Dispatcher, StartGroup
+from platoon.policy.failures import FAILED_GROUPS_LIMIT, FailureStreak, failure_words
 from platoon.policy.members import CANCELLED, STRAGGLER_KILLED, CancelRollout, MemberState, MemberWatch
 from platoon.policy.outputs import GroupOutput, Key
 from platoon.policy.over_budget import OverBudgetWatch
@@ -148,6 +150,7 @@ class Driver:
         self._released: dict[Key, tuple[str, set[int]]] = {}  # finished groups' blocks that never entered, by task
         self._infos: list[str] = []
         self._warnings: list[str] = []
+        self._failures = FailureStreak(limit=max(FAILED_GROUPS_LIMIT, 2 * dispatcher.config.batch_size))
 
     # ------------------------------------------------------------------------------------------- inspection
     @property
@@ -184,6 +187,8 @@ class Driver:
         """The cycle's decisions due now (``platoon.policy.cycle``), in order; [] while the runtime's work is what
         the cycle waits for. Cheap when nothing is due: a runtime asks after every event it carried out."""
         state = self.cycle.state
+        if state is C.WAITING and self._failures.broken():
+            return [Abort(self._failures.reason(self.dispatcher.step))]
         if state is C.WAITING:
             return self._take_step(now) if self.cycle.wake else []
         handler = _POLLS.get(state)
@@ -344,11 +349,14 @@ class Driver:
         ``error``, was ``cancelled`` or returned anything but a ``GroupOutput``, with a warning that says which.
         Settle it and release its lease; blocks of it still waiting for a permit run late, on none."""
         output = result if isinstance(result, GroupOutput) and error is None and not cancelled else None
-        task = self.dispatcher.running[key][0].task_id if key in self.dispatcher.running else "?"
+        draw = self.dispatcher.running[key][0] if key in self.dispatcher.running else None
+        task = draw.task_id if draw is not None else "?"
         if cancelled:
             self._warnings.append(f"group {key} (task {task}) was cancelled: it counts as failed")
         elif error is not None:
-            self._warnings.append(f"group {key} (task {task}) failed: {type(error).__name__}: {error}")
+            failure = failure_words(key, task, draw.entry if draw is not None else None, error)
+            self._warnings.append(failure)
+            self._failures.failed(failure)
         elif result is not None and output is None:
             self._warnings.append(f"the workflow of group {key} (task {task}) returned {type(result).__name__}, "
                                   "not a GroupOutput: the group counts as failed")
@@ -356,6 +364,8 @@ class Driver:
         if key in self.dispatcher.running and (never := set(range(self.dispatcher.running[key][1].size))
                                                - self.dispatcher.running[key][1].used - set(waiting)):
             self._released[key] = (task, never)  # blocks that may still enter, late: their warning names the task
+        if output is not None:
+            self._failures.succeeded()
         ran = self.members.ran(key)
         self.members.close(key)
         decisions = self.dispatcher.on_group_finished(key, output, now=now)
@@ -405,7 +415,8 @@ class Driver:
         """The driver's own state (the dispatcher's is in the dispatch state): cycle, start limit, members, window."""
         return {"format": DRIVER_STATE_FORMAT, "cycle": self.cycle.state_dict(),
                 "start_limit": None if self.start_limit is None else self.start_limit.state_dict(),
-                "members": self.members.state_dict(), "window": self.window.state_dict()}
+                "members": self.members.state_dict(), "window": self.window.state_dict(),
+                "failures": self._failures.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what ``state_dict`` saved (an exact resume; the dispatcher is restored from its own state)."""
@@ -416,6 +427,7 @@ class Driver:
             self.start_limit.load_state_dict(state["start_limit"])
         self.members.load_state_dict(state["members"])
         self.window.load_state_dict(state["window"])
+        self._failures.load_state_dict(state.get("failures"))
 
     # ------------------------------------------------------------------------------------------- the polls
     def _launch(self, now: float) -> list[Any]:

@@ -199,3 +199,12 @@ def test_a_completion_of_a_thousand_calls_runs_the_default_bound_and_the_episode
                                             seed=0))
     assert [c.name for c in env.last.calls].count("say") == MAX_TOOL_CALLS + 1 and rollout.success
     assert rollout.turns[0].tokens == tuple(thousand)
+
+
+def test_a_tool_result_comes_to_the_model_cut_to_its_limit_and_with_lone_surrogates_mended():
+    from platoon.live.agent.harness import model_text
+
+    cut = model_text("x" * 1000, 100)
+    assert cut.startswith("x" * 100) and cut.endswith("[... 900 more characters cut: a tool result keeps 100]")
+    assert model_text("a\ud800b \x00\u202e", 100) == "a\ufffdb \x00\u202e"
+    assert model_text("fine", 100) == "fine"

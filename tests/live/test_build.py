@@ -109,7 +109,7 @@ def test_the_renderer_and_the_harness_budgets_come_from_the_config():
                  "model.d_model=16", "model.n_heads=2", "model.n_layers=1")
     live = build_live(cfg)
     assert isinstance(live.renderer, RoleColonRenderer) and live.workflow.renderer is live.renderer
-    assert live.workflow.limits == Limits(max_new_tokens=3, max_turns=2, context_window=96)
+    assert live.workflow.limits == Limits(max_new_tokens=3, max_turns=2, context_window=96, step_timeout=300)
     assert live.model.max_len == 96 and live.model.vocab_size == live.renderer.tokenizer.vocab_size
 
 

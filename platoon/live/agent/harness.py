@@ -29,7 +29,8 @@ Rules it keeps:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,7 @@ from platoon.live.agent.role_colon import RoleColonRenderer
 from platoon.live.agent.tokenizer import TinyTokenizer
 from platoon.live.datums import Trajectory, Turn
 from platoon.live.envs.base import Task
+from platoon.live.envs.deadline import blocking_deadline
 from platoon.live.envs.text import ToolCall, ToolResult, acall
 from platoon.live.model import derive_seed
 
@@ -47,9 +49,35 @@ __all__ = ["NUDGE", "Limits", "TextRollout", "default_renderer", "play_text_batc
            "tiny_tokenizer"]
 
 NUDGE = "call a tool"
+"""The user message that answers a completion with no tool call."""
 MAX_TOOL_CALLS = 32
 """The tool calls one turn runs at most, by default (``Limits.max_tool_calls``)."""
-"""The user message that answers a completion with no tool call."""
+MAX_RESULT_CHARS = 65_536
+"""The characters of a tool's result the model sees, by default (``Limits.max_result_chars``): a tool that returns
+megabytes (a whole file, a web page) costs the context, the tokenizer and the trainer no more than this."""
+
+
+def model_text(text: str, limit: int) -> str:
+    """``text`` as the model sees it: at most ``limit`` characters (then a line that says how many were cut), lone
+    surrogates replaced."""
+    if len(text) > limit:
+        text = text[:limit] + f"\n[... {len(text) - limit} more characters cut: a tool result keeps {limit}]"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+@contextmanager
+def noted(note: str) -> Iterator[None]:
+    """An exception of the environment's, raised in the block, carries ``note`` (where it was raised): the warning of
+    its failed group says it."""
+    try:
+        yield
+    except Exception as exc:
+        exc.add_note(note)
+        raise
 
 
 def tiny_tokenizer(envs: Iterable[Any]) -> TinyTokenizer:
@@ -71,12 +99,16 @@ class Limits:
     """A rollout's budgets beyond its task's own: ``max_new_tokens`` caps each turn, ``max_turns`` the turns,
     ``context_window`` the context (None: no cap of that kind); ``max_tool_calls`` the tool calls one turn runs (a
     completion that makes more runs the first ones, and each of the others is answered with an error the model sees,
-    so that a model that writes thousands of calls costs the environment no more than this a turn)."""
+    so that a model that writes thousands of calls costs the environment no more than this a turn); ``step_timeout``
+    the seconds one tool call may take (``rollout_config.step_timeout``; None: no limit); ``max_result_chars`` the
+    characters of one tool result the model sees (the rest is cut, and the cut says so)."""
 
     max_new_tokens: int | None = None
     max_turns: int | None = None
     context_window: int | None = None
     max_tool_calls: int = MAX_TOOL_CALLS
+    step_timeout: float | None = None
+    max_result_chars: int = MAX_RESULT_CHARS
 
 
 class TextRollout:
@@ -86,8 +118,10 @@ class TextRollout:
     def __init__(self, env: Any, task: Task, renderer: Renderer, limits: Limits = Limits()) -> None:
         self.task = task
         self.renderer = renderer
-        self.episode = env.episode(task)
-        instruction = self.episode.reset()
+        self.source = f"{type(env).__module__}:{type(env).__qualname__}"  # the environment, as a config names it
+        with noted(f"raised by {self.source} setting up an episode of task {task.task_id}"):
+            self.episode = env.episode(task)
+            instruction = self.episode.reset()
         self.tools = tuple(self.episode.tools)
         self._terminal = {t.name for t in self.tools if t.terminal}
         self.messages: list[Message] = [Message("user", instruction)]
@@ -100,6 +134,8 @@ class TextRollout:
         self._per_turn = task.max_action_tokens if cap is None else min(task.max_action_tokens, cap)
         self._window = limits.context_window
         self._max_calls = limits.max_tool_calls
+        self.step_timeout = limits.step_timeout
+        self._max_chars = limits.max_result_chars
         self._beyond: tuple[ToolCall, ...] = ()  # the turn's calls past the bound: answered, not run
         self._new: list[Message] = []
         self._closed = True
@@ -126,8 +162,14 @@ class TextRollout:
         return self.calls
 
     def answer(self, call: ToolCall, result: ToolResult) -> bool:
-        """Append a call's result; False when the episode has ended (run no further call)."""
-        self._new.append(Message("tool", result.text, tool_call_id=call.id, name=call.name))
+        """Append a call's result; False when the episode has ended (run no further call). A result that is not a
+        ``ToolResult`` of text raises ``TypeError`` naming the tool; its text is cut to ``max_result_chars``, and a
+        lone surrogate (which no encoding can write) becomes U+FFFD."""
+        if not isinstance(result, ToolResult) or not isinstance(result.text, str):
+            what = type(result).__name__ if not isinstance(result, ToolResult) else f"text of {type(result.text).__name__}"
+            raise TypeError(f"tool {call.name!r} of {self.source} returned {what}, not a ToolResult with text")
+        text = model_text(result.text, self._max_chars)
+        self._new.append(Message("tool", text, tool_call_id=call.id, name=call.name))
         if result.done or call.name in self._terminal:
             self.ended = "done"
         return self.ended is None
@@ -148,7 +190,8 @@ class TextRollout:
 
     def trajectory(self, seconds: float | None = None) -> Trajectory:
         """The finished rollout, graded by the environment."""
-        outcome = self.episode.outcome()
+        with noted(f"raised by {self.source} grading task {self.task.task_id}"):
+            outcome = self.episode.outcome()
         return Trajectory(self.task.task_id, tuple(self.turns), outcome.reward, outcome.success, seconds)
 
 
@@ -165,7 +208,8 @@ async def play_text_episode(service: Any, env: Any, task: Task, renderer: Render
                                       seed=derive_seed(seed, len(rollout.turns)), stop=renderer.stop_sequences)
         for call in rollout.take(sample.tokens, sample.logprobs, sample.version):
             began = trace.clock() if trace is not None else 0.0
-            result = await acall(rollout.episode, call)
+            with noted(f"raised by tool {call.name!r} of {rollout.source}"):
+                result = await acall(rollout.episode, call, timeout=rollout.step_timeout)
             if trace is not None:
                 trace.env_step(began)
             if not rollout.answer(call, result):
@@ -193,7 +237,8 @@ def play_text_batch(policy: Any, env: Any, tasks: Sequence[Task], renderer: Rend
         for (i, _), gen in zip(open_, gens, strict=True):
             rollout = rollouts[i]
             for call in rollout.take(gen.tokens, gen.logprobs, version):
-                result = rollout.episode.call(call)
+                with noted(f"raised by tool {call.name!r} of {rollout.source}"), blocking_deadline(call.name, rollout.step_timeout):
+                    result = rollout.episode.call(call)
                 if not isinstance(result, ToolResult):
                     getattr(result, "close", lambda: None)()  # a coroutine never awaited: no warning for it
                     raise TypeError("play_batch: an environment whose calls return awaitables needs play_episode")

@@ -27,7 +27,9 @@ Rules it keeps:
   bad or missing argument, or of an unknown tool, returns a ``ToolResult`` whose text says what was wrong and
   changes nothing (``error=True``); it never raises for the agent's mistakes;
 - ``call`` may return a ``ToolResult`` or an awaitable of one (an environment that does I/O); a runtime calls it
-  through ``acall``. After a call of a ``terminal`` tool, or a result with ``done``, the episode takes no more calls;
+  through ``acall``, within ``rollout_config.step_timeout`` (``platoon.live.envs.deadline``). A call that raises
+  (or runs past that limit) fails its rollout, and its group. After a call of a ``terminal`` tool, or a result
+  with ``done``, the episode takes no more calls;
 - ``outcome()`` may be asked once the episode has ended for any reason: a terminal tool, ``done``, the turn budget
   or the context running out. Its reward is in [0, 1], ``success`` the environment's own pass flag.
 
@@ -38,12 +40,15 @@ protocol from anything else a name may resolve to.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import time
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from platoon.live.envs.base import Outcome, Task
+from platoon.live.envs.deadline import blocking_deadline, tool_timeout
 
 __all__ = [
     "TextEnvironment",
@@ -132,9 +137,21 @@ def is_text_environment(env: Any) -> bool:
     return bool(getattr(env, "speaks_text", False))
 
 
-async def acall(episode: TextEpisode, call: ToolCall) -> ToolResult:
-    """``episode.call(call)``, awaited when the environment answers with an awaitable."""
-    result = episode.call(call)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
+async def acall(episode: TextEpisode, call: ToolCall, *, timeout: float | None = None) -> ToolResult:
+    """``episode.call(call)``, awaited when the environment answers with an awaitable, within ``timeout`` seconds
+    in all (None: no limit; past it, ``ToolTimeout``: see ``platoon.live.envs.deadline``)."""
+    began = time.monotonic()
+    with blocking_deadline(call.name, timeout):
+        result = episode.call(call)
+    if not inspect.isawaitable(result):
+        return result
+    if timeout is None:
+        return await result
+    limit = asyncio.timeout(max(0.0, timeout - (time.monotonic() - began)))
+    try:
+        async with limit:
+            return await result
+    except TimeoutError as exc:
+        if limit.expired():
+            raise tool_timeout(call.name, timeout) from exc
+        raise
