@@ -8,6 +8,7 @@ prints what it returns and maps its errors to exit codes (``exits``). Nothing he
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -377,6 +378,25 @@ def _terminated(signum: int, frame: object) -> None:
     raise Terminated(EXIT_RUNTIME)
 
 
+def disk_words(exc: OSError) -> str:
+    """A file that could not be written or read, in words: the file, the system's reason, and (a full disk) how a
+    run goes on. Every write of a run's state is atomic, so nothing past its last checkpoint is lost."""
+    said = f"{exc.filename}: {exc.strerror or exc}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return (f"the disk is full, writing {said}; the run's last checkpoint stands: free some space, then go on "
+                "with --resume")
+    return said
+
+
+def internal_error(exc: Exception) -> NoReturn:
+    """An error no user can cause: one line and exit 1 (its traceback under ``PLATOON_TRACEBACK=1``)."""
+    if os.environ.get("PLATOON_TRACEBACK") == "1":
+        raise exc
+    typer.echo(f"platoon: internal error: {type(exc).__name__}: {exc} (a bug in platoon; run again with "
+               "PLATOON_TRACEBACK=1 to see where)", err=True)
+    sys.exit(EXIT_RUNTIME)
+
+
 def main() -> None:
     """Console entry point: run the app and turn its outcome into an exit code.
 
@@ -416,12 +436,13 @@ def main() -> None:
     except MemoryError:
         typer.echo("platoon: out of memory", err=True)
         sys.exit(EXIT_RUNTIME)
-    except Exception as exc:  # the last resort: every error a user can cause has its own message above
-        if os.environ.get("PLATOON_TRACEBACK") == "1":
-            raise
-        typer.echo(f"platoon: internal error: {type(exc).__name__}: {exc} (a bug in platoon; run again with "
-                   "PLATOON_TRACEBACK=1 to see where)", err=True)
+    except OSError as exc:
+        if exc.filename is None:  # not a file's: a bug, as below
+            internal_error(exc)
+        typer.echo(f"platoon: {disk_words(exc)}", err=True)
         sys.exit(EXIT_RUNTIME)
+    except Exception as exc:  # the last resort: every error a user can cause has its own message above
+        internal_error(exc)
     # without standalone mode, click returns an Exit's code instead of raising it; a command's return is ignored
     sys.exit(result if isinstance(result, int) and not isinstance(result, bool) else 0)
 

@@ -71,12 +71,19 @@ def fsync_dir(path: PathLike) -> None:
         os.close(fd)
 
 
+def naming(exc: BaseException, path: PathLike) -> None:
+    """An ``OSError`` whose system call named no file (a ``write`` that found the disk full) names ``path``."""
+    if isinstance(exc, OSError) and exc.filename is None:
+        exc.filename = str(path)
+
+
 def write_atomic(path: PathLike, data: bytes | str, *, partial: PathLike | None = None) -> None:
     """Replace the file at ``path`` with ``data`` atomically and durably.
 
     Writes ``partial`` (default ``.<name>.partial``; a writer that may race another process names its own) in the
     same directory (creating the directory if needed), fsyncs it, renames it onto ``path`` and fsyncs the directory.
-    ``str`` data is encoded as UTF-8. On any error the target is untouched and the partial file is removed.
+    ``str`` data is encoded as UTF-8. On any error the target is untouched and the partial file is removed; an
+    ``OSError`` names ``path``.
     """
     target = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
@@ -88,8 +95,9 @@ def write_atomic(path: PathLike, data: bytes | str, *, partial: PathLike | None 
             f.flush()
             os.fsync(f.fileno())
         os.replace(partial, target)
-    except BaseException:
+    except BaseException as exc:
         partial.unlink(missing_ok=True)
+        naming(exc, target)
         raise
     fsync_dir(target.parent)
 

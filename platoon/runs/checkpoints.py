@@ -39,7 +39,14 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from platoon.runs.atomic import CorruptFileError, fsync_dir, json_bytes, parse_json_state, sha256_bytes
+from platoon.runs.atomic import (
+    CorruptFileError,
+    fsync_dir,
+    json_bytes,
+    naming,
+    parse_json_state,
+    sha256_bytes,
+)
 from platoon.runs.columnar import npz_bytes, parse_npz
 from platoon.runs.jsonl import JsonlWriter, jsonl_line, read_jsonl
 from platoon.runs.rundir import PathLike, RunDir, as_run_dir, checkpoint_name
@@ -115,10 +122,14 @@ def _encode(name: str, value: object) -> bytes:
 
 
 def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        naming(exc, path)
+        raise
 
 
 def _exchange(a: Path, b: Path) -> bool:

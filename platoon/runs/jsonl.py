@@ -14,6 +14,7 @@ restart) and read a missing file as empty. One writer per file at a time, from o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -21,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Literal
 
-from platoon.runs.atomic import PathLike
+from platoon.runs.atomic import PathLike, naming
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class JsonlWriter:
 
     def _fail(self, exc: OSError) -> None:
         if self.on_error == "raise":
+            naming(exc, self.path)
             raise exc
         self.stopped = stop_writing(self._file, self.path, exc, "this log")
         self._file = None
@@ -103,9 +105,11 @@ class JsonlWriter:
             self._fail(exc)
 
     def close(self) -> None:
-        """Close the file; idempotent."""
+        """Close the file; idempotent. A close never raises for the disk: every row was flushed as it was written or
+        its write failed (and said so), so what a failing close would flush again is a row already refused."""
         if self._file is not None:
-            self._file.close()
+            with contextlib.suppress(OSError):
+                self._file.close()
             self._file = None
 
     @property
