@@ -250,9 +250,10 @@ def calibrate(
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Write the workload here (YAML); default: print it.")] = None,
 ) -> None:
     """Fit the simulator's workload (its sim block) from a live run's trace and logs, and say how well each fit holds."""
+    from platoon.runs.atomic import CorruptFileError
     from platoon.sim.calibrate import CalibrationError, calibrate_to
 
-    with exits(((CalibrationError, ConfigError), EXIT_RUNTIME)):
+    with exits(((CalibrationError, ConfigError, CorruptFileError), EXIT_RUNTIME)):
         text = calibrate_to(run, out)
     typer.echo(text, nl=False)
 

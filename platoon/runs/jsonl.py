@@ -135,11 +135,30 @@ def stop_writing(file: IO[bytes] | None, path: Path, exc: OSError, what: str) ->
     return f"{type(exc).__name__}: {exc}"
 
 
+MAX_ROW_BYTES = 16 << 20
+"""The longest line ``iter_jsonl`` parses (a row platoon writes is a few kilobytes): a longer one is garbage (a file
+written over, a log of something else) and is skipped without being held, so reading any file takes bounded memory."""
+
+
+def bounded_lines(f: IO[bytes], cap: int = MAX_ROW_BYTES) -> Iterator[tuple[bytes | None, int]]:
+    """Each line of ``f`` and its length in bytes; a line longer than ``cap`` as None (read through in pieces)."""
+    while raw := f.readline(cap + 1):
+        size = len(raw)
+        if size <= cap or raw.endswith(b"\n"):
+            yield raw, size
+            continue
+        while raw and not raw.endswith(b"\n"):
+            raw = f.readline(cap)
+            size += len(raw)
+        yield None, size
+
+
 def iter_jsonl(path: PathLike, *, limit: int | None = None) -> Iterator[dict]:
     """Yield each line of ``path`` that parses as a JSON object, in file order, one at a time.
 
-    Lines that do not parse, or parse to something other than an object, are skipped; a missing file yields nothing.
-    ``limit``: only the lines within the file's first ``limit`` bytes (a checkpoint's recorded length).
+    Lines that do not parse, parse to something other than an object, or are longer than ``MAX_ROW_BYTES`` are
+    skipped; a missing file yields nothing. ``limit``: only the lines within the file's first ``limit`` bytes (a
+    checkpoint's recorded length).
     """
     try:
         f = open(path, "rb")
@@ -147,10 +166,12 @@ def iter_jsonl(path: PathLike, *, limit: int | None = None) -> Iterator[dict]:
         return
     seen = 0
     with f:
-        for raw in f:
-            seen += len(raw)
+        for raw, size in bounded_lines(f):
+            seen += size
             if limit is not None and seen > limit:
                 return
+            if raw is None:
+                continue
             try:
                 row = json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested too deeply to parse
@@ -164,4 +185,4 @@ def read_jsonl(path: PathLike) -> list[dict]:
     return list(iter_jsonl(path))
 
 
-__all__ = ["JsonlWriter", "iter_jsonl", "jsonl_line", "read_jsonl", "stop_writing"]
+__all__ = ["JsonlWriter", "MAX_ROW_BYTES", "bounded_lines", "iter_jsonl", "jsonl_line", "read_jsonl", "stop_writing"]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from platoon.runs.atomic import PathLike
-from platoon.runs.jsonl import stop_writing
+from platoon.runs.jsonl import bounded_lines, stop_writing
 
 TRAINER = "trainer"
 SERVICE = "model service"
@@ -209,14 +209,16 @@ def mend(path: PathLike) -> None:
 
 
 def iter_trace(path: PathLike) -> Iterator[dict]:
-    """Each event of the trace at ``path`` that parses, in file order (a torn line is skipped; a missing file yields
-    nothing)."""
+    """Each event of the trace at ``path`` that parses, in file order (a torn line, or one longer than
+    ``MAX_ROW_BYTES``, is skipped; a missing file yields nothing)."""
     try:
         f = open(path, "rb")
     except FileNotFoundError:
         return
     with f:
-        for raw in f:
+        for raw, _ in bounded_lines(f):
+            if raw is None:
+                continue
             text = raw.strip()
             if text[:1] in (b"[", b","):
                 text = text[1:]

@@ -120,3 +120,17 @@ def test_warn_mode_when_the_file_cannot_be_opened(tmp_path, caplog):
 def test_on_error_is_checked():
     with pytest.raises(ValueError, match="on_error"):
         JsonlWriter("x.jsonl", on_error="ignore")  # type: ignore[arg-type]
+
+
+def test_a_line_longer_than_the_cap_is_skipped_in_pieces_and_the_rows_after_it_read(tmp_path):
+    import io
+
+    from platoon.runs.jsonl import bounded_lines
+
+    data = b'{"a":1}\n' + b"x" * 100 + b"\n" + b"y" * 37 + b'\n{"b":2}\n' + b"z" * 50
+    lines = list(bounded_lines(io.BytesIO(data), cap=16))
+    assert lines == [(b'{"a":1}\n', 8), (None, 101), (None, 38), (b'{"b":2}\n', 8), (None, 50)]
+    assert sum(size for _, size in lines) == len(data)  # the sizes add up: a checkpoint's recorded length holds
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(data)
+    assert read_jsonl(path) == [{"a": 1}, {"b": 2}]
