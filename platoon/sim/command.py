@@ -44,13 +44,14 @@ from platoon.runs.resume import ResumeRefused, RunFinished
 from platoon.runs.rundir import RunDir
 from platoon.runs.writer import WRITER_FILE, RunBusyError, WriterLock
 from platoon.sim.calibrate import CalibrationError, calibrate, read_workload
+from platoon.sim.ray_sweep import PointLost
 from platoon.sim.run import SimRun, UsageError, discarded_unless_stepped, run_point_config
 from platoon.sim.runtime import SimulationStalled
 from platoon.sim.setup import load_sim_config
 
 USAGE_ERRORS = (UsageError, ResumeRefused, RunBusyError)
 """A request that cannot be carried out as asked: nothing was run (exit 64)."""
-RUNTIME_ERRORS = (CheckpointError, CorruptFileError, SimulationStalled, CalibrationError)
+RUNTIME_ERRORS = (CheckpointError, CorruptFileError, SimulationStalled, CalibrationError, PointLost)
 """A run that could not start or go on (exit 1)."""
 
 

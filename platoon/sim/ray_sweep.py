@@ -13,8 +13,12 @@
   the process pool's, with no file system shared between the nodes. Every node needs this platoon installed.
 - Points are yielded as they finish (``ray.wait``), at most ``jobs`` running at once when given. A point that
   fails raises its own exception here (not Ray's wrapper), as the process pool does, and the points still running
-  are cancelled; a failed task is not retried (a point is not half-run twice). Unlike the pool's, a failed point
-  leaves no directory: it wrote into its node's temporary directory, removed when the task ends.
+  are cancelled; a point that raised is not run again. Unlike the pool's, a failed point leaves no directory: it
+  wrote into its node's temporary directory, removed when the task ends.
+- A point whose Ray worker dies (killed, out of memory, its node lost) is run again from its start, up to
+  ``POINT_RETRIES`` times: it wrote only into its node's temporary directory and comes back whole or not at all, so
+  a point is never half-run into the sweep. One that dies every time ends the sweep with ``PointLost`` (exit 1),
+  naming it; the points that finished stay in the sweep's directory.
 """
 
 from __future__ import annotations
@@ -33,6 +37,12 @@ from platoon.runs.shipped import pack, unpack
 from platoon.sim.run import UsageError, run_point_config
 
 MISSING = "--ray runs the sweep on Ray, which is not installed: pip install 'platoon[ray]'"
+POINT_RETRIES = 2
+"""The times a point whose worker died is run again (Ray's ``max_retries``, which counts system failures only)."""
+
+
+class PointLost(RuntimeError):
+    """A point's Ray worker died on every try (exit 1)."""
 
 
 def import_ray() -> ModuleType:
@@ -87,7 +97,7 @@ def ray_points(cfgs: Sequence[RunConfig], dirs: Sequence[Path], *, address: str 
     finishes. Raises UsageError without Ray, and a failed point's own exception."""
     ray = import_ray()
     with connected(ray, address):
-        task = ray.remote(num_cpus=1, max_retries=0)(run_shipped)
+        task = ray.remote(num_cpus=1, max_retries=POINT_RETRIES, retry_exceptions=False)(run_shipped)
         waiting = list(zip(cfgs, dirs, strict=True))
         running: dict[Any, Path] = {}
         try:
@@ -97,7 +107,7 @@ def ray_points(cfgs: Sequence[RunConfig], dirs: Sequence[Path], *, address: str 
                     running[task.remote(cfg, out.name)] = out
                 [ref], _ = ray.wait(list(running), num_returns=1)
                 out = running.pop(ref)
-                warnings, packed = _result(ray, ref)
+                warnings, packed = _result(ray, ref, out)
                 unpack(packed, out)
                 yield out, warnings
         finally:  # a failed or interrupted sweep stops its other points (on a cluster, they would run on)
@@ -105,9 +115,12 @@ def ray_points(cfgs: Sequence[RunConfig], dirs: Sequence[Path], *, address: str 
                 ray.cancel(ref)
 
 
-def _result(ray: ModuleType, ref: Any) -> tuple[list[str], bytes]:
+def _result(ray: ModuleType, ref: Any, out: Path) -> tuple[list[str], bytes]:
     try:
         return ray.get(ref)
+    except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.OwnerDiedError) as err:
+        raise PointLost(f"sweep point {out.name} was lost: its Ray worker died on each of its {POINT_RETRIES + 1} "
+                        f"tries ({type(err).__name__}); the points that finished are in {out.parent}") from None
     except ray.exceptions.RayTaskError as err:
         # Ray's wrapper carries the remote traceback in its message; the point's own exception is what the command
         # line maps to an exit code and a one-line message
@@ -125,4 +138,4 @@ def run_shipped(cfg: RunConfig, name: str) -> tuple[list[str], bytes]:
         return warnings, pack(out)
 
 
-__all__ = ["MISSING", "connected", "import_ray", "init_options", "ray_points", "run_shipped"]
+__all__ = ["MISSING", "POINT_RETRIES", "PointLost", "connected", "import_ray", "init_options", "ray_points", "run_shipped"]

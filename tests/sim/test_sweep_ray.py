@@ -92,3 +92,50 @@ def test_ray_init_options(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     assert init_options(None)["address"] == "10.0.0.1:6379" and "num_cpus" not in init_options(None)
     assert init_options("ray://head:10001")["address"] == "ray://head:10001"
+
+
+LONG_SWEEP = [*SMALL, "--steps", "60", "--sweep", "train.permit_release=rollout,group"]
+
+
+def ray_point_workers() -> list[int]:
+    """Ray workers running a point now (Ray titles a worker by the task it runs)."""
+    import os
+
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if cmdline.startswith(b"ray::run_shipped"):
+            pids.append(int(pid))
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray (pip install 'platoon[ray]')")
+def test_a_ray_worker_killed_mid_sweep_has_its_point_run_again_and_the_sweep_ends_whole(tmp_path):
+    """SIGKILL of the Ray worker running a point: the point runs again from its start (it wrote only into its
+    node's temporary directory), and the sweep ends with every point whole: the same runs as the process pool's."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    pool, on_ray = tmp_path / "pool", tmp_path / "ray"
+    assert runner.invoke(app, ["simulate", *LONG_SWEEP, "--out", str(pool)]).exit_code == 0
+    proc = subprocess.Popen([sys.executable, "-m", "platoon", "simulate", *LONG_SWEEP, "--out", str(on_ray), "--ray"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline, killed = time.monotonic() + 120, None
+    while killed is None and proc.poll() is None and time.monotonic() < deadline:
+        if workers := ray_point_workers():
+            time.sleep(0.3)  # into the point's run
+            os.kill(workers[0], signal.SIGKILL)
+            killed = workers[0]
+        time.sleep(0.02)
+    _, stderr = proc.communicate(timeout=300)
+    assert killed is not None, "no Ray worker ran a point"
+    assert proc.returncode == 0, stderr[-3000:]
+    assert tree(on_ray) == tree(pool)
+    for name in sorted(p.name for p in pool.iterdir() if p.is_dir()):
+        assert differing(pool / name, on_ray / name) == []
