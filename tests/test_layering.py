@@ -31,6 +31,7 @@ RANK = {
     "config": 0,
     "console": 0,  # the rich Console factory (rich only)
     "lifeline": 0,  # a started process ends with its starter (stdlib only): workers, fork server, sweep pools
+    "reaper": 0,  # what a library starts ends with its starter too (stdlib only): a local Ray instance
     "policy": 1,
     "runs": 2,
     "sim": 3,

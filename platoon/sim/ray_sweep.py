@@ -33,6 +33,7 @@ from types import ModuleType
 from typing import Any
 
 from platoon.config.models import RunConfig
+from platoon.reaper import start_reaper
 from platoon.runs.shipped import pack, unpack
 from platoon.sim.run import UsageError, run_point_config
 
@@ -74,21 +75,26 @@ def init_options(address: str | None) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def connected(ray: ModuleType, address: str | None) -> Iterator[None]:
-    """Ray initialised for the sweep and shut down after it (a local instance ends with it), unless the process was
-    connected already."""
+    """Ray initialised for the sweep and shut down after it (a local instance ends with it, however the sweep ends:
+    ``platoon.reaper``), unless the process was connected already."""
     if ray.is_initialized():
         yield
         return
+    options = init_options(address)
+    # a local instance's processes are Ray's to end, and a SIGKILLed driver leaves some running: the reaper ends them
+    reaper = start_reaper() if options["address"] == "local" else None
     notices = logging.getLogger(AUTH_LOGGER)
     notices.addFilter(_default_auth_notice)
     try:
-        ray.init(**init_options(address))
+        ray.init(**options)
     finally:
         notices.removeFilter(_default_auth_notice)
     try:
         yield
     finally:
         ray.shutdown()
+        if reaper is not None:
+            reaper.stop()
 
 
 def ray_points(cfgs: Sequence[RunConfig], dirs: Sequence[Path], *, address: str | None = None,

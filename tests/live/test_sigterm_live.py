@@ -5,7 +5,6 @@ run with every step once."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 

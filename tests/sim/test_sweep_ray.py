@@ -139,3 +139,28 @@ def test_a_ray_worker_killed_mid_sweep_has_its_point_run_again_and_the_sweep_end
     assert tree(on_ray) == tree(pool)
     for name in sorted(p.name for p in pool.iterdir() if p.is_dir()):
         assert differing(pool / name, on_ray / name) == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray (pip install 'platoon[ray]')")
+def test_a_sigkilled_ray_sweep_leaves_no_process_of_its_local_instance(tmp_path):
+    """The local instance's GCS server, raylet, agents and workers, and the reaper, end once the driver is
+    SIGKILLed (Ray alone left its dashboard and runtime-env agents running: ``platoon.reaper``)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from process_tree import tree_of, wait_gone
+
+    proc = subprocess.Popen([sys.executable, "-m", "platoon", "simulate", *LONG_SWEEP, "--out", str(tmp_path / "r"),
+                             "--ray"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not ray_point_workers() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = tree_of(proc.pid)
+    assert any("raylet" in cmd for cmd in started.values()), started
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    left, _ = wait_gone(started, within_s=20)
+    assert left == [], {pid: started[pid] for pid in left}
