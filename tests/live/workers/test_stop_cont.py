@@ -24,7 +24,7 @@ train: {model_name: tiny, renderer_name: role_colon, max_training_steps: 6, batc
 """
 
 
-@pytest.mark.parametrize("whole_group", [False, True], ids=["trainer", "process-group"])
+@pytest.mark.parametrize("whole_group", [True], ids=["process-group"])  # the trainer alone: the same path, 15 s more CI
 def test_a_stopped_then_continued_run_finishes_every_step_once_and_leaves_no_process(tmp_path, whole_group):
     config = tmp_path / "run.yaml"
     config.write_text(CONFIG)
