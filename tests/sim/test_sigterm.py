@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ARGS = ["simulate", "--preset", "textcraft-synth", "--set", "train.batch_size=4", "--set",
-        "train.max_concurrent_rollouts=32", "--steps", "100", "--set", "checkpoint.recovery_every=1", "--set",
+        "train.max_concurrent_rollouts=32", "--steps", "50", "--set", "checkpoint.recovery_every=1", "--set",
         "checkpoint.keep_recovery=2"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
@@ -74,7 +74,7 @@ def test_sigterm_at_random_moments_then_resume_ends_as_the_whole_run(tmp_path, w
             time.sleep(rng.uniform(0.0, 0.8))
         else:  # the rest in the run, timed from its start (so a loaded machine's slow imports move no moment)
             began(run, proc)
-            time.sleep(rng.uniform(0.0, 1.5))
+            time.sleep(rng.uniform(0.0, 1.0))
         proc.send_signal(signal.SIGTERM)
         if terminated_then_resumed(run, proc):
             resumed += 1
