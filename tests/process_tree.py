@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["alive", "children", "tree_of", "wait_gone"]
+__all__ = ["SIGTERM_DURING_A_WRITE", "alive", "children", "tree_of", "wait_gone"]
 
 
 def tree_of(root: int) -> dict[int, str]:
@@ -63,3 +63,25 @@ def children(pid: int) -> set[int]:
         except OSError:
             pass
     return out
+
+
+#: ``python -c SIGTERM_DURING_A_WRITE N platoon-args...``: the CLI, which SIGTERMs itself after writing half of its
+#: N-th checkpoint file (the tests of a signal inside a checkpoint's write, simulated and live).
+SIGTERM_DURING_A_WRITE = """
+import os, signal, sys
+import platoon.runs.checkpoints as checkpoints
+from platoon.cli import main
+
+real, writes, nth = checkpoints._write_synced, [], int(sys.argv[1])
+
+def write_synced(path, data):
+    writes.append(path)
+    if len(writes) == nth:
+        real(path, data[: len(data) // 2])  # half of this checkpoint file written, then the signal
+        os.kill(os.getpid(), signal.SIGTERM)
+    return real(path, data)
+
+checkpoints._write_synced = write_synced
+sys.argv = ["platoon", *sys.argv[2:]]
+main()
+"""

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from process_tree import SIGTERM_DURING_A_WRITE
 
 from platoon.runs.jsonl import read_jsonl
 
@@ -21,24 +22,6 @@ train: {model_name: tiny, renderer_name: role_colon, max_training_steps: 8, batc
 checkpoint: {recovery_every: 1}
 """
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
-SIGTERM_DURING_A_WRITE = """
-import os, signal, sys
-import platoon.runs.checkpoints as checkpoints
-from platoon.cli import main
-
-real, writes, nth = checkpoints._write_synced, [], int(sys.argv[1])
-
-def write_synced(path, data):
-    writes.append(path)
-    if len(writes) == nth:
-        real(path, data[: len(data) // 2])  # half of this checkpoint file written, then the signal
-        os.kill(os.getpid(), signal.SIGTERM)
-    return real(path, data)
-
-checkpoints._write_synced = write_synced
-sys.argv = ["platoon", *sys.argv[2:]]
-main()
-"""
 
 
 @pytest.mark.parametrize("nth_write", [7])  # past the launch save, in a step's checkpoint

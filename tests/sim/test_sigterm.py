@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from process_tree import SIGTERM_DURING_A_WRITE
 
 ARGS = ["simulate", "--preset", "textcraft-synth", "--set", "train.batch_size=4", "--set",
         "train.max_concurrent_rollouts=32", "--steps", "50", "--set", "checkpoint.recovery_every=1", "--set",
@@ -84,24 +85,6 @@ def test_sigterm_at_random_moments_then_resume_ends_as_the_whole_run(tmp_path, w
     assert resumed >= 10  # most trials hit the run while it ran
 
 
-SIGTERM_DURING_A_WRITE = """
-import os, signal, sys
-import platoon.runs.checkpoints as checkpoints
-from platoon.cli import main
-
-real, writes, nth = checkpoints._write_synced, [], int(sys.argv[1])
-
-def write_synced(path, data):
-    writes.append(path)
-    if len(writes) == nth:
-        real(path, data[: len(data) // 2])  # half of this checkpoint file written, then the signal
-        os.kill(os.getpid(), signal.SIGTERM)
-    return real(path, data)
-
-checkpoints._write_synced = write_synced
-sys.argv = ["platoon", *sys.argv[2:]]
-main()
-"""
 
 
 @pytest.mark.slow
