@@ -379,6 +379,20 @@ def _terminated(signum: int, frame: object) -> None:
     raise Terminated(EXIT_RUNTIME)
 
 
+def _run_app() -> object:
+    """The app's outcome, an error raised while SIGTERM unwound being the ``Terminated`` it hides: a cleanup that
+    fails half-way (a zip closed with a member still open) must not turn a termination into an internal error."""
+    try:
+        return app(standalone_mode=False)
+    except Exception as exc:
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, Terminated):
+            cause = cause.__context__
+        if cause is not None:
+            raise Terminated(EXIT_RUNTIME) from exc
+        raise
+
+
 def disk_words(exc: OSError) -> str:
     """A file that could not be written or read, in words: the file, the system's reason, and (a full disk) how a
     run goes on. Every write of a run's state is atomic, so nothing past its last checkpoint is lost."""
@@ -413,7 +427,7 @@ def main() -> None:
     with contextlib.suppress(ValueError):  # only the main thread may (a caller's other thread keeps its handler)
         signal.signal(signal.SIGTERM, _terminated)  # unwind: logs closed, the run's lock given back
     try:
-        result = app(standalone_mode=False)
+        result = _run_app()
     except Terminated:
         typer.echo("platoon: terminated (SIGTERM); a run goes on from its last checkpoint with --resume", err=True)
         sys.exit(EXIT_RUNTIME)
