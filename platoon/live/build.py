@@ -23,8 +23,11 @@ the split lacks) is a ``ConfigError`` naming its key, all of them in one report.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable, Mapping
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,7 +98,8 @@ def build_environments(cfg: RunConfig) -> dict[str, Any]:
     failures: list[str] = []
     for i, e in enumerate(cfg.environments):
         try:
-            envs[e.label] = resolve_environment(e.env, e.service_kwargs, package=e.package)
+            with said_if_slow(f"building environment {e.env!r} (environments.{i}, entry {e.label!r})"):
+                envs[e.label] = resolve_environment(e.env, e.service_kwargs, package=e.package)
         except ExtensionError as exc:
             problems.append(f"environments.{i}.env: {exc}")
         except (TypeError, ValueError) as exc:
@@ -108,6 +112,23 @@ def build_environments(cfg: RunConfig) -> dict[str, Any]:
     if failures:
         raise TrainError("; ".join(failures))
     return envs
+
+
+SLOW_START_S = 5.0
+
+
+@contextlib.contextmanager
+def said_if_slow(what: str, after_s: float = SLOW_START_S) -> Iterator[None]:
+    """A line on stderr when ``what`` still runs ``after_s`` seconds on (a constructor that logs in to a server or
+    loads a dataset), so that a start-up that takes minutes is never mistaken for a hung one."""
+    timer = threading.Timer(after_s, lambda: print(f"info: {what}: still running after {after_s:g} s", file=sys.stderr,
+                                                   flush=True))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def build_pool(cfg: RunConfig, envs: Mapping[str, Any]) -> TaskPool:

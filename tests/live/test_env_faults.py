@@ -4,6 +4,10 @@ code, a message naming the environment, the task, the tool) and a resume goes on
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +20,7 @@ from platoon.cli import app
 pytestmark = pytest.mark.live
 runner = CliRunner()
 HERE = Path(__file__).parent
+HOURS_S = 36_000
 
 
 def config(tmp_path: Path, steps: int = 2, *, workflow: dict | None = None, **kwargs) -> Path:
@@ -113,6 +118,21 @@ def test_an_environment_whose_constructor_raises_exits_1_naming_it_and_the_error
     said = " ".join(result.output.split())
     assert "environment 'fault_env:Faulty' (environments.0, entry 'default') could not be built" in said
     assert "ConnectionError: cannot reach the game server" in said and "internal error" not in said
+
+
+def test_a_slow_constructor_is_said_and_a_sigterm_during_it_ends_clearly_leaving_no_run(tmp_path):
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+           "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "platoon", "train", str(config(tmp_path, ctor_s=HOURS_S)),
+                             "--out", str(run)], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    said = proc.stderr.readline()  # blocks until the notice (5 s into the constructor)
+    proc.send_signal(signal.SIGTERM)
+    err = said + proc.communicate(timeout=60)[1]
+    assert said == ("info: building environment 'fault_env:Faulty' (environments.0, entry 'default'): still running "
+                    "after 5 s\n"), err
+    assert proc.returncode == 1 and "terminated (SIGTERM)" in err and "Traceback" not in err, err
+    assert not run.exists()  # a new run is made once its environments are built: nothing half-made to resume
 
 
 @pytest.mark.slow
