@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml extensions/platoon-textcraft/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[live,hf,ray,dev]' -e extensions/platoon-textcraft
+	$(BIN)/python -m pip install -q -e '.[live,hf,ray,vllm,dev]' -e extensions/platoon-textcraft
 	touch $(STAMP)
 
 setup: $(STAMP)

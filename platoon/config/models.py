@@ -37,6 +37,7 @@ from platoon.config.bounds import (
     MAX_WEIGHT,
     MIN_WEIGHT,
 )
+from platoon.config.inference import InferenceConfig, LaunchConfig
 from platoon.config.losses import DEFAULT_LOSS_FN, DEFAULT_LOSS_FN_CONFIG, LOSS_FNS, TINKER_ONLY_LOSS_FNS
 from platoon.config.sections import (
     CheckpointConfig,
@@ -240,6 +241,10 @@ class TrainConfig(_Config):
         description="The loss's settings, replacing the default whole: clip_low_threshold and "
         "clip_high_threshold (absolute bounds on the probability ratio), and this project's own kl_coef "
         "(a KL penalty to the initial policy) and entropy_coef (an entropy bonus).",
+    )
+    inference: InferenceConfig = Field(
+        default_factory=InferenceConfig, description="The engine rollouts sample from: builtin (the trainer's own "
+        "model) or vllm servers, and how the trainer's weights reach them (docs/inference-engines.md).",
     )
 
     @field_validator("loss_fn")
@@ -501,6 +506,8 @@ __all__ = [
     "default_config",
     "ExponentialDuration",
     "FixedDuration",
+    "InferenceConfig",
+    "LaunchConfig",
     "LognormalDuration",
     "ModelConfig",
     "OptimizerConfig",

@@ -34,6 +34,7 @@ from platoon.config.components import (
 )
 from platoon.config.effective import entry_admission, entry_workflow, group_size
 from platoon.config.errors import ExtensionError
+from platoon.config.inference import problems as inference_problems
 from platoon.config.losses import loss_fn_config_problems
 from platoon.config.models import RunConfig
 from platoon.config.problems import Problem
@@ -63,6 +64,8 @@ def config_problems(cfg: RunConfig, *, invalid: frozenset[str] = frozenset()) ->
         + _entry_problems(cfg, ok)
         + _loss_problems(cfg, ok)
         + _checkpoint_problems(cfg, ok)
+        + (inference_problems(cfg.train.inference, cfg.train.model_name)
+           if ok("train.inference", "train.model_name") else [])
     )
 
 

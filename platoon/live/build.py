@@ -467,7 +467,12 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
         from platoon.live.trainer import loads_state
 
         trainer.load_state_dict(loads_state(trainer_state))
-    service = (service_factory or default_service)(copy.deepcopy(model), cfg, version)
+    if service_factory is None and cfg.train.inference.engine == "vllm":
+        from platoon.live.inference.engine import VLLMEngine
+
+        service = VLLMEngine(cfg, model, version)  # it reads the model's weights once, at its start, for the servers
+    else:
+        service = (service_factory or default_service)(copy.deepcopy(model), cfg, version)
     workers = rollout_workers(cfg, envs, from_config=from_config)  # its fork server opens as the service is up
     run = cfg.train.workflow_config
     temperature, max_tokens = sampling(cfg)

@@ -65,7 +65,7 @@ def _runtime(live: LiveRun, run_dir: LiveRunDir, console: Console | None, checkp
                        log=console.log if console is not None else None,
                        on_step=console.step if console is not None else None, checkpoint_name=checkpoint,
                        clock_start_s=live.clock_start_s, state_lost=live.state_lost, trace=_trace(live, run_dir),
-                       staging=staging)
+                       staging=staging, activity=console.activity if console is not None else None)
 
 
 def _trace(live: LiveRun, run_dir: LiveRunDir) -> Any:

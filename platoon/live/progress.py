@@ -4,6 +4,9 @@ the bar."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+
 __all__ = ["Console", "step_line"]
 
 
@@ -16,7 +19,7 @@ class Console:
         from platoon.console import make_console
 
         self.console = make_console(highlight=False)
-        self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                  console=self.console, disable=not enabled, transient=False)
         self.task = self.progress.add_task("train", total=total, completed=done)
 
@@ -26,6 +29,16 @@ class Console:
 
     def __exit__(self, *exc: object) -> None:
         self.progress.__exit__(*exc)
+
+    @contextlib.contextmanager
+    def activity(self, description: str) -> Iterator[Callable[[str], None]]:
+        """A spinner with the time elapsed under the bar while long work runs (a server's start-up); what the
+        context gives sets its status line."""
+        task = self.progress.add_task(description, total=None)  # a pulsing bar: no total to count to
+        try:
+            yield lambda status: self.progress.update(task, description=f"{description}: {status}")
+        finally:
+            self.progress.remove_task(task)
 
     def log(self, level: str, message: str) -> None:
         style = "yellow" if level == "warning" else "dim"

@@ -24,6 +24,7 @@ import inspect
 import math
 from collections import deque
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from platoon.live.checkpoint import TRAINER_FILE, LiveRunDir
@@ -78,7 +79,7 @@ class LiveRuntime:
                  trainer_state: Callable[[], bytes] | None = None, log: Logger | None = None,
                  on_step: Callable[[dict], None] | None = None, checkpoint_name: str | None = None,
                  clock_start_s: float = 0.0, state_lost: str | None = None,
-                 trace: TraceWriter | None = None, staging: Any = None) -> None:
+                 trace: TraceWriter | None = None, staging: Any = None, activity: Any = None) -> None:
         if not (math.isfinite(clock_start_s) and clock_start_s >= 0):
             raise ValueError(f"clock_start_s must be a finite number of seconds, at least 0, got {clock_start_s!r}")
         self.driver = driver
@@ -91,6 +92,7 @@ class LiveRuntime:
         self.resumed_from, self.state_lost = checkpoint_name, state_lost
         self.clock_start_s = float(clock_start_s)
         self.trace, self.staging = trace, staging
+        self.activity = activity  # activity(description): a context showing long work (a server's start-up)
         self.track = TrainerTrack(trace, self.now, self._thread_clock)
         self.trained: list[TrainStep] = []
         self.groups: dict[Key, asyncio.Task] = {}
@@ -132,10 +134,25 @@ class LiveRuntime:
         if workers is not None:
             workers.attach_log(self.log)
         try:
+            await self._start_service()
+            self._t0 = self.loop.time()  # the run's clock starts once its servers are up: start-up is no step's
             self._feed(self.driver.start, checkpoint=self.resumed_from, state_lost=self.state_lost)
             await self._trainer_task()
         finally:
             await self._shutdown()
+
+    async def _start_service(self) -> None:
+        """A service with servers of its own (``train.inference``) brings them up before any rollout starts."""
+        start = getattr(self.service, "start", None)
+        if start is None:
+            return
+        if self.run_dir is not None:
+            await start(self.run_dir.path / "inference", log=self.log, activity=self.activity)
+            return
+        import tempfile
+
+        self._scratch = tempfile.TemporaryDirectory(prefix="platoon-inference-")
+        await start(Path(self._scratch.name), log=self.log, activity=self.activity)
 
     async def _trainer_task(self) -> None:
         """Carry out the cycle's decisions one at a time, until ``Finish``."""
@@ -304,9 +321,12 @@ class LiveRuntime:
             metrics = await asyncio.to_thread(fn, datums, version=step.version)
         self.track.span("train", began, step=step.step, datums=len(datums), tokens=datum_tokens(datums))
         self.trained.append(step)
-        workflow_metrics = getattr(self.workflow, "step_metrics", None)
-        self._feed(self.driver.on_trained, trainer=metrics,
-                   runtime=workflow_metrics() if workflow_metrics is not None else None)
+        runtime: dict[str, Any] = {}
+        for source in (self.workflow, self.service):  # the workflow's and an inference engine's own metrics
+            step_metrics = getattr(source, "step_metrics", None)
+            if step_metrics is not None:
+                runtime.update(step_metrics())
+        self._feed(self.driver.on_trained, trainer=metrics, runtime=runtime or None)
 
     async def _evaluate(self, step: int) -> dict[str, Any]:
         """The ``eval/...`` metrics of the policy step ``step`` trains from."""

@@ -34,12 +34,19 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from platoon.live.model import derive_seed
 
-__all__ = ["BatchSpan", "BatchingModelService", "FakeModelService", "ModelService", "Sample"]
+__all__ = ["BatchSpan", "BatchingModelService", "FakeModelService", "ModelService", "Sample", "cut_at_stop",
+           "rollout_session"]
+
+rollout_session: ContextVar[object | None] = ContextVar("platoon_rollout_session", default=None)
+"""The rollout a ``sample`` call is made for (an object, weakly referable, that lives as long as the rollout; None:
+not known). A
+service with several servers keeps a rollout on one across its turns (its prefix cache)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,9 @@ class Sample:
     #: The routing id of the sampled sequence: what a server with rollout routing replay (R3) sends for a
     #: mixture-of-experts model, so that the trainer can replay its experts' choice; None from a dense model's.
     routing_id: str | None = field(default=None, compare=False)
+    #: The policy versions its tokens came from, oldest first, when a weight update fell inside the request (an
+    #: inference server that kept it through the update); empty: ``version`` alone. ``version`` is the oldest.
+    versions: tuple[int, ...] = field(default=(), compare=False)
 
 
 class BatchSpan(NamedTuple):
@@ -305,7 +315,7 @@ class FakeModelService:
             tokens = self._scripted.popleft()
         else:
             tokens = tuple(self._script(prompt, seed))
-        tokens = _cut_at_stop(tuple(tokens)[:max_new_tokens], stop)
+        tokens = cut_at_stop(tuple(tokens)[:max_new_tokens], stop)
         routing_id = self._routing_ids(prompt, seed) if self._routing_ids is not None else None
         return Sample(tokens, (self.logprob,) * len(tokens), version, routing_id=routing_id)
 
@@ -317,7 +327,7 @@ class FakeModelService:
         self.closed = True
 
 
-def _cut_at_stop(tokens: tuple[int, ...], stop: Collection[Sequence[int]]) -> tuple[int, ...]:
+def cut_at_stop(tokens: tuple[int, ...], stop: Collection[Sequence[int]]) -> tuple[int, ...]:
     """``tokens`` up to and including the first place where they end with a stop sequence."""
     for end in range(1, len(tokens) + 1):
         if any(len(s) and tuple(tokens[max(0, end - len(s)):end]) == tuple(s) for s in stop):

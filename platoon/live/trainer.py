@@ -17,6 +17,15 @@ the **sum over its datums' masked tokens divided by their number** (Tinker sums;
 over the microbatch's action tokens, so the objective is a token mean and the gradient's norm does not grow with the
 batch).
 
+**Training-inference mismatch** (``mismatch/...``): with ``p_t`` the trainer's log-probability of token t under the
+weights the minibatch began from (the proximal policy) and ``b_t`` the sampler's, ``w_t = exp(p_t - b_t)``;
+``mismatch/kl`` is the k3 estimate of KL(sampler || trainer), ``mean(w_t - 1 - log w_t)``, and
+``mismatch/is_ratio_mean`` the mean of ``w_t``, over the masked tokens. With ``tis_cap`` (``train.inference``'s
+``tis`` correction) the ratio is taken against the proximal policy, ``r_t = exp(logp_t - p_t)``, and each token's loss
+is weighed by ``min(w_t, tis_cap)`` (truncated importance sampling: the sampler's drift, a separate engine's or
+staleness, corrected; ``mismatch/truncated_share`` the tokens whose weight was cut). A step of several minibatches
+computes ``p_t`` for all of them before the first update.
+
 Rules it keeps:
 - AdamW (decoupled weight decay, as Tinker's ``AdamParams``) over all parameters; the gradient's global norm is
   clipped to ``grad_clip_norm`` when it is above 0, and the norm before clipping is reported either way;
@@ -99,8 +108,11 @@ class GRPOTrainer:
         temperature: float = 1.0,
         num_minibatches: int = 1,
         seed: int = 0,
+        tis_cap: float | None = None,
     ) -> None:
-        """``loss_fn_config`` None: 0.4.0's default (``platoon.config.losses.DEFAULT_LOSS_FN_CONFIG``)."""
+        """``loss_fn_config`` None: 0.4.0's default (``platoon.config.losses.DEFAULT_LOSS_FN_CONFIG``); ``tis_cap``:
+        truncated importance sampling against the sampler's log-probabilities, its weights capped there (None:
+        off)."""
         if loss_fn not in LOSS_FNS:
             raise ValueError(f"unknown loss_fn {loss_fn!r}; one of {', '.join(sorted(LOSS_FNS))}")
         config = dict(DEFAULT_LOSS_FN_CONFIG if loss_fn_config is None else loss_fn_config)
@@ -120,6 +132,9 @@ class GRPOTrainer:
         self.grad_clip_norm = float(grad_clip_norm)
         self.temperature = float(temperature)
         self.num_minibatches = int(num_minibatches)
+        if tis_cap is not None and not tis_cap >= 1.0:
+            raise ValueError(f"tis_cap must be at least 1 (None: off), got {tis_cap}")
+        self.tis_cap = None if tis_cap is None else float(tis_cap)
         self.steps = 0
         self.optimizer = torch.optim.AdamW(policy.module.parameters(), lr=learning_rate, betas=(beta1, beta2),
                                            eps=eps, weight_decay=weight_decay)
@@ -140,7 +155,8 @@ class GRPOTrainer:
                    weight_decay=opt.weight_decay, grad_clip_norm=opt.grad_clip_norm,
                    filter_zero_advantage=train.workflow_config.filter_zero_advantage_datums,
                    temperature=train.workflow_config.rollout_config.inference_params.temperature or 1.0,
-                   num_minibatches=train.num_minibatches, seed=train.seed)
+                   num_minibatches=train.num_minibatches, seed=train.seed,
+                   tis_cap=train.inference.tis_cap if train.inference.corrects() else None)
 
     # --- training ----------------------------------------------------------------------------------------------
 
@@ -165,6 +181,8 @@ class GRPOTrainer:
         if self.num_minibatches > 1:
             order = torch.randperm(n, generator=self._gen).tolist()
         chunks = [order[i:: self.num_minibatches] for i in range(min(self.num_minibatches, n))]
+        if self.tis_cap is not None and len(chunks) > 1:  # every minibatch weighs against the weights it began from
+            datums = self._with_proximal(datums, chunks)
         parts = []
         for chunk in chunks:
             part, filtered = self._minibatch([datums[i] for i in chunk])
@@ -180,6 +198,21 @@ class GRPOTrainer:
         metrics["lr"] = float(self.optimizer.param_groups[0]["lr"])
         self.steps += 1
         return metrics
+
+    def _with_proximal(self, datums: Sequence[Mapping[str, Any]], chunks: Sequence[Sequence[int]]) -> list[dict]:
+        """``datums``, each with the trainer's log-probabilities of its tokens before this step's first update
+        (``proximal``), one forward pass per minibatch."""
+        out: list[dict] = [dict(d) for d in datums]
+        device = self.policy.device
+        self.policy.module.eval()
+        with torch.no_grad():
+            for chunk in chunks:
+                tokens = pad_right([datums[i]["tokens"] for i in chunk], device=device)
+                mask = pad_right([datums[i]["mask"] for i in chunk], dtype=torch.float32, device=device)
+                logp = self.policy.policy_logprobs(tokens, mask, temperature=self.temperature).cpu()
+                for row, i in enumerate(chunk):
+                    out[i]["proximal"] = logp[row, :len(datums[i]["tokens"])].tolist()
+        return out
 
     def _minibatch(self, datums: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float] | None, int]:
         """One minibatch's update and how many datums the filter left out; None: its objective is zero (every
@@ -203,7 +236,13 @@ class GRPOTrainer:
         adv = torch.tensor([float(d["advantage"]) for d in datums], dtype=torch.float32, device=device)[:, None]
         self.policy.module.train()
         logp, entropy = self.policy.policy_logprobs(tokens, mask, temperature=self.temperature, with_entropy=True)
-        ratio = torch.exp((logp - old) * mask)
+        if "proximal" in datums[0]:
+            proximal = pad_right([d["proximal"] for d in datums], dtype=torch.float32, device=device)
+        else:
+            proximal = logp.detach()  # this minibatch is the step's first: the weights it began from
+        # the sampler's probability against the trainer's, token by token (1 when the two engines agree)
+        sampler_ratio = torch.exp((proximal - old) * mask)
+        ratio = torch.exp((logp - (old if self.tis_cap is None else proximal)) * mask)
         clipped = ratio.clamp(self.loss.clip_low, self.loss.clip_high)
         if self.loss.loss_fn == "ppo":
             per_token = -torch.minimum(ratio * adv, clipped * adv)
@@ -211,6 +250,8 @@ class GRPOTrainer:
             per_token = -ratio * adv
         else:
             per_token = -clipped.detach() * adv * logp
+        if self.tis_cap is not None:
+            per_token = per_token * sampler_ratio.clamp(max=self.tis_cap)
         scale = 1.0 / max(denominator, 1)
         pg = (per_token * mask).sum() * scale
         loss = pg
@@ -237,7 +278,15 @@ class GRPOTrainer:
             if self.loss.loss_fn != "importance_sampling":  # it does not clip
                 outside = ((ratio < self.loss.clip_low) | (ratio > self.loss.clip_high)).float() * mask
             ratio_max = float((ratio * mask).max())
+            log_ratio = (proximal - old) * mask
+            mismatch = {
+                "mismatch/kl": float(((torch.exp(log_ratio) - log_ratio - 1.0) * mask).sum()) / ran,
+                "mismatch/is_ratio_mean": float((sampler_ratio * mask).sum()) / ran,
+            }
+            if self.tis_cap is not None:
+                mismatch["mismatch/truncated_share"] = float(((sampler_ratio > self.tis_cap).float() * mask).sum()) / ran
         return {
+            **mismatch,
             "loss": float(loss.detach()),
             "pg_loss": float(pg.detach()),
             "entropy": float(ent.detach()) / scale / ran,

@@ -43,6 +43,7 @@ from platoon.live.datums import Trajectory, group_advantages, member_fields, tra
 from platoon.live.envs.play import play_episode
 from platoon.live.lease import LocalMembers, MembersHost, first_model_call, no_lease, rollout_lease
 from platoon.live.model import derive_seed
+from platoon.live.service import rollout_session
 from platoon.policy import (
     STRAGGLER_KILLED,
     GroupOutput,
@@ -286,12 +287,16 @@ class _FirstCall:
             self._on_first_call()
         self.calls += 1
         trace = rollout_trace.current()
-        if trace is None:
-            sample = await self._service.sample(*args, **kwargs)
-        else:
-            start = trace.clock()
-            sample = await self._service.sample(*args, **kwargs)
-            trace.model_call(start, getattr(sample, "batch_size", 0))
+        session = rollout_session.set(self)  # this rollout's calls: one server across its turns
+        try:
+            if trace is None:
+                sample = await self._service.sample(*args, **kwargs)
+            else:
+                start = trace.clock()
+                sample = await self._service.sample(*args, **kwargs)
+                trace.model_call(start, getattr(sample, "batch_size", 0))
+        finally:
+            rollout_session.reset(session)
         self.routed += getattr(sample, "routing_id", None) is not None
         return sample
 
