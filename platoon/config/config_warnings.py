@@ -94,6 +94,10 @@ def sim_warnings(cfg: RunConfig) -> list[str]:
                    "calls and environment steps; a task's length stretches env_step_s)")
     if "service" in cfg.sim.model_fields_set and not any_turns:
         out.append("sim.service: no effect without sim.rollout.turns (only turns queue model calls at the service)")
+    if cfg.train.inference.engine != "builtin":
+        out.append(f"train.inference.engine: {cfg.train.inference.engine}: the simulator does not model inference "
+                   "servers yet (their count, weight-sync pauses, requests in flight across an update); it models "
+                   "the builtin service (sim.service)")
     if "service_slowdown" in cfg.sim.trainer.model_fields_set and not any_turns:
         out.append("sim.trainer.service_slowdown: no effect without sim.rollout.turns (no model service runs "
                    "batches beside the trainer)")

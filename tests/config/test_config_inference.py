@@ -3,20 +3,10 @@ Hugging Face checkpoint; builtin takes neither."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
 from config_kit import complete
+from test_config_rules import problems
 
-from platoon.config import ConfigError, load_config
-
-
-def problems(tmp_path: Path, text: str) -> list[str]:
-    path = tmp_path / "run.yaml"
-    path.write_text(complete(text))
-    with pytest.raises(ConfigError) as info:
-        load_config(path)
-    return info.value.problems
+from platoon.config import load_config
 
 
 def test_vllm_with_neither_servers_nor_launch_and_the_tiny_model_is_two_problems(tmp_path):

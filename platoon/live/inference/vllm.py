@@ -196,7 +196,7 @@ class VLLMService:
         payload = {
             "model": self.served_name, "prompt": [int(t) for t in prompt_tokens], "max_tokens": max_new_tokens,
             "temperature": float(temperature), "seed": int(seed) % 2**63, "logprobs": 0,
-            "return_tokens_as_token_ids": True, "ignore_eos": True, "skip_special_tokens": False,
+            "return_tokens_as_token_ids": True, "return_token_ids": True, "ignore_eos": True, "skip_special_tokens": False,
             "stop_token_ids": sorted({s[0] for s in stops if len(s) == 1}),
         }
         self._counts["requests"] += 1
