@@ -60,6 +60,12 @@ ALLOWED = {
     "when the worker ends",
     ("platoon/live/workers/worker.py", "write_text"): "a rollout worker's ready file on node scratch",
     ("platoon/live/workers/worker.py", "os.replace"): "the ready file renamed into place on node scratch",
+    ("platoon/live/inference/launch.py", "open"): "a launched vLLM server's log, handed to the server as its "
+    "output (the server writes it, not platoon)",
+    ("platoon/live/inference/weights.py", "shutil.copyfile"): "the checkpoint's config copied into a weight "
+    "version's partial directory, renamed into place whole: weights for inference servers, no run state",
+    ("platoon/live/inference/weights.py", "os.replace"): "a whole weight version's directory renamed into place "
+    "for inference servers to load",
 }
 
 

@@ -16,7 +16,7 @@ from platoon.runs import read_jsonl
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
 SETTINGS = ["train.batch_size=4", "environments.0.workflow_config.group_size=4", "checkpoint.recovery_every=2",
-            "eval.every=4", "model.d_model=16", "model.n_layers=1", "train.workflow_config.rollout_isolation=process"]
+            "eval.every=8", "model.d_model=16", "model.n_layers=1", "train.workflow_config.rollout_isolation=process"]
 
 
 def test_sigkill_of_a_run_with_rollout_workers_then_resume_loses_nothing(tmp_path):
