@@ -29,20 +29,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_model(path: Path) -> Path:
-    import torch
-    import transformers
-
+    """The tests' tiny random Llama that vLLM's CPU build serves, with its tokenizer (trained in place: nothing is
+    downloaded)."""
     sys.path[:0] = [str(ROOT / "tests" / "live"), str(ROOT / "tests" / "policy"), str(ROOT / "tests")]
-    from hf_kit import chat_tokenizer  # the tests' tokenizer, trained in place: nothing is downloaded
+    from hf_kit import save_vllm_chat_model
 
-    tokenizer = chat_tokenizer()
-    cfg = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
-                                   num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                                   max_position_embeddings=1024, tie_word_embeddings=False)
-    torch.manual_seed(0)
-    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(str(path))
-    tokenizer.save_pretrained(str(path))
-    return path
+    return save_vllm_chat_model(path, context=1024)
 
 
 async def completions(service, *, requests: int, concurrency: int, tokens: int) -> float:

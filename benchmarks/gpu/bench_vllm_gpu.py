@@ -54,20 +54,12 @@ def write_config(path: Path, args: argparse.Namespace, model: Path) -> Path:
 
 
 def tiny_model(path: Path) -> Path:
-    import torch
-    import transformers
-
+    """The tests' tiny random Llama that vLLM's CPU build serves, with its tokenizer (trained in place: nothing is
+    downloaded)."""
     sys.path[:0] = [str(ROOT / "tests" / "live"), str(ROOT / "tests" / "policy"), str(ROOT / "tests")]
-    from hf_kit import chat_tokenizer
+    from hf_kit import save_vllm_chat_model
 
-    tokenizer = chat_tokenizer()
-    cfg = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
-                                   num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                                   max_position_embeddings=2048, tie_word_embeddings=False)
-    torch.manual_seed(0)
-    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(str(path))
-    tokenizer.save_pretrained(str(path))
-    return path
+    return save_vllm_chat_model(path, context=2048)
 
 
 def report(run: Path) -> dict[str, float]:

@@ -102,6 +102,23 @@ def save_chat_model(path, *, context: int = 2048) -> Path:
     return Path(path)
 
 
+def save_vllm_chat_model(path, *, context: int = 2048) -> Path:
+    """``chat_tokenizer()`` and a tiny random Llama that vLLM's CPU build serves (hidden 128, 2 layers, head
+    dimension 64: its CPU attention refuses 16), untied embeddings, saved to the directory ``path``."""
+    import torch
+    import transformers
+
+    tokenizer = chat_tokenizer()
+    cfg = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
+                                   num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                                   max_position_embeddings=context, eos_token_id=tokenizer.eos_token_id,
+                                   tie_word_embeddings=False)
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(str(path))
+    tokenizer.save_pretrained(str(path))
+    return Path(path)
+
+
 def hub_cache_entry(cache, repo_id: str, source) -> Path:
     """Copy the checkpoint directory ``source`` into the Hugging Face cache directory ``cache`` as model
     ``repo_id`` at a made-up commit (``refs/main`` names it); return the snapshot directory."""

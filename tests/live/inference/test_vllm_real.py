@@ -39,20 +39,9 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
-    import torch
-    import transformers
-    from hf_kit import chat_tokenizer
+    from hf_kit import save_vllm_chat_model
 
-    path = tmp_path_factory.mktemp("model")
-    tokenizer = chat_tokenizer()
-    cfg = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
-                                   num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                                   max_position_embeddings=2048, eos_token_id=tokenizer.eos_token_id,
-                                   tie_word_embeddings=False)
-    torch.manual_seed(0)
-    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(str(path))
-    tokenizer.save_pretrained(str(path))
-    return path
+    return save_vllm_chat_model(tmp_path_factory.mktemp("model"))
 
 
 def launch_spec(port: int) -> dict:
