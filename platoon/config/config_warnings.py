@@ -94,10 +94,13 @@ def sim_warnings(cfg: RunConfig) -> list[str]:
                    "calls and environment steps; a task's length stretches env_step_s)")
     if "service" in cfg.sim.model_fields_set and not any_turns:
         out.append("sim.service: no effect without sim.rollout.turns (only turns queue model calls at the service)")
-    if cfg.train.inference.engine != "builtin":
-        out.append(f"train.inference.engine: {cfg.train.inference.engine}: the simulator does not model inference "
-                   "servers yet (their count, weight-sync pauses, requests in flight across an update); it models "
-                   "the builtin service (sim.service)")
+    service_set = cfg.sim.service.model_fields_set
+    if cfg.train.inference.engine == "builtin" and "pause_s" in service_set:
+        out.append("sim.service.pause_s: no effect under train.inference.engine: builtin (the builtin service takes "
+                   "new weights without pausing)")
+    if cfg.train.inference.engine == "vllm" and "handoff_s" in service_set:
+        out.append("sim.service.handoff_s: no effect under train.inference.engine: vllm (its servers batch "
+                   "continuously, with no hand-off between batches)")
     if "service_slowdown" in cfg.sim.trainer.model_fields_set and not any_turns:
         out.append("sim.trainer.service_slowdown: no effect without sim.rollout.turns (no model service runs "
                    "batches beside the trainer)")

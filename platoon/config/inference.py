@@ -86,6 +86,12 @@ class InferenceConfig(ConfigModel):
         """Whether the trainer applies truncated importance sampling (``correction`` resolved for the engine)."""
         return self.correction == "tis" or (self.correction == "auto" and self.engine == "vllm")
 
+    def server_count(self) -> int:
+        """How many vLLM servers rollouts sample from (those listed or launched); 1 for the builtin engine."""
+        if self.engine != "vllm":
+            return 1
+        return len(self.servers) if self.servers else (self.launch.servers if self.launch is not None else 1)
+
 
 def problems(inference: InferenceConfig, model_name: str) -> list[Problem]:
     """The section's rules between keys: a vllm engine has exactly one of servers and launch and a Hugging Face

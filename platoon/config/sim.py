@@ -8,7 +8,8 @@ The model, in one paragraph (docs/simulator.md has the long form): a rollout hol
 (``rollout.first_call_s``, shared by every start-up running at once when ``rollout.startup_capacity`` is set) and then
 its run: either one drawn duration (``rollout.duration``, or ``fail_duration`` for a failing one) times its task's
 length multiplier, or, with ``rollout.turns``, its turns, each a model call queued at the batching model service
-(``service``: a batch of n takes ``base_s + per_sequence_s x n``) and an environment step (``rollout.env_step_s``,
+(``service``: a batch of n takes ``base_s + per_sequence_s x n``; under ``train.inference.engine: vllm`` the
+engine's servers, each batching continuously and paused for ``pause_s`` at each publish) and an environment step (``rollout.env_step_s``,
 times the length multiplier); it then tears down in the background (``rollout.teardown_s``). It passes with its task's pass rate, ``sigmoid(ability +
 skill - difficulty)`` under the learning model, or the rate a task file gives. Training a step takes ``step_s +
 per_datum_s x datums`` of work (in turns mode done at 1/(1 + ``service_slowdown``) of its speed while the model
@@ -207,15 +208,27 @@ MAX_SERVICE_BATCH = 1_048_576
 
 
 class SimServiceConfig(_SimModel):
-    """The batching model service of turns mode (``rollout.turns``): whenever idle with requests queued, it takes up
-    to ``max_batch`` of them, oldest first, and answers them all after ``base_s + per_sequence_s x n``."""
+    """The model service of turns mode (``rollout.turns``), as ``train.inference.engine`` deploys it. ``builtin``: one
+    batching service that, whenever idle with requests queued, takes up to ``max_batch`` of them, oldest first, and
+    answers them all after ``base_s + per_sequence_s x n``. ``vllm``: the engine's servers (as many as
+    ``train.inference`` lists or launches), each batching continuously: with n requests running each progresses at
+    1/(base_s + per_sequence_s x n) of a request a second (at most ``max_batch`` run, the rest wait), and every
+    server pauses for the last ``pause_s`` of each publish."""
 
-    base_s: float = Field(2.0, ge=0, le=MAX_SECONDS, description="The fixed part of one batch, in seconds.")
-    per_sequence_s: float = Field(0.02, ge=0, le=MAX_SECONDS, description="Seconds each sequence of a batch adds.")
-    max_batch: int = Field(256, ge=1, le=MAX_SERVICE_BATCH, description="The most sequences one batch takes.")
+    base_s: float = Field(2.0, ge=0, le=MAX_SECONDS, description="The fixed part of one batch (vllm: of one "
+                          "request's time), in seconds.")
+    per_sequence_s: float = Field(0.02, ge=0, le=MAX_SECONDS, description="Seconds each sequence of a batch adds "
+                                  "(vllm: each request running beside it at its server).")
+    max_batch: int = Field(256, ge=1, le=MAX_SERVICE_BATCH, description="The most sequences one batch takes "
+                           "(vllm: that run at once at a server, vLLM's --max-num-seqs).")
     handoff_s: float = Field(
         0.0, ge=0, le=MAX_SECONDS, description="Seconds the service stays busy after each batch (answers handed "
-        "back, the next batch taken in) before it starts the next; 0: at once.",
+        "back, the next batch taken in) before it starts the next; 0: at once (builtin only).",
+    )
+    pause_s: float = Field(
+        0.0, ge=0, le=MAX_SECONDS, description="vllm: seconds every server is paused at each publish (the weights "
+        "reloaded), the publish's last part, at most sim.trainer.publish_s; requests in flight then are re-sent "
+        "or kept as train.inference.in_flight says; 0: no pause.",
     )
 
 
@@ -271,6 +284,13 @@ class SimConfig(_SimModel):
         8.0, gt=0, le=MAX_GPUS, description="GPUs of the deployment being simulated (model service and trainer): sim/gpu_hours is "
         "simulated hours times this.",
     )
+
+    @model_validator(mode="after")
+    def _pause_within_publish(self) -> SimConfig:
+        if self.service.pause_s > self.trainer.publish_s:
+            raise ValueError(f"sim.service.pause_s ({self.service.pause_s:g}) is part of the publish: at most "
+                             f"sim.trainer.publish_s ({self.trainer.publish_s:g})")
+        return self
 
     @model_validator(mode="after")
     def _file_fixes_rates(self) -> SimConfig:

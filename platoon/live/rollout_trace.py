@@ -106,13 +106,14 @@ class RolloutTrace:
             self.started = True
             self._span("startup", self.granted, self.clock())
 
-    def model_call(self, start: float, batch: int = 0) -> None:
-        """A model call that began at ``start`` returned now; ``batch``: its batch's sequences (0: not known)."""
+    def model_call(self, start: float, batch: int = 0, server: int | None = None, concurrency: float = 0.0) -> None:
+        """A model call that began at ``start`` returned now; ``batch``: its batch's sequences (0: not known);
+        ``server`` and ``concurrency``: the inference server that answered and its mean requests in flight."""
         self.turns += 1
-        if batch > 0:
-            self._span("model_call", start, self.clock(), batch=batch)
-        else:
-            self._span("model_call", start, self.clock())
+        args: dict[str, Any] = {"batch": batch} if batch > 0 else {}
+        if server is not None:
+            args.update(server=server, concurrency=round(concurrency, 4))
+        self._span("model_call", start, self.clock(), **args)
 
     def env_step(self, start: float, end: float | None = None) -> None:
         """A step that began at ``start`` ended at ``end`` (None: now; a rollout worker's step: when it said)."""
@@ -172,9 +173,10 @@ class TrainerTrack:
     def __init__(self, trace: TraceWriter | None, now: Callable[[], float], thread_clock: Callable[[], float]) -> None:
         self.trace, self.now, self.thread_clock = trace, now, thread_clock
 
-    def span(self, name: str, began: float, **args: Any) -> None:
+    def span(self, name: str, began: float, *, track: str = TRAINER, **args: Any) -> None:
+        """A span from ``began`` to now on ``track`` (the trainer's, or the model service's)."""
         if self.trace is not None:
-            self.trace.span(name, TRAINER, began, self.now(), **args)
+            self.trace.span(name, track, began, self.now(), **args)
 
     def observe(self, service: Any, on: bool = True) -> None:
         """Write ``service``'s batches (``on`` False: stop)."""

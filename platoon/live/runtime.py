@@ -24,7 +24,6 @@ import inspect
 import math
 from collections import deque
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from platoon.live.checkpoint import TRAINER_FILE, LiveRunDir
@@ -54,7 +53,7 @@ from platoon.policy import (
     WriteRow,
 )
 from platoon.runs.session import RunSession, python_log
-from platoon.runs.trace import TraceWriter
+from platoon.runs.trace import SERVICE, TraceWriter
 
 Logger = Callable[[str, str], None]
 
@@ -144,15 +143,9 @@ class LiveRuntime:
     async def _start_service(self) -> None:
         """A service with servers of its own (``train.inference``) brings them up before any rollout starts."""
         start = getattr(self.service, "start", None)
-        if start is None:
-            return
-        if self.run_dir is not None:
-            await start(self.run_dir.path / "inference", log=self.log, activity=self.activity)
-            return
-        import tempfile
-
-        self._scratch = tempfile.TemporaryDirectory(prefix="platoon-inference-")
-        await start(Path(self._scratch.name), log=self.log, activity=self.activity)
+        if start is not None:
+            await start(self.run_dir.path / "inference" if self.run_dir is not None else None, log=self.log,
+                        activity=self.activity)
 
     async def _trainer_task(self) -> None:
         """Carry out the cycle's decisions one at a time, until ``Finish``."""
@@ -321,11 +314,8 @@ class LiveRuntime:
             metrics = await asyncio.to_thread(fn, datums, version=step.version)
         self.track.span("train", began, step=step.step, datums=len(datums), tokens=datum_tokens(datums))
         self.trained.append(step)
-        runtime: dict[str, Any] = {}
-        for source in (self.workflow, self.service):  # the workflow's and an inference engine's own metrics
-            step_metrics = getattr(source, "step_metrics", None)
-            if step_metrics is not None:
-                runtime.update(step_metrics())
+        runtime = {k: v for source in (self.workflow, self.service)  # the workflow's and an inference engine's own
+                   if (own := getattr(source, "step_metrics", None)) is not None for k, v in own().items()}
         self._feed(self.driver.on_trained, trainer=metrics, runtime=runtime or None)
 
     async def _evaluate(self, step: int) -> dict[str, Any]:
@@ -349,6 +339,9 @@ class LiveRuntime:
         if inspect.isawaitable(result):
             await result
         self.track.span("publish", began, version=version)
+        pause = getattr(self.service, "last_pause_s", None)  # an inference engine's servers paused for the update
+        if pause is not None:
+            self.track.span("pause", self.now() - pause, track=SERVICE, version=version)
         self._feed(self.driver.on_published)
 
     async def _checkpoint(self, dec: SaveCheckpoint) -> None:

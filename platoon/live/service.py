@@ -64,6 +64,10 @@ class Sample:
     #: The policy versions its tokens came from, oldest first, when a weight update fell inside the request (an
     #: inference server that kept it through the update); empty: ``version`` alone. ``version`` is the oldest.
     versions: tuple[int, ...] = field(default=(), compare=False)
+    #: The inference server that answered (its index among the engine's servers); None: the built-in service.
+    server: int | None = field(default=None, compare=False)
+    #: The requests in flight at that server on average while this one ran, itself included (0: not known).
+    concurrency: float = field(default=0.0, compare=False)
 
 
 class BatchSpan(NamedTuple):

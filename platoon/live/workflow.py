@@ -294,7 +294,8 @@ class _FirstCall:
             else:
                 start = trace.clock()
                 sample = await self._service.sample(*args, **kwargs)
-                trace.model_call(start, getattr(sample, "batch_size", 0))
+                trace.model_call(start, getattr(sample, "batch_size", 0), getattr(sample, "server", None),
+                                 getattr(sample, "concurrency", 0.0))
         finally:
             rollout_session.reset(session)
         self.routed += getattr(sample, "routing_id", None) is not None

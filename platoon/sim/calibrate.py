@@ -14,7 +14,10 @@ What is fitted, each from ``trace.json``'s spans (docs/run-directory.md, "trace.
 - ``service``: one batched forward pass of n sequences takes ``base_s + per_sequence_s x n`` (``batch`` spans,
   least squares; R-squared and the median relative error say how well), ``handoff_s`` the median time between one
   batch's end and the next one's start (the live service's own time between batches), ``max_batch`` the run's
-  ``model.max_batch``;
+  ``model.max_batch``. Under ``train.inference.engine: vllm`` the servers batch out of sight: a request at a server
+  with c requests in flight on average takes ``base_s + per_sequence_s x c`` (``model_call`` spans, their
+  ``concurrency``; least squares, calls that a weight update paused left out), ``pause_s`` the median ``pause``
+  span, ``max_batch`` the launch's ``--max-num-seqs`` when it sets one;
 - ``trainer``: a step's work ``step_s + per_datum_s x datums`` and ``service_slowdown`` k, the model service's
   slowing of it (``train`` spans and the time ``o`` of each that ``batch`` spans overlap: processor sharing makes a
   step last ``W + o x k / (1 + k)``, least squares with every term at least 0, R-squared and the median relative
@@ -122,8 +125,13 @@ def calibrate(run: Path) -> Calibration:
     _fit_turns(cal, rollouts)
     _fit_env_steps(cal, by_name["env_step"], rollouts)
     _fit_startups(cal, by_name["startup"])
-    _fit_service(cal, by_name["batch"], cfg.model.max_batch)
+    if cfg.train.inference.engine == "vllm":
+        _fit_servers(cal, by_name["model_call"], by_name["pause"], cfg.train.inference)
+    else:
+        _fit_service(cal, by_name["batch"], cfg.model.max_batch)
     _fit_trainer(cal, by_name)
+    if "pause_s" in cal.sim["service"]:  # the pause is the publish's last part: rounding must not make it longer
+        cal.sim["service"]["pause_s"] = min(cal.sim["service"]["pause_s"], cal.sim["trainer"]["publish_s"])
     _fit_population(cal, rollouts, rd, cfg)
     return cal
 
@@ -217,15 +225,15 @@ def _fit_startups(cal: Calibration, spans: list[dict]) -> None:
                         f"p90 {np.quantile(seconds, 0.9):.4g} s"))
 
 
-def nonneg_fit(y: Sequence[float], *xs: Sequence[float]) -> tuple[list[float], float, float]:
-    """Least squares ``y = c0 + c1 x1 + c2 x2 + ...`` with every ``c >= 0``: ``([c0, c1, ...], r_squared, median
-    relative error)``. Exact non-negative least squares for the few terms a fit here has: the best, by squared error,
+def nonneg_fit(y: Sequence[float], *xs: Sequence[float], intercept: bool = True) -> tuple[list[float], float, float]:
+    """Least squares ``y = c0 + c1 x1 + c2 x2 + ...`` with every ``c >= 0`` (``intercept`` False: ``c0 = 0``):
+    ``([c0, c1, ...], r_squared, median relative error)``. Exact non-negative least squares for the few terms a fit here has: the best, by squared error,
     of the unconstrained fits of each subset of the terms whose coefficients all come out non-negative (the
     constrained optimum is one of them). A variable that never varies cannot be told from the fixed part: its
     coefficient is 0."""
     ys = np.asarray(y, dtype=float)
     cols = [np.ones_like(ys)] + [np.asarray(x, dtype=float) for x in xs]
-    usable = [0] + [i for i in range(1, len(cols)) if len(ys) >= 2 and np.ptp(cols[i]) > 0]
+    usable = [0] * intercept + [i for i in range(1, len(cols)) if len(ys) >= 2 and (np.ptp(cols[i]) > 0 or not intercept)]
     best, best_sse = np.zeros(len(cols)), float(np.sum(ys ** 2))  # no term at all: predict 0
     tie = 1e-12 * best_sse  # a better fit must beat rounding
     for size in range(1, len(usable) + 1):  # fewer terms first: a tie keeps the simpler fit
@@ -266,6 +274,45 @@ def _fit_service(cal: Calibration, batches: list[dict], max_batch: int) -> None:
     cal.fits.append(Fit("service", f"{a * 1e3:.3g} ms + {b * 1e3:.3g} ms x sequences (batches of "
                         f"{min(sizes):.0f}-{max(sizes):.0f}), hand-off {handoff * 1e3:.3g} ms", len(batches),
                         _fit_quality(sizes, r2, rel)))
+
+
+def _fit_servers(cal: Calibration, calls: list[dict], pauses: list[dict], inference: Any) -> None:
+    """The vLLM servers' timing from the client's side (module docstring)."""
+    measured = [e for e in calls if "concurrency" in (e.get("args") or {})]
+    if not measured:
+        raise CalibrationError("the trace holds no model_call span with its server's concurrency (a run of an "
+                               "older platoon, or no traced rollout)")
+    clear = [e for e, paused in zip(measured, covered_s(measured, pauses), strict=True) if paused <= 0]
+    used = clear or measured
+    load = [float(e["args"]["concurrency"]) for e in used]
+    seqs = _max_num_seqs(inference.launch.args if inference.launch is not None else [])
+    if seqs is not None and max(load) > seqs:
+        # past the cap the requests take turns: c in flight take c / m rounds of base_s + per_sequence_s x m
+        rounds = np.maximum(1.0, np.asarray(load) / seqs)
+        (_, a, b), r2, rel = nonneg_fit([_seconds(e) for e in used], rounds, rounds * np.minimum(load, seqs),
+                                        intercept=False)
+    else:
+        a, b, r2, rel = linear_fit(load, [_seconds(e) for e in used])
+    pause = float(np.median([_seconds(e) for e in pauses])) if pauses else 0.0
+    cal.sim["service"] = {"base_s": round(a, 9), "per_sequence_s": round(b, 9), "pause_s": round(pause, 6)}
+    if seqs is not None:
+        cal.sim["service"]["max_batch"] = seqs
+    else:
+        cal.notes.append("max_batch (the requests a server runs at once) is not in the trace: the simulator's default "
+                         "stands; set sim.service.max_batch to the servers' --max-num-seqs")
+    cal.fits.append(Fit("service", f"{a * 1e3:.4g} ms + {b * 1e3:.4g} ms x requests in flight at the server "
+                        f"({min(load):.1f}-{max(load):.1f}), pause {pause * 1e3:.3g} ms at each publish",
+                        len(used), _fit_quality(load, r2, rel)))
+
+
+def _max_num_seqs(args: Sequence[str]) -> int | None:
+    """The ``--max-num-seqs`` of a vLLM server's arguments, when they set one."""
+    for i, arg in enumerate(args):
+        value = (arg.split("=", 1)[1] if arg.startswith("--max-num-seqs=")
+                 else args[i + 1] if arg == "--max-num-seqs" and i + 1 < len(args) else None)
+        if value is not None and value.isdigit():
+            return int(value)
+    return None
 
 
 def _fit_quality(x: Sequence[float], r2: float, rel: float) -> str:

@@ -30,6 +30,8 @@ class Timer(Enum):
     SERVICE_FREE = "service_free"              # the service's hand-off after a batch is over (turns mode)
     ENV_STEPPED = "env_stepped"                # a member's environment step is done (turns mode)
     TIMED_OUT = "timed_out"                    # a member's time limit (turns mode)
+    SERVER_DONE = "server_done"                # an inference server answered its oldest request (turns, vllm)
+    SERVERS_PAUSED = "servers_paused"          # a publish reached its pause: the weights reload (turns, vllm)
 
     __hash__ = object.__hash__  # Enum's own hashes the name in Python: a timer's kind is looked up at every event
 

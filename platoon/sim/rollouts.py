@@ -7,8 +7,9 @@ hands them over); every rule about them is the driver's:
 - ``GrantPermit`` -> a rollout: its outcome is decided now (``platoon.sim.workload``, its task's pass rate now), it
   asks for a start slot, starts up (shared capacity: ``platoon.sim.startups``), makes its first model call (the
   slot comes back), runs, and ends. It runs for its drawn duration, or, in turns mode, turn by turn: each model call
-  queued at the batching model service (``platoon.sim.service``), then its environment step; its time limit
-  (``timeout_s``) is a timer of its own there;
+  queued at the batching model service (``platoon.sim.service``), or under ``train.inference.engine: vllm`` at its
+  rollout's server (``platoon.sim.servers``), then its environment step; its time limit (``timeout_s``) is a timer
+  of its own there;
 - ``SlotGranted`` -> the member starts up; ``CancelRollout`` -> the member stops where it stands (leaving the
   service's queue), and the driver hears of it (``on_member_cancelled``: what that means in its phase is the
   driver's); ``AwaitTeardowns`` -> its teardown runs, its permit held, until it ends or ``EndTeardownWait``;
@@ -26,6 +27,7 @@ from platoon.policy import CancelRollout, Driver, GrantPermit, MemberResult, Sta
 from platoon.runs.trace import SERVICE, TraceWriter, rollout_status
 from platoon.sim.clock import TimerClock
 from platoon.sim.records import Phase, SimGroup, SimMember, Timer
+from platoon.sim.servers import Deployment
 from platoon.sim.service import ModelService
 from platoon.sim.setup import SimTasks
 from platoon.sim.startups import StartupServer
@@ -38,7 +40,7 @@ Grade = Callable[[SimGroup, int, MemberOutcome], float]
 class RolloutWork:
     """The groups in flight and their members' work (see the module docstring). ``carry`` carries out decisions;
     ``grade`` scores a valid member; ``version`` is the policy version live now; ``service_changed`` tells the
-    trainer that the model service started or ended a batch."""
+    trainer that the model service started or ended a batch (or the servers' load changed)."""
 
     def __init__(self, cfg: RunConfig, tasks: SimTasks, driver: Driver, clock: TimerClock, *, carry: Carry,
                  grade: Grade, version: Callable[[], int], service_changed: Callable[[], None]) -> None:
@@ -52,7 +54,11 @@ class RolloutWork:
         capacity = cfg.sim.rollout.startup_capacity
         self.startups = StartupServer(capacity) if capacity is not None else None
         turns = any(s.rollout.turns is not None for s in tasks.sims)
-        self.service = ModelService(cfg.sim.service) if turns else None
+        inference = cfg.train.inference
+        vllm = turns and inference.engine == "vllm"
+        self.service = ModelService(cfg.sim.service) if turns and not vllm else None
+        self.servers = (Deployment(cfg.sim.service, servers=inference.server_count(), in_flight=inference.in_flight,
+                                   clock=clock, answered=self._answered, changed=service_changed) if vllm else None)
         self.trace: TraceWriter | None = None
         self.groups: dict[tuple[int, int], SimGroup] = {}
         self.startups_timer: tuple[int, float] | None = None
@@ -163,8 +169,11 @@ class RolloutWork:
 
     # ---------------------------------------------------------------------------------------------- turns
     def _call(self, g: SimGroup, i: int) -> None:
-        """Member ``i`` makes its next model call: it joins the service's queue."""
+        """Member ``i`` makes its next model call: it joins the service's queue (or its server's)."""
         g.members[i].since = self.clock.now
+        if self.servers is not None:
+            self.servers.request((*g.key, i))
+            return
         self.service.request((*g.key, i))
         self._serve()
 
@@ -193,13 +202,18 @@ class RolloutWork:
         self.service.handing_off = False
         self._serve()
 
-    def _answered(self, key: tuple[int, int, int]) -> None:
-        """Member ``key``'s model call is answered: its environment step, if it takes any time, else its turn ends."""
+    def _answered(self, key: tuple[int, int, int], server: int | None = None, concurrency: float = 0.0) -> None:
+        """Member ``key``'s model call is answered (by ``server``, among ``concurrency`` requests in flight there on
+        average): its environment step, if it takes any time, else its turn ends."""
         s, q, i = key
         g = self.groups[(s, q)]
         m = g.members[i]
         if m.lane is not None:
-            self._span(m, "model_call", m.since, turn=m.turn + 1)
+            if server is None:
+                self._span(m, "model_call", m.since, turn=m.turn + 1)
+            else:
+                self._span(m, "model_call", m.since, turn=m.turn + 1, server=server,
+                           concurrency=round(concurrency, 4))
         m.turn += 1
         step = m.out.env_steps[m.turn - 1] if m.out.env_steps else 0.0
         if step > 0:
@@ -239,7 +253,7 @@ class RolloutWork:
         m = g.members[i]
         name = "model_call" if m.timer is None else "env_step"
         if m.timer is None:
-            self.service.withdraw((*g.key, i))
+            (self.servers or self.service).withdraw((*g.key, i))
         self.clock.cancel(m.timer)
         m.timer = None
         if m.lane is not None:
@@ -336,6 +350,8 @@ class RolloutWork:
     def _done(self, g: SimGroup, i: int) -> None:
         m = g.members[i]
         m.phase = Phase.DONE
+        if self.servers is not None:
+            self.servers.forget((*g.key, i))
         if m.lane is not None:
             self._rollout_span(g, i)
         g.pending -= 1
@@ -370,7 +386,8 @@ class RolloutWork:
         return {"groups": [g.to_json() for g in self.groups.values()],
                 "startups_timer": None if self.startups_timer is None else list(self.startups_timer),
                 "startups": None if self.startups is None else self.startups.state_dict(),
-                "service": None if self.service is None else self.service.state_dict()}
+                "service": None if self.service is None else self.service.state_dict(),
+                "servers": None if self.servers is None else self.servers.state_dict()}
 
     def load_state_dict(self, s: dict) -> None:
         self.startups_timer = None if s["startups_timer"] is None else (s["startups_timer"][0], s["startups_timer"][1])
@@ -382,6 +399,8 @@ class RolloutWork:
             self.startups.load_state_dict(s["startups"])
         if self.service is not None and s.get("service") is not None:
             self.service.load_state_dict(s["service"])
+        if self.servers is not None and s.get("servers") is not None:
+            self.servers.load_state_dict(s["servers"])
 
 
 __all__ = ["RolloutWork"]

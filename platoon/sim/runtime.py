@@ -66,7 +66,7 @@ class SimRuntime:
         self.work = RolloutWork(cfg, tasks, self.driver, self.clock, carry=self._carry, grade=self.member_reward,
                                 version=lambda: self.trainer.version, service_changed=self._service_changed)
         self.trainer = SimTrainer(cfg, tasks.learner, tasks.pool, self.driver, self.clock, carry=self._carry,
-                                  service=self.work.service)
+                                  service=self.work.servers or self.work.service)
         self.session = RunSession(None, log=lambda level, message: None)
         self.armed: tuple[int, float] | None = None  # the deadline timer: its seq and time
         self.done = False

@@ -43,6 +43,11 @@ class ModelService:
         self.size = 0
         self.started: float | None = None  # the running batch's start; None: idle
 
+    @property
+    def busy(self) -> bool:
+        """Whether a batch is running now."""
+        return self.started is not None
+
     def request(self, key: Key) -> None:
         """A model call joins the queue."""
         self.queue[key] = None

@@ -3,7 +3,9 @@
 What this module owns (the order of the work is the driver's, ``platoon.policy.cycle``): an evaluation takes
 ``sim.trainer.eval_s`` and measures held-out pass@1 from the learning model (``platoon.sim.learning``) when it
 learns; a step trains ``step_s + per_datum_s x datums`` of work, and what it trained reaches the learner; its weights
-publish for ``publish_s``, after which the learner applies them. Each of those is a span on the trace's ``trainer``
+publish for ``publish_s``, after which the learner applies them; under ``train.inference.engine: vllm`` the engine's
+servers pause for its last ``sim.service.pause_s`` (``platoon.sim.servers``: the ``SERVERS_PAUSED`` timer, a
+``pause`` span on the model service's track) and go on as the new version goes live. Each of those is a span on the trace's ``trainer``
 track (``eval``, ``train``, ``publish``), from ``since``, which the runtime's state keeps. The metrics only the
 simulator knows go with each trained step (``sim/simulated_seconds``, ``sim/gpu_hours``,
 ``sim/train_pass_rate_mean``).
@@ -25,10 +27,11 @@ from dataclasses import dataclass
 
 from platoon.config.models import RunConfig
 from platoon.policy import Driver, Evaluate, Publish, TaskPool, Train, TrainStep
-from platoon.runs.trace import TRAINER, TraceWriter
+from platoon.runs.trace import SERVICE, TRAINER, TraceWriter
 from platoon.sim.clock import TimerClock
 from platoon.sim.learning import Learner
 from platoon.sim.records import Timer
+from platoon.sim.servers import Deployment
 from platoon.sim.service import ModelService
 
 
@@ -55,10 +58,12 @@ class SimTrainer:
     """The trainer's work (see the module docstring); ``carry`` carries out what the driver answers."""
 
     def __init__(self, cfg: RunConfig, learner: Learner, pool: TaskPool, driver: Driver, clock: TimerClock, *,
-                 carry: Callable[[list], None], service: ModelService | None) -> None:
+                 carry: Callable[[list], None], service: ModelService | Deployment | None) -> None:
         self.t, self.gpus = cfg.sim.trainer, cfg.sim.gpus
         self.learner, self.pool, self.driver, self.clock, self.carry = learner, pool, driver, clock, carry
         self.service = service
+        self.servers = service if isinstance(service, Deployment) else None
+        self.pause_s = cfg.sim.service.pause_s if self.servers is not None else 0.0
         self.trace: TraceWriter | None = None
         self.since = clock.now  # when the trainer's current span (eval, train, publish) began
         self.step: TrainStep | None = None
@@ -67,6 +72,7 @@ class SimTrainer:
         clock.on(Timer.EVALUATED, self._evaluated)
         clock.on(Timer.TRAINED, self._trained)
         clock.on(Timer.PUBLISHED, self._published)
+        clock.on(Timer.SERVERS_PAUSED, self._servers_paused)
 
     @property
     def learns(self) -> bool:
@@ -92,8 +98,10 @@ class SimTrainer:
         self.training = Training(work, now, slowed, self.clock.at(end, Timer.TRAINED))
 
     def publish(self, dec: Publish) -> None:
-        self.since = self.clock.now
-        self.clock.at(self.clock.now + self.t.publish_s, Timer.PUBLISHED, (dec.version,))
+        now = self.since = self.clock.now
+        if self.pause_s > 0:
+            self.clock.at(now + (self.t.publish_s - self.pause_s), Timer.SERVERS_PAUSED)
+        self.clock.at(now + self.t.publish_s, Timer.PUBLISHED, (dec.version,))
 
     # ----------------------------------------------------------------------------------------------- timers
     def _evaluated(self, step: int) -> None:
@@ -112,19 +120,30 @@ class SimTrainer:
         self.learner.trained([r for r in rows if r is not None])
         metrics = {"sim/simulated_seconds": now, "sim/gpu_hours": now / 3600.0 * self.gpus,
                    "sim/train_pass_rate_mean": self.learner.mean_pass_rate()}
+        if self.servers is not None:
+            metrics.update(self.servers.step_metrics())
         self.carry(self.driver.on_trained(now=now, runtime=metrics))
+
+    def _servers_paused(self) -> None:
+        self.servers.pause()
 
     def _published(self, version: int) -> None:
         self.learner.publish()
         self.version = version
+        now = self.clock.now
+        if self.servers is not None:
+            if self.trace is not None and self.pause_s > 0:
+                self.trace.span("pause", SERVICE, self.servers.paused_at, now, version=version,
+                                servers=len(self.servers.servers))
+            self.servers.resume(now - self.since)
         if self.trace is not None:
-            self.trace.span("publish", TRAINER, self.since, self.clock.now, version=version)
+            self.trace.span("publish", TRAINER, self.since, now, version=version)
         self.carry(self.driver.on_published(now=self.clock.now))
 
     # ------------------------------------------------------------------------------------ the service's share
     def _slowed(self) -> bool:
         """Whether training is slowed now: service_slowdown set and the model service running a batch."""
-        return self.t.service_slowdown > 0 and self.service is not None and self.service.started is not None
+        return self.t.service_slowdown > 0 and self.service is not None and self.service.busy
 
     def service_changed(self) -> None:
         """The model service may have started or ended a batch: a step in training under ``service_slowdown`` takes

@@ -91,6 +91,26 @@ def test_calibrating_a_simulated_run_recovers_its_workload(tmp_path):
     assert population["difficulty_sd"] == pytest.approx(1.0, abs=0.35)  # from 30 steps' groups of a population
 
 
+@pytest.mark.parametrize("max_num_seqs", [64, 6])
+def test_calibrating_a_simulated_vllm_deployment_recovers_its_servers(tmp_path, max_num_seqs):
+    """Under train.inference.engine: vllm the servers' timing fits from the model calls' spans and the load each saw
+    (at 6 running at once the servers' cap binds and requests take turns), the pause from the pause spans."""
+    from simkit import config, run
+
+    known = {"rollout": {"turns": {"passing": 3, "failing": 5}, "env_step_s": {"dist": "exponential", "mean_s": 2.0}},
+             "service": {"base_s": 1.0, "per_sequence_s": 0.1, "max_batch": max_num_seqs, "pause_s": 0.5},
+             "learning": {"enabled": False}}
+    inference = {"engine": "vllm", "launch": {"python": "python", "servers": 3,
+                                              "args": ["--max-num-seqs", str(max_num_seqs)]}}
+    cfg = config(train={"model_name": "org/model", "max_training_steps": 12, "max_concurrent_rollouts": 32,
+                        "max_staleness": 4, "inference": inference}, sim=known, trace={"group_every": 1})
+    run(cfg, tmp_path / "run")
+    service = calibrate(tmp_path / "run").sim["service"]
+    assert (service["base_s"], service["per_sequence_s"]) == pytest.approx((1.0, 0.1), rel=0.05)
+    assert service["pause_s"] == pytest.approx(0.5, rel=1e-3)
+    assert service["max_batch"] == max_num_seqs
+
+
 @pytest.mark.slow
 @pytest.mark.live
 def test_like_simulates_a_small_live_runs_twin_and_the_report_lays_them_side_by_side(tmp_path):

@@ -54,8 +54,23 @@ CONTENDED = {  # turns mode with the trainer slowed while the service runs a bat
     "sim": {**TURNS["sim"], "service": {"base_s": 0.4, "per_sequence_s": 0.1, "max_batch": 4, "handoff_s": 0.3},
             "trainer": {"eval_s": 2.0, "service_slowdown": 1.7}},
 }
+VLLM = {"model_name": "org/model", "inference": {"engine": "vllm", "servers": ["http://a:8100", "http://b:8100",
+                                                                             "http://c:8100"]}}
+SERVERS = {  # turns mode on three vLLM servers: routing, continuous batching, pauses that abort requests in flight
+    **TURNS,
+    "train": {**TURNS["train"], **VLLM, "max_staleness": 3},
+    "sim": {**TURNS["sim"], "service": {"base_s": 0.4, "per_sequence_s": 0.1, "max_batch": 3, "pause_s": 0.7},
+            "trainer": {"eval_s": 2.0, "publish_s": 1.0, "service_slowdown": 0.5}},
+}
+SERVER_TIES = {  # ... whole seconds, requests kept across each update
+    **TURN_TIES,
+    "train": {**TURN_TIES["train"], "model_name": "org/model",
+              "inference": {**VLLM["inference"], "in_flight": "keep"}},
+    "sim": {**TURN_TIES["sim"], "service": {"base_s": 1.0, "per_sequence_s": 1.0, "max_batch": 2, "pause_s": 1.0},
+            "trainer": {"step_s": 10.0, "per_datum_s": 0.0, "publish_s": 2.0, "eval_s": 1.0}},
+}
 CASES = {"everything": EVERYTHING, "ties": TIES, "group": GROUP, "plain": {}, "turns": TURNS, "turn-ties": TURN_TIES,
-         "contended": CONTENDED}
+         "contended": CONTENDED, "servers": SERVERS, "server-ties": SERVER_TIES}
 
 
 def rows(path):

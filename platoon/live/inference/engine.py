@@ -2,7 +2,7 @@
 
 ``VLLMEngine(cfg, model, version)`` is the run's model service. Until ``start(directory, ...)`` it holds only the
 config; ``start`` (the runtime calls it before step 0) launches the servers when the config says so (``Launched``,
-their logs in ``directory``) and waits for them with a progress line, builds the ``VLLMService`` over them (its
+their logs in ``directory``; None: a scratch directory of its own, gone at ``aclose``, for a run that writes none) and waits for them with a progress line, builds the ``VLLMService`` over them (its
 weights under ``train.inference.weights_dir``, else ``directory/weights``), checks each server and pushes the
 model's weights, so that every rollout samples the policy the trainer holds, a resumed run's included. ``aclose``
 stops what it launched.
@@ -46,13 +46,19 @@ class VLLMEngine:
         self._version = int(version)
         self.service: VLLMService | None = None
         self.launched: Launched | None = None
+        self._scratch: Any = None
 
     @property
     def version(self) -> int:
         return self.service.version if self.service is not None else self._version
 
-    async def start(self, directory: Path, *, log: Log | None = None, activity: Activity | None = None) -> None:
+    async def start(self, directory: Path | None, *, log: Log | None = None, activity: Activity | None = None) -> None:
         """Bring the servers up and the service over them (see the module's doc)."""
+        if directory is None:
+            import tempfile
+
+            self._scratch = tempfile.TemporaryDirectory(prefix="platoon-inference-")
+            directory = Path(self._scratch.name)
         inf = self.inference
         urls = list(inf.servers)
         if inf.launch is not None:
@@ -90,6 +96,11 @@ class VLLMEngine:
     def step_metrics(self) -> dict[str, float]:
         return self.service.step_metrics() if self.service is not None else {}
 
+    @property
+    def last_pause_s(self) -> float | None:
+        """The last publish's pause (new requests held while the servers reloaded); None before the first."""
+        return self.service.last_pause_s if self.service is not None else None
+
     async def aclose(self) -> None:
         try:
             if self.service is not None:
@@ -98,3 +109,6 @@ class VLLMEngine:
             if self.launched is not None:
                 await asyncio.to_thread(self.launched.stop)
                 self.launched = None
+            if self._scratch is not None:
+                self._scratch.cleanup()
+                self._scratch = None

@@ -23,6 +23,10 @@ vLLM OpenAI-compatible servers (``httpx``, one pooled async client per server). 
   under ``keep`` records the versions (``Sample.versions``), its ``version`` the oldest;
 - **accounting**: every request ends in a sample or an exception; ``step_metrics()`` reports, since its last call,
   requests, retries, re-sent requests, the servers up, the last sync's seconds and the share of the time paused.
+  Each sample names its server (its index) and the requests in flight there on average while it ran
+  (``Sample.concurrency``, from each server's integral of its load over time): the trace's ``model_call`` spans
+  carry both, and ``platoon calibrate`` fits the simulator's servers from them; ``last_pause_s`` is the last
+  publish's pause (the trace's ``pause`` span).
 
 ``start()`` checks every server before step 0 (it answers and serves ``served_name``: else ``InferenceRefused``
 naming the URL) and pushes the weights the service was built with, so a resumed run's servers serve its checkpoint.
@@ -31,6 +35,7 @@ naming the URL) and pushes the weights the service was built with, so a resumed 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 import weakref
@@ -73,6 +78,13 @@ class Server:
     version: int | None = None  # the weights it serves; None: not known yet
     failed_at: float | None = None
     error: str | None = None
+    load_area: float = 0.0  # the integral of in_flight over time, up to load_since
+    load_since: float = 0.0
+
+    def load_changed(self, now: float, by: int) -> None:
+        """``in_flight`` goes up or down ``by`` at ``now`` (the load integral taken up to then first)."""
+        self.load_area += self.in_flight * (now - self.load_since)
+        self.load_since, self.in_flight = now, self.in_flight + by
 
     def up(self, now: float, recheck_s: float) -> bool:
         return self.failed_at is None or now - self.failed_at >= recheck_s
@@ -145,6 +157,7 @@ class VLLMService:
         self._counts = {"requests": 0, "retries": 0, "resent": 0}
         self._sync_s: list[float] = []
         self._paused_s = 0.0
+        self.last_pause_s: float | None = None  # the last publish's pause (new requests held, servers reloading)
         self._since = clock()
 
     @property
@@ -208,7 +221,9 @@ class VLLMService:
             await self._opened()
             server = await self._server(session, tried)
             version, syncs = self._version, self._syncs
-            server.in_flight += 1
+            began = self.clock()
+            server.load_changed(began, +1)
+            area = server.load_area
             server.requests += 1
             try:
                 choice = await self._complete(server, payload)
@@ -224,12 +239,15 @@ class VLLMService:
                 tried.append(server)
                 continue
             finally:
-                server.in_flight -= 1
+                server.load_changed(self.clock(), -1)
             self.router.answered(server, self.clock())
             if choice.get("finish_reason") == "abort":
                 self._counts["resent"] += 1
                 continue
-            return self._parsed(choice, payload, stops, version, syncs)
+            seconds = server.load_since - began
+            concurrency = (server.load_area - area) / seconds if seconds > 0 else float(server.in_flight + 1)
+            sample = self._parsed(choice, payload, stops, version, syncs)
+            return dataclasses.replace(sample, server=self.servers.index(server), concurrency=concurrency)
 
     def _parsed(self, choice: Mapping[str, Any], payload: Mapping[str, Any], stops: tuple[tuple[int, ...], ...],
                 version: int, syncs: int) -> Sample:
@@ -332,6 +350,7 @@ class VLLMService:
         finally:
             self._open.set()
         end = self.clock()
+        self.last_pause_s = end - paused
         self._paused_s += end - paused
         self._sync_s.append(end - began)
         for server, result in zip(targets, results, strict=True):

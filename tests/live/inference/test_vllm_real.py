@@ -76,6 +76,7 @@ def config(tmp_path: Path, model_dir: Path, steps: int, inference: dict) -> Path
                                                          "inference_params": {"max_completion_tokens": 12}}},
                   "inference": {"engine": "vllm", **inference}},
         "eval": {"every": 0},
+        "trace": {"group_every": 1},
     }))
     return path
 
@@ -149,6 +150,7 @@ def test_training_on_vllm_trains_the_ids_it_sampled_and_its_weights_follow_the_t
         tmp_path, model_dir, server, monkeypatch):
     from platoon.live import command
     from platoon.live.hf import HFPolicy
+    from platoon.sim.calibrate import calibrate
 
     samples, datums = spied(monkeypatch)
     run = command.train(config(tmp_path, model_dir, 3, {"servers": [server]}), out=tmp_path / "run", progress=False)
@@ -173,6 +175,9 @@ def test_training_on_vllm_trains_the_ids_it_sampled_and_its_weights_follow_the_t
     initial = trainer_logprobs(HFPolicy.from_pretrained(model_dir, device="cpu"), prompt, completion)
     assert max(abs(a - b) for a, b in zip(served, trained, strict=True)) < TOLERANCE
     assert max(abs(a - b) for a, b in zip(served, initial, strict=True)) > 100 * TOLERANCE  # the weights moved
+    fitted = calibrate(run)  # the simulator's servers, fitted from the client's spans of the real one
+    service = fitted.sim["service"]  # a request alone takes base_s + per_sequence_s: some time, however split
+    assert service["pause_s"] > 0 and service["base_s"] + service["per_sequence_s"] > 0, fitted.fits
 
 
 def test_a_resume_pushes_its_checkpoints_weights_before_any_rollout(tmp_path, model_dir, server):

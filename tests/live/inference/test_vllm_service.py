@@ -86,6 +86,20 @@ def test_a_rollout_keeps_its_server_across_turns_and_a_new_one_goes_to_the_least
     assert counts == [9, 9]  # six rollouts spread three and three, each of its three turns on its own server
 
 
+def test_each_sample_names_its_server_and_the_load_it_ran_beside(tmp_path):
+    """Four requests at once over two servers: two at each, so each ran beside one other (the mean load its server
+    had while it ran, itself included: the simulator's servers are fitted from it)."""
+    cluster = FakeCluster(2, delay_s=0.2)
+
+    async def go():
+        s = service(cluster, tmp_path)
+        return await asyncio.gather(*(s.sample([i], max_new_tokens=1, temperature=1.0, seed=i) for i in range(4)))
+
+    samples = run(go())
+    assert sorted(x.server for x in samples) == [0, 0, 1, 1]
+    assert all(1.8 <= x.concurrency <= 2.0 for x in samples), [x.concurrency for x in samples]
+
+
 def test_a_server_that_is_down_is_left_for_another_and_counted(tmp_path):
     cluster = FakeCluster(2)
     cluster.servers[0].down = True
@@ -164,7 +178,8 @@ def test_publish_writes_the_weights_and_syncs_every_server_pause_reload_version_
     for server in cluster.servers:
         assert server.calls == ["/pause", "/collective_rpc", "/update_weight_version", "/resume"]
         assert server.loaded == [str(tmp_path / "weights" / "v000001")] and server.version == 1
-    assert s.version == 1 and s.step_metrics()["inference/weight_sync_s"] > 0
+    synced = s.step_metrics()["inference/weight_sync_s"]
+    assert s.version == 1 and 0 < s.last_pause_s <= synced  # the pause is the sync's last part
 
 
 def test_under_abort_a_request_in_flight_across_an_update_is_sent_again_on_the_new_weights(tmp_path):
