@@ -32,19 +32,23 @@ vllm-env: $(VLLM_STAMP)
 demo: $(STAMP)
 	$(BIN)/platoon train --out runs/demo
 
-# The tests against a real vLLM server run beside the others (its environment installs and the server compiles
-# meanwhile), their output printed after; either failing fails the run.
+# The suite runs in three parts at once, for the machine's cores: the tests against a real vLLM server (its
+# environment installs and the server compiles meanwhile), the live backend's (tests/live) and the rest. The rest's
+# output comes first, then the other two's; any part failing fails the run.
 test: $(STAMP)
 	$(BIN)/ruff check platoon tests benchmarks experiments extensions
 	@( $(MAKE) -s vllm-env && PLATOON_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m pytest -m vllm \
-	   --basetemp=$(CURDIR)/.vllm-tests ) > .vllm-tests.log 2>&1 & real=$$!; \
-	$(BIN)/python -m pytest -m "not vllm"; rest=$$?; \
-	wait $$real; vllm=$$?; \
+	   -p no:cacheprovider --basetemp=$(CURDIR)/.vllm-tests ) > .vllm-tests.log 2>&1 & real=$$!; \
+	$(BIN)/python -m pytest -m "not vllm" -p no:cacheprovider --basetemp=$(CURDIR)/.live-tests tests/live \
+	  > .live-tests.log 2>&1 & live=$$!; \
+	$(BIN)/python -m pytest -m "not vllm" --ignore=tests/live; rest=$$?; \
+	wait $$live; lived=$$?; wait $$real; vllm=$$?; \
+	echo "--- the live backend's tests (pytest -m 'not vllm' tests/live):"; cat .live-tests.log; \
 	echo "--- the tests against a real vLLM server (make vllm-env, pytest -m vllm):"; cat .vllm-tests.log; \
-	test $$rest -eq 0 && test $$vllm -eq 0
+	test $$rest -eq 0 && test $$lived -eq 0 && test $$vllm -eq 0
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .vllm-tests .vllm-tests.log runs .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) .vllm-tests .vllm-tests.log .live-tests .live-tests.log runs .pytest_cache .hypothesis

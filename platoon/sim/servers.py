@@ -196,7 +196,7 @@ class Deployment:
         self.changed()
 
     # --- metrics and state ----------------------------------------------------------------------------------
-    def step_metrics(self) -> dict[str, float]:
+    def take_metrics(self) -> dict[str, float]:
         """``inference/...`` since the last call, as the live service reports them."""
         now = self.clock.now
         paused = self.paused_s + (now - self.paused_at if self.paused_at is not None else 0.0)

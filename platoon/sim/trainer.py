@@ -121,7 +121,7 @@ class SimTrainer:
         metrics = {"sim/simulated_seconds": now, "sim/gpu_hours": now / 3600.0 * self.gpus,
                    "sim/train_pass_rate_mean": self.learner.mean_pass_rate()}
         if self.servers is not None:
-            metrics.update(self.servers.step_metrics())
+            metrics.update(self.servers.take_metrics())
         self.carry(self.driver.on_trained(now=now, runtime=metrics))
 
     def _servers_paused(self) -> None:

@@ -95,7 +95,7 @@ def test_a_weight_update_stops_the_servers_and_abort_starts_their_requests_over(
     b.at(2.0, lambda: b.d.resume(1.2))
     answers = b.run()
     assert {k[2]: t for t, k, _, _ in answers} == pytest.approx({0: ends, 1: 4.0})
-    metrics = b.d.step_metrics()
+    metrics = b.d.take_metrics()
     assert metrics["inference/resent"] == resent
     assert metrics["inference/requests"] == 2
     assert metrics["inference/weight_sync_s"] == 1.2
