@@ -152,8 +152,11 @@ def test_the_parser_is_chosen_by_name(tokenizer, parser, calls):
 def test_attributes_are_checked(tokenizer):
     with pytest.raises(ValueError, match="no attribute 'temperature'"):
         ChatTemplateRenderer(tokenizer, temperature=0.5)
-    with pytest.raises(ValueError, match="tool_call_parser 'mistral' is not one of hermes, qwen3, text, auto"):
-        ChatTemplateRenderer(tokenizer, tool_call_parser="mistral")
+    with pytest.raises(ValueError, match="tool_call_parser 'kimi_k2' is not one of hermes, qwen3, llama3_json, "):
+        ChatTemplateRenderer(tokenizer, tool_call_parser="kimi_k2")
+    with pytest.raises(ValueError, match="reasoning_markers 'think' must be a list of \\[open, close\\] pairs"):
+        ChatTemplateRenderer(tokenizer, reasoning_markers="think")
+    assert ChatTemplateRenderer(tokenizer, reasoning_markers=[]).reasoning_markers == ()
     with pytest.raises(ValueError, match="no chat template"):
         ChatTemplateRenderer(chat_tokenizer(chat_template=""))
     with pytest.raises(ValueError, match="must be non-empty strings"):

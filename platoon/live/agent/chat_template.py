@@ -14,9 +14,10 @@ It keeps the renderer contract of ``platoon.live.agent.renderer``: the ids the m
   reasoning block only into the last message); a template with no end-of-turn token must render the first as a
   prefix of the second;
 - ``parse``: the completion decoded (special tokens kept), its trailing stop sequence split off, tool calls
-  parsed by ``tool_call_parser`` (``PARSERS``): what parses becomes a ``ToolCall`` and leaves the content; a
-  malformed call stays in the content and is not a call. Given the episode's ``tools``, the plain-text parser
-  takes calls of their names only;
+  parsed by ``tool_call_parser`` (``platoon.live.agent.tool_parsers``: one per format in use): what parses becomes a
+  ``ToolCall`` and leaves the content; a malformed call stays in the content and is not a call; reasoning blocks
+  (``reasoning_markers``, ``<think>``...``</think>`` by default) are never searched for calls. Given the episode's
+  ``tools``, the plain-text parser takes calls of their names only;
 - ``stop_sequences``: the tokenizer's end-of-sequence token and the template's end-of-turn token (the special
   token it writes after an assistant message's content), or ``end_tokens`` when set.
 
@@ -28,29 +29,23 @@ It keeps the renderer contract of ``platoon.live.agent.renderer``: the ids the m
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from platoon.live.agent.messages import Message
-from platoon.live.envs.text import Tool, ToolCall
+from platoon.live.agent.tool_parsers import (
+    PARSERS,
+    REASONING_MARKERS,
+    Parsed,
+    parse,
+    parse_auto,
+    parse_hermes,
+    parse_text,
+)
+from platoon.live.envs.text import Tool
 
-__all__ = [
-    "ATTRIBUTES",
-    "PARSERS",
-    "ChatTemplateRenderer",
-    "HFTokenizer",
-    "parse_auto",
-    "parse_hermes",
-    "parse_text",
-]
-
-Parsed = tuple[list[ToolCall], str]
-"""A parser's answer: the calls found, and the text left once they are taken out (stripped)."""
-
-Names = Collection[str] | None
-"""The tool names a parser may take a plain-text call for (None: any)."""
+__all__ = ["ATTRIBUTES", "PARSERS", "ChatTemplateRenderer", "HFTokenizer", "Parsed", "parse_auto", "parse_hermes",
+           "parse_text"]
 
 
 class HFTokenizer:
@@ -69,116 +64,12 @@ class HFTokenizer:
         return self.hf.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
-# --- tool-call parsers: text in, (calls, the rest of the text) out; never raise -------------------------------------
-
-_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
-
-
-def _json_call(body: str) -> ToolCall | None:
-    """``{"name": ..., "arguments": {...}}`` (arguments may also come as a JSON string, or as ``parameters``; none
-    is ``{}``) as a ``ToolCall``; None when it is not that."""
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
-        return None
-    args = obj.get("arguments", obj.get("parameters", {}))
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return None
-    return ToolCall(obj["name"], args) if isinstance(args, dict) else None
-
-
-def parse_hermes(text: str, names: Names = None) -> Parsed:
-    """Hermes / Qwen tool calls: each ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` block whose
-    JSON reads as a call (several allowed, anywhere in the text). Any name is taken (``names`` is not read): the
-    block says it is a call, and the environment answers a call of an unknown tool with an error the model sees."""
-    calls: list[ToolCall] = []
-    kept: list[str] = []
-    pos = 0
-    for match in _HERMES.finditer(text):
-        call = _json_call(match.group(1))
-        if call is not None:
-            calls.append(call)
-            kept.append(text[pos:match.start()])
-            pos = match.end()
-    kept.append(text[pos:])
-    return calls, "".join(kept).strip()
-
-
-_TEXT_HEAD = re.compile(r"^[ \t]*([A-Za-z_][\w.-]*)[ \t]*(\(|(?=\{))", re.MULTILINE)
-_DECODER = json.JSONDecoder()
-
-
-def _text_call_end(text: str, start: int, paren: bool) -> tuple[dict[str, Any], int] | None:
-    """The arguments and end of a text call whose head ends at ``start``: ``)`` alone (no arguments) or a JSON
-    object, then ``)`` when the head opened one; nothing but blanks may follow on the line. None otherwise."""
-    i = start
-    while i < len(text) and text[i] in " \t":
-        i += 1
-    if paren and text.startswith(")", i):
-        args: Any = {}
-        end = i + 1
-    else:
-        try:
-            args, end = _DECODER.raw_decode(text, i)
-        except ValueError:
-            return None
-        if not isinstance(args, dict):
-            return None
-        if paren:
-            while end < len(text) and text[end] in " \t\n":
-                end += 1
-            if not text.startswith(")", end):
-                return None
-            end += 1
-    if text[end:].split("\n", 1)[0].strip():
-        return None
-    return args, end
-
-
-def parse_text(text: str, names: Names = None) -> Parsed:
-    """The plain-text fallback: a line (after blanks) that is a tool name followed by ``(JSON object)``, ``()``
-    or `` {JSON object}``, and nothing else, is a call: ``craft({"target": "plank"})``, ``view_inventory()``,
-    ``finish {"message": "done"}``. The JSON may run over several lines. A name is letters, digits, ``_``, ``.``
-    and ``-``, not starting with a digit; with ``names`` (the episode's tools), only those (plain text has no
-    marker that says "this is a call", so ``Answer {"x": 1}`` would otherwise be one)."""
-    calls: list[ToolCall] = []
-    kept: list[str] = []
-    pos = 0
-    for match in _TEXT_HEAD.finditer(text):
-        if match.start() < pos or (names is not None and match.group(1) not in names):
-            continue
-        found = _text_call_end(text, match.end(), paren=match.group(2) == "(")
-        if found is not None:
-            args, end = found
-            calls.append(ToolCall(match.group(1), args))
-            kept.append(text[pos:match.start()])
-            pos = end
-    kept.append(text[pos:])
-    return calls, "".join(kept).strip()
-
-
-def parse_auto(text: str, names: Names = None) -> Parsed:
-    """Hermes blocks when the text has any that parse, else the plain-text fallback."""
-    calls, rest = parse_hermes(text, names)
-    return (calls, rest) if calls else parse_text(text, names)
-
-
-PARSERS: Mapping[str, Callable[[str, Names], Parsed]] = {
-    "hermes": parse_hermes,
-    "qwen3": parse_hermes,  # Qwen3 (and Qwen2.5) write hermes blocks
-    "text": parse_text,
-    "auto": parse_auto,
-}
-
-ATTRIBUTES = ("tool_call_parser", "chat_template_kwargs", "end_tokens")
+ATTRIBUTES = ("tool_call_parser", "chat_template_kwargs", "end_tokens", "reasoning_markers")
 """What ``train.renderer_kwargs`` may set: ``tool_call_parser`` (a name of ``PARSERS``), ``chat_template_kwargs``
-(extra variables for the template, e.g. ``{"enable_thinking": false}`` for Qwen3) and ``end_tokens`` (the
-strings that end a completion, replacing the eos and end-of-turn tokens)."""
+(extra variables for the template, e.g. ``{"enable_thinking": false}`` for Qwen3), ``end_tokens`` (the
+strings that end a completion, replacing the eos and end-of-turn tokens) and ``reasoning_markers`` (pairs of
+``[open, close]`` around the model's reasoning, never searched for calls; default ``[["<think>", "</think>"]]``,
+``[]``: none)."""
 
 _PROBE = "platoon-probe-content"
 
@@ -212,6 +103,7 @@ class ChatTemplateRenderer:
         if not all(isinstance(t, str) and t for t in self.end_tokens):
             raise ValueError(f"renderer chat_template: end_tokens {self.end_tokens!r} must be non-empty strings")
         self.stop_sequences = tuple(tuple(self.tokenizer.encode(t)) for t in self.end_tokens)
+        self.reasoning_markers = _markers(attrs.get("reasoning_markers", REASONING_MARKERS))
 
     # --- the contract --------------------------------------------------------------------------------------------
 
@@ -240,7 +132,7 @@ class ChatTemplateRenderer:
                 ids = ids[:-len(stop)]
                 break
         names = None if tools is None else {t.name for t in tools}
-        calls, content = PARSERS[self.tool_call_parser](self.tokenizer.decode(ids), names)
+        calls, content = parse(self.tool_call_parser, self.tokenizer.decode(ids), names, self.reasoning_markers)
         return Message("assistant", content, tool_calls=tuple(calls))
 
     # --- the template ----------------------------------------------------------------------------------------------
@@ -272,6 +164,15 @@ class ChatTemplateRenderer:
             if end is not None:
                 return token, whole[end + len(token):]
         return ("", whole[len(head):]) if whole.startswith(head) else None
+
+
+def _markers(value: Any) -> tuple[tuple[str, str], ...]:
+    """``reasoning_markers`` as pairs of non-empty strings; ``ValueError`` naming the value otherwise."""
+    pairs = tuple(tuple(p) for p in value) if isinstance(value, Sequence) and not isinstance(value, str) else None
+    if pairs is None or not all(len(p) == 2 and all(isinstance(m, str) and m for m in p) for p in pairs):
+        raise ValueError(f"renderer chat_template: reasoning_markers {value!r} must be a list of [open, close] "
+                         "pairs of non-empty strings (e.g. [[\"<think>\", \"</think>\"]]; []: none)")
+    return pairs  # type: ignore[return-value]
 
 
 def message_dict(message: Message) -> dict[str, Any]:
