@@ -34,14 +34,16 @@ demo: $(STAMP)
 
 # The suite runs in three parts at once, for the machine's cores: the tests against a real vLLM server (its
 # environment installs and the server compiles meanwhile), the live backend's (tests/live) and the rest. The rest's
-# output comes first, then the other two's; any part failing fails the run.
+# output comes first, then the other two's; any part failing fails the run. The two parts of platoon's own tests
+# run torch with one OpenMP thread (as platoon train does on a CPU): two processes' spinning thread pools on two
+# cores slow each other many times over.
 test: $(STAMP)
 	$(BIN)/ruff check platoon tests benchmarks experiments extensions
 	@( $(MAKE) -s vllm-env && PLATOON_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m pytest -m vllm \
 	   -p no:cacheprovider --basetemp=$(CURDIR)/.vllm-tests ) > .vllm-tests.log 2>&1 & real=$$!; \
-	$(BIN)/python -m pytest -m "not vllm" -p no:cacheprovider --basetemp=$(CURDIR)/.live-tests tests/live \
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m "not vllm" -p no:cacheprovider --basetemp=$(CURDIR)/.live-tests tests/live \
 	  > .live-tests.log 2>&1 & live=$$!; \
-	$(BIN)/python -m pytest -m "not vllm" --ignore=tests/live; rest=$$?; \
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m "not vllm" --ignore=tests/live; rest=$$?; \
 	wait $$live; lived=$$?; wait $$real; vllm=$$?; \
 	echo "--- the live backend's tests (pytest -m 'not vllm' tests/live):"; cat .live-tests.log; \
 	echo "--- the tests against a real vLLM server (make vllm-env, pytest -m vllm):"; cat .vllm-tests.log; \
