@@ -299,3 +299,15 @@ def test_tool_call_ids_and_names_reach_the_template():
     assert message_dict(Message("tool", "ok", tool_call_id="call_1", name="craft")) == {
         "role": "tool", "content": "ok", "tool_call_id": "call_1", "name": "craft"}
     assert isinstance(HFTokenizer(chat_tokenizer()).vocab_size, int)
+
+
+def test_llama_s_end_of_message_token_stops_a_completion_where_the_tokenizer_has_it():
+    """After a ``<|python_tag|>`` call Llama 3.x writes ``<|eom_id|>``: a stop, or the call would run past it."""
+    tokenizer = chat_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|eom_id|>"]})
+    renderer = ChatTemplateRenderer(tokenizer, tool_call_parser="llama3_json")
+    assert "<|eom_id|>" in renderer.end_tokens
+    ids = renderer.tokenizer.encode('<|python_tag|>{"name": "craft", "parameters": {"target": "plank"}}<|eom_id|>')
+    assert renderer.parse(ids).tool_calls == (ToolCall("craft", {"target": "plank"}),)
+    assert "<|eom_id|>" not in ChatTemplateRenderer(chat_tokenizer()).end_tokens
+

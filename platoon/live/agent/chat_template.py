@@ -18,8 +18,9 @@ It keeps the renderer contract of ``platoon.live.agent.renderer``: the ids the m
   ``ToolCall`` and leaves the content; a malformed call stays in the content and is not a call; reasoning blocks
   (``reasoning_markers``, ``<think>``...``</think>`` by default) are never searched for calls. Given the episode's
   ``tools``, the plain-text parser takes calls of their names only;
-- ``stop_sequences``: the tokenizer's end-of-sequence token and the template's end-of-turn token (the special
-  token it writes after an assistant message's content), or ``end_tokens`` when set.
+- ``stop_sequences``: the tokenizer's end-of-sequence token, the template's end-of-turn token (the special
+  token it writes after an assistant message's content) and Llama 3.x's ``<|eom_id|>`` where the tokenizer has it
+  (the end of a message that made a ``<|python_tag|>`` call), or ``end_tokens`` when set.
 
 ``renderer_kwargs`` (``train.renderer_kwargs``) set the attributes ``ATTRIBUTES``; any other name is a
 ``ValueError`` naming it. ``HFTokenizer`` adapts a Hugging Face tokenizer to the ``Tokenizer`` protocol.
@@ -72,6 +73,8 @@ strings that end a completion, replacing the eos and end-of-turn tokens) and ``r
 ``[]``: none)."""
 
 _PROBE = "platoon-probe-content"
+_MESSAGE_ENDS = ("<|eom_id|>",)
+"""Special tokens that end an assistant message without ending its turn, where a tokenizer has them."""
 
 
 class ChatTemplateRenderer:
@@ -151,7 +154,9 @@ class ChatTemplateRenderer:
         specials = {str(t) for t in hf.all_special_tokens}
         specials |= {t.content for t in getattr(hf, "added_tokens_decoder", {}).values() if t.special}
         turn_end = next((s for s in sorted(specials, key=len, reverse=True) if after.startswith(s)), None)
-        return [t for t in dict.fromkeys([hf.eos_token, turn_end]) if t]
+        # Llama 3.x ends a message that made a <|python_tag|> call with <|eom_id|>, not its end of turn
+        message_end = [t for t in _MESSAGE_ENDS if t in specials]
+        return [t for t in dict.fromkeys([hf.eos_token, turn_end, *message_end]) if t]
 
     def _after_turn(self, head: str, whole: str) -> tuple[str, str] | None:
         """The end token closing the assistant's message in ``head`` (the conversation up to it), and what
