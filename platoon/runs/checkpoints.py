@@ -381,6 +381,10 @@ def kept_rows(run_dir: RunDir | PathLike) -> list[dict]:
     return out
 
 
+MAX_RELISTS = 5
+"""How many times ``load_latest_checkpoint`` lists the checkpoints again when a running trainer pruned the one it read."""
+
+
 def load_latest_checkpoint(
     run_dir: RunDir | PathLike, *, formats: Mapping[str, Collection[int]] | None = None,
     optional: Collection[str] = (),
@@ -390,7 +394,9 @@ def load_latest_checkpoint(
     ``formats`` maps file name patterns to the ``format`` values this reader knows (default
     :data:`DEFAULT_FORMATS`: dispatch files 1 and 2). ``optional`` holds file name patterns (fnmatch) whose failure
     does not pass a checkpoint over: such a file is left out of ``files`` and its problem is in ``broken``. Rows are
-    tried from the last in ``checkpoints.jsonl`` backwards, skipping those a newer row pruned. Raises
+    tried from the last in ``checkpoints.jsonl`` backwards, skipping those a newer row pruned; when one fails to read
+    and a newer row has appeared meanwhile (a trainer writing the run saved and pruned), from the new listing again
+    (at most ``MAX_RELISTS`` times). Raises
     CheckpointError when there is no row, or when none reads (naming the newest bad file; every note is in
     ``problems``).
     """
@@ -403,17 +409,26 @@ def load_latest_checkpoint(
         )
     notes: list[str] = []
     newest_bad: CheckpointError | None = None
-    for row in rows:
-        broken: dict[str, str] = {}
-        try:
-            directory, files = _read_row(rd, row, formats, optional, broken)
-        except CheckpointError as exc:
-            newest_bad = newest_bad or exc
-            notes.append(
-                f"passed over checkpoint {row.get('name', '?')} (step {row.get('step', '?')}): {exc}"
-            )
-            continue
-        return LoadedCheckpoint(row=row, files=files, path=directory, passed_over=notes, broken=broken)
+    relisted = 0
+    while True:
+        for row in rows:
+            broken: dict[str, str] = {}
+            try:
+                directory, files = _read_row(rd, row, formats, optional, broken)
+            except CheckpointError as exc:
+                # a trainer writing the run saved a newer checkpoint and pruned this one while it was read: go on
+                # from the new listing, not from an older checkpoint than the run has
+                if relisted < MAX_RELISTS and (fresh := kept_rows(rd)) and fresh[0] != rows[0]:
+                    rows, relisted = fresh, relisted + 1
+                    break
+                newest_bad = newest_bad or exc
+                notes.append(
+                    f"passed over checkpoint {row.get('name', '?')} (step {row.get('step', '?')}): {exc}"
+                )
+                continue
+            return LoadedCheckpoint(row=row, files=files, path=directory, passed_over=notes, broken=broken)
+        else:
+            break
     assert newest_bad is not None
     raise CheckpointError(
         f"{rd.path}: no checkpoint reads back; the newest: {newest_bad}", path=newest_bad.path, problems=notes

@@ -310,3 +310,25 @@ def test_iter_jsonl_stops_at_a_recorded_length(run):
     first = len(b'{"seq":0}\n')
     assert [r["seq"] for r in iter_jsonl(run.events_path, limit=2 * first)] == [0, 1]
     assert [r["seq"] for r in iter_jsonl(run.events_path, limit=2 * first - 1)] == [0]
+
+
+def test_a_checkpoint_pruned_while_read_is_followed_by_the_newer_one_not_an_older(run, monkeypatch):
+    """A reader beside a running trainer (``platoon eval RUN``): the trainer saves 30 and prunes 20 while 20 is
+    read. The reader goes on from the new listing (30), not back to 10."""
+    import shutil
+
+    save_checkpoint(run, 10, files_of(10), {"policy_version": 10})
+    save_checkpoint(run, 20, files_of(20), {"policy_version": 20})
+    read_row = ckpt._read_row
+    raced = []
+
+    def racing(rd, row, *args):
+        if row["step"] == 20 and not raced:
+            raced.append(True)
+            save_checkpoint(run, 30, files_of(30), {"policy_version": 30})
+            shutil.rmtree(run.checkpoint_dir(20))
+        return read_row(rd, row, *args)
+
+    monkeypatch.setattr(ckpt, "_read_row", racing)
+    loaded = load_latest_checkpoint(run)
+    assert raced and loaded.step == 30 and loaded.passed_over == []
