@@ -178,6 +178,13 @@ class TrainerTrack:
         if self.trace is not None:
             self.trace.span(name, track, began, self.now(), **args)
 
+    def published(self, began: float, version: int, pause_s: float | None = None) -> None:
+        """The ``publish`` span from ``began``, and, when an inference engine's servers paused for it (``pause_s``,
+        its last part), the ``pause`` span on the model service's track."""
+        self.span("publish", began, version=version)
+        if pause_s is not None:
+            self.span("pause", self.now() - pause_s, track=SERVICE, version=version)
+
     def observe(self, service: Any, on: bool = True) -> None:
         """Write ``service``'s batches (``on`` False: stop)."""
         observe = getattr(service, "observe_batches", None)

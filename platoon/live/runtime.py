@@ -53,7 +53,7 @@ from platoon.policy import (
     WriteRow,
 )
 from platoon.runs.session import RunSession, python_log
-from platoon.runs.trace import SERVICE, TraceWriter
+from platoon.runs.trace import TraceWriter
 
 Logger = Callable[[str, str], None]
 
@@ -82,8 +82,7 @@ class LiveRuntime:
         if not (math.isfinite(clock_start_s) and clock_start_s >= 0):
             raise ValueError(f"clock_start_s must be a finite number of seconds, at least 0, got {clock_start_s!r}")
         self.driver = driver
-        self.workflow, self.trainer, self.service = workflow, trainer, service
-        self.run_dir = run_dir
+        self.workflow, self.trainer, self.service, self.run_dir = workflow, trainer, service, run_dir
         self.evaluate, self.trainer_state = evaluate, trainer_state
         self.log = log or python_log("platoon.live")
         self.session = RunSession(run_dir.rd if run_dir is not None else None, log=self.log,
@@ -98,8 +97,7 @@ class LiveRuntime:
         self.host = LeaseHost(driver, feed=self._feed, rearm=self._rearm, now=self.now,
                               stopping=lambda: self._stopping, groups=lambda: self.groups)
         self._cycle: deque[Any] = deque()  # the cycle's decisions, for the trainer task in order
-        self._executing = False
-        self._evaluations = 0
+        self._executing, self._evaluations = False, 0
         self._armed: tuple[float, asyncio.TimerHandle] | None = None
         self._wake: asyncio.Event | None = None
         self._fatal: BaseException | None = None
@@ -133,19 +131,15 @@ class LiveRuntime:
         if workers is not None:
             workers.attach_log(self.log)
         try:
-            await self._start_service()
+            start = getattr(self.service, "start", None)  # an engine with servers of its own brings them up first
+            if start is not None:
+                await start(self.run_dir.path / "inference" if self.run_dir is not None else None, log=self.log,
+                            activity=self.activity)
             self._t0 = self.loop.time()  # the run's clock starts once its servers are up: start-up is no step's
             self._feed(self.driver.start, checkpoint=self.resumed_from, state_lost=self.state_lost)
             await self._trainer_task()
         finally:
             await self._shutdown()
-
-    async def _start_service(self) -> None:
-        """A service with servers of its own (``train.inference``) brings them up before any rollout starts."""
-        start = getattr(self.service, "start", None)
-        if start is not None:
-            await start(self.run_dir.path / "inference" if self.run_dir is not None else None, log=self.log,
-                        activity=self.activity)
 
     async def _trainer_task(self) -> None:
         """Carry out the cycle's decisions one at a time, until ``Finish``."""
@@ -338,10 +332,7 @@ class LiveRuntime:
         result = self.service.publish(weights, version)
         if inspect.isawaitable(result):
             await result
-        self.track.span("publish", began, version=version)
-        pause = getattr(self.service, "last_pause_s", None)  # an inference engine's servers paused for the update
-        if pause is not None:
-            self.track.span("pause", self.now() - pause, track=SERVICE, version=version)
+        self.track.published(began, version, getattr(self.service, "last_pause_s", None))
         self._feed(self.driver.on_published)
 
     async def _checkpoint(self, dec: SaveCheckpoint) -> None:
