@@ -191,10 +191,6 @@ def parse_llama3_json(text: str, names: Names = None) -> Parsed:
     return calls, text[:max(tag, 0) if tag >= 0 else start].strip()
 
 
-def _literal(node: ast.expr) -> Any:
-    return ast.literal_eval(node)
-
-
 def parse_pythonic(text: str, names: Names = None) -> Parsed:
     """``[f(a=1), g()]`` as the message (after ``<|python_tag|>`` when it has one): keyword arguments of literal
     values only; anything else is text."""
@@ -210,7 +206,7 @@ def parse_pythonic(text: str, names: Names = None) -> Parsed:
         if not (isinstance(item, ast.Call) and not item.args and _dotted(item.func)):
             return [], text.strip()
         try:
-            args = {k.arg: _literal(k.value) for k in item.keywords if k.arg is not None}
+            args = {k.arg: ast.literal_eval(k.value) for k in item.keywords if k.arg is not None}
         except (ValueError, TypeError, SyntaxError, RecursionError):
             return [], text.strip()
         if len(args) != len(item.keywords):
