@@ -216,20 +216,39 @@ def core_options(kind: str, name: str, options: Mapping[str, Any]) -> dict[str, 
 RENDERER_NAMES = ("role_colon", "chat_template")
 """The renderers ``train.renderer_name`` may name (besides ``CHAT_TEMPLATE_ALIASES``)."""
 
-CHAT_TEMPLATE_ALIASES = frozenset({
-    "llama3", "qwen3", "qwen3_disable_thinking", "qwen3_instruct", "qwen3_vl", "qwen3_vl_instruct", "qwen3_5",
-    "qwen3_5_disable_thinking", "deepseekv3", "deepseekv3_thinking", "deepseekv3_disable_thinking", "kimi_k2",
-    "kimi_k25", "kimi_k25_disable_thinking", "nemotron3", "nemotron3_disable_thinking",
-    "gpt_oss_no_sysprompt_reasoning", "gpt_oss_low_reasoning", "gpt_oss_medium_reasoning",
-    "gpt_oss_high_reasoning", "qwen3_6_preserve_thinking", "qwen3_6_preserve_thinking_disable_thinking",
-    "qwen3_8_preserve_thinking", "qwen3_8_preserve_thinking_disable_thinking",
-})
-"""0.4.0's renderer names for a model family's own format: here the tokenizer's chat template renders them."""
+CHAT_TEMPLATE_ALIASES: Mapping[str, Mapping[str, Any]] = {
+    "llama3": {}, "qwen3": {}, "qwen3_instruct": {}, "qwen3_5": {}, "deepseekv3": {}, "nemotron3": {},
+    "qwen3_disable_thinking": {"enable_thinking": False},
+    "qwen3_5_disable_thinking": {"enable_thinking": False},
+    "nemotron3_disable_thinking": {"enable_thinking": False},
+    "deepseekv3_thinking": {"thinking": True},
+    "deepseekv3_disable_thinking": {"thinking": False},
+    "qwen3_6_preserve_thinking": {}, "qwen3_8_preserve_thinking": {},
+    "qwen3_6_preserve_thinking_disable_thinking": {"enable_thinking": False},
+    "qwen3_8_preserve_thinking_disable_thinking": {"enable_thinking": False},
+}
+"""0.4.0's renderer names for a model family's own format, each with the template variables it sets
+(``chat_template_kwargs``): here the checkpoint's chat template renders them, and the tool-call parser follows what
+the template writes (llama3: llama3_json; qwen3*: hermes; qwen3_5 and nemotron3: qwen3_coder; deepseekv3:
+deepseek_v3). Reasoning is always kept in the context as sampled, which is what ``*_preserve_thinking`` asked."""
+
+UNSUPPORTED_RENDERERS: Mapping[str, str] = {
+    **dict.fromkeys(("kimi_k2", "kimi_k25", "kimi_k25_disable_thinking"),
+                    "Kimi K2's tool-call format has no parser here"),
+    **dict.fromkeys(("gpt_oss_no_sysprompt_reasoning", "gpt_oss_low_reasoning", "gpt_oss_medium_reasoning",
+                     "gpt_oss_high_reasoning"), "gpt-oss's harmony format (channels, its tool calls) is not rendered "
+                                                "or parsed here"),
+    **dict.fromkeys(("qwen3_vl", "qwen3_vl_instruct"), "vision-language models (image inputs) are not served here"),
+}
+"""0.4.0's renderer names this project cannot honour, with why."""
 
 
 def renderer_name_problem(name: str) -> str | None:
     """Why ``train.renderer_name`` cannot be ``name`` (None: it can)."""
     if name in RENDERER_NAMES or name in CHAT_TEMPLATE_ALIASES:
         return None
+    if name in UNSUPPORTED_RENDERERS:
+        return (f"{name!r} is 0.4.0's renderer for a model family this platoon cannot train: "
+                f"{UNSUPPORTED_RENDERERS[name]} (docs/renderers.md lists the families it can)")
     return (f"{name!r} is not a renderer here; use role_colon (the tiny model's) or chat_template (the tokenizer's "
             "own chat template; docs/renderers.md)")

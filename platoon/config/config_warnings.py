@@ -33,7 +33,8 @@ def config_warnings(cfg: RunConfig) -> list[str]:
     out += preload_warnings(cfg)
     if cfg.train.renderer_name in CHAT_TEMPLATE_ALIASES:
         out.append(f"train.renderer_name: {cfg.train.renderer_name!r} is 0.4.0's renderer for a model family; here "
-                   "the tokenizer's own chat template renders it (chat_template; docs/renderers.md)")
+                   "the checkpoint's own chat template renders it (chat_template), the tool-call parser following "
+                   "what the template writes (docs/renderers.md)")
     loss = loss_settings(cfg.train.loss_fn, cfg.train.loss_fn_config)
     if is_rule_mode(cfg) and not zero_at_zero_advantages(cfg.train.loss_fn_config):
         out.append(

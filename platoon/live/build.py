@@ -370,11 +370,14 @@ def build_renderer(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
     name = cfg.train.renderer_name
     tokenizer = tiny_tokenizer(envs.values()) if cfg.train.model_name == "tiny" else _checkpoint_tokenizer(cfg, name)
     try:
-        return make_renderer(name, tokenizer, **cfg.train.renderer_kwargs)
+        renderer = make_renderer(name, tokenizer, **cfg.train.renderer_kwargs)
     except TypeError as exc:
         raise ConfigError([f"train.renderer_kwargs: {name} takes no such option ({exc})"]) from None
     except (ValueError, ImportError) as exc:
         raise ConfigError([f"train.renderer_name: {exc}"]) from None
+    if getattr(renderer, "choice", None):
+        print(f"info: renderer {name}: {renderer.choice}", file=sys.stderr, flush=True)
+    return renderer
 
 
 def _checkpoint_tokenizer(cfg: RunConfig, renderer_name: str) -> Any:

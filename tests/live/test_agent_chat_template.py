@@ -280,14 +280,14 @@ def test_a_template_that_rewrites_earlier_turns_is_followed(how):
 def test_a_template_without_end_tokens_must_render_prefixes():
     plain = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}me:" \
             "{% endif %}"
-    renderer = ChatTemplateRenderer(chat_tokenizer(chat_template=plain))
+    renderer = ChatTemplateRenderer(chat_tokenizer(chat_template=plain), tool_fallback="system_message")
     assert renderer.end_tokens == ("<|endoftext|>",)
     messages = [*START, renderer.parse(renderer.tokenizer.encode("Hi."))]
     assert renderer.tokenizer.decode(renderer.extend(messages, [Message("user", "again")], TOOLS, closed=False)) \
         == "user: again\nme:"
-    counting = ChatTemplateRenderer(chat_tokenizer(chat_template="{{ messages | length }}" + plain))
-    with pytest.raises(ValueError, match="renders the conversation differently once messages are added"):
-        counting.extend(messages, [Message("user", "again")], TOOLS, closed=True)
+    with pytest.raises(ValueError, match="renders the conversation differently once messages follow it"):
+        ChatTemplateRenderer(chat_tokenizer(chat_template="{{ messages | length }}" + plain),
+                             tool_fallback="system_message")
     with pytest.raises(ValueError, match="must end with the assistant"):
         renderer.extend(START, [Message("user", "again")], TOOLS, closed=True)
 

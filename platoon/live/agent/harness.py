@@ -15,8 +15,9 @@ Rules it keeps:
   sampled ids with their log-probabilities; the next context is that context, the sampled ids as sampled, then the
   renderer's ids for what came after. Nothing sampled is ever decoded and encoded again, so a rollout's turns extend
   one another and make one datum (``platoon.live.datums``) whose masked ids and log-probabilities are the sampled;
-- **a completion with no tool call** costs its turn and gets a short user message, ``NUDGE``, and the episode goes
-  on (ending it instead would leave a model that has not yet learnt the call syntax no reward to learn from; a
+- **a completion with no tool call** costs its turn and gets a short user message, ``NUDGE`` (or, when it meant a
+  call that did not parse, the renderer's ``call_error``: what could not be read and how a call is written), and the
+  episode goes on (ending it instead would leave a model that has not yet learnt the call syntax no reward to learn from; a
   game that spends a move on a bad answer, as number_search does, reads the same);
 - **budgets**: a turn may take ``min(task.max_action_tokens, max_new_tokens)`` tokens (``max_new_tokens``:
   ``rollout_config.inference_params.max_completion_tokens``) and no more than the context window leaves; an episode
@@ -158,7 +159,7 @@ class TextRollout:
         self.messages.append(message)
         cap = self._max_calls
         self.calls, self._beyond = tuple(message.tool_calls[:cap]), tuple(message.tool_calls[cap:])
-        self._new = [] if self.calls else [Message("user", NUDGE)]
+        self._new = [] if self.calls else [Message("user", message.call_error or NUDGE)]
         return self.calls
 
     def answer(self, call: ToolCall, result: ToolResult) -> bool:

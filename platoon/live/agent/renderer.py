@@ -22,7 +22,8 @@ A ``Tokenizer`` is the little of a tokenizer a renderer needs: ``encode``, ``dec
 ``make_renderer(name, tokenizer, **renderer_kwargs)`` builds the renderer ``train.renderer_name`` names:
 ``role_colon`` (``platoon.live.agent.role_colon``, the tiny model's) or ``chat_template`` (the tokenizer's own chat
 template, ``platoon.live.agent.chat_template``); 0.4.0's cookbook names (``qwen3``, ``llama3``, ...) read as
-``chat_template`` (``CHAT_TEMPLATE_ALIASES``).
+``chat_template`` with the template variables they set (``CHAT_TEMPLATE_ALIASES``), and the ones this project
+cannot honour are refused by name (``platoon.config.components.UNSUPPORTED_RENDERERS``).
 """
 
 from __future__ import annotations
@@ -84,6 +85,10 @@ def make_renderer(name: str, tokenizer: Tokenizer, **renderer_kwargs: Any) -> Re
     except ImportError as exc:
         raise ImportError(f"train.renderer_name {name!r} renders with the tokenizer's chat template, and this "
                           f"platoon lacks platoon.live.agent.chat_template ({exc})") from exc
+    alias = CHAT_TEMPLATE_ALIASES.get(name, {})
+    if alias:  # the family's template variables, under the user's own
+        renderer_kwargs = {**renderer_kwargs, "chat_template_kwargs": {
+            **alias, **(renderer_kwargs.get("chat_template_kwargs") or {})}}
     return ChatTemplateRenderer(tokenizer, **renderer_kwargs)
 
 

@@ -396,3 +396,45 @@ def parse(name: str, text: str, names: Names = None,
     if name == "mistral":  # ids come from the whole completion, however reasoning split it
         calls = [ToolCall(c.name, c.arguments, mistral_call_id(text, i)) for i, c in enumerate(calls)]
     return calls, "".join(kept).strip()
+
+
+# --- calls that did not parse -------------------------------------------------------------------------------------
+
+CALL_MARKERS: Mapping[str, tuple[str, ...]] = {
+    "hermes": ("<tool_call>",), "qwen3": ("<tool_call>",), "auto": ("<tool_call>",),
+    "qwen3_coder": ("<tool_call>", "<function="),
+    "mistral": (_MISTRAL,),
+    "deepseek_v3": ("<｜tool▁call▁begin｜>", "<｜tool▁calls▁begin｜>"), "deepseekv3": ("<｜tool▁call▁begin｜>",),
+    "deepseekv31": ("<｜tool▁call▁begin｜>",),
+    "llama3_json": (_PYTHON_TAG, '{"name"'), "llama3": (_PYTHON_TAG, '{"name"'),
+    "pythonic": (_PYTHON_TAG,),
+}
+"""What in a message's text says a call was meant, per parser: left in the text after parsing, the call was
+malformed."""
+
+CALL_FORMS: Mapping[str, str] = {
+    "hermes": '<tool_call>\n{"name": "<tool>", "arguments": {...}}\n</tool_call>',
+    "qwen3_coder": "<tool_call>\n<function=<tool>>\n<parameter=<name>>\n<value>\n</parameter>\n</function>\n</tool_call>",
+    "mistral": '[TOOL_CALLS] [{"name": "<tool>", "arguments": {...}}]',
+    "deepseek_v3": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜><tool>\n```json\n{...}\n```"
+                   "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+    "llama3_json": '{"name": "<tool>", "parameters": {...}}',
+    "pythonic": '[<tool>(<name>=<value>)]',
+}
+"""How a parser's call is written, for the message that tells a model its call did not parse."""
+_SAME_FORM = {"qwen3": "hermes", "auto": "hermes", "deepseekv3": "deepseek_v3", "deepseekv31": "deepseek_v3",
+              "llama3": "llama3_json"}
+
+
+def call_error(name: str, content: str, markers: Sequence[tuple[str, str]] = REASONING_MARKERS) -> str | None:
+    """What to tell the model when ``content`` (a message's text once parser ``name`` took its calls out) still
+    holds a call marker outside reasoning: the call it meant did not parse. None when it holds none."""
+    meant = CALL_MARKERS.get(name, ())
+    outside = "".join(piece for reasoning, piece in outside_reasoning(content, markers) if not reasoning)
+    found = next((m for m in meant if m in outside), None)
+    if found is None:
+        return None
+    at = outside.find(found)
+    form = CALL_FORMS.get(_SAME_FORM.get(name, name), "")
+    return (f"error: your tool call could not be read (at {outside[at:at + 80]!r}); no tool was run. "
+            f"Write each call as {form}" if form else "error: your tool call could not be read; no tool was run.")
