@@ -361,3 +361,12 @@ def test_a_live_run_that_fails_before_its_first_step_leaves_no_directory(tmp_pat
     if not torch.cuda.is_available():
         result = invoke("train", "--out", out, *small, "--set", "model.device=cuda")
         assert result.exit_code == 78 and "model.device: cuda" in result.output and not out.exists()
+
+
+def test_an_entry_sampler_of_the_run_s_alone_is_refused_beside_a_missing_train(tmp_path: Path) -> None:
+    """Hypothesis found it: ``auto`` on an entry, with no train section, raised KeyError from the sampler's options."""
+    config = tmp_path / "c.yaml"
+    config.write_text("train: null\nenvironments:\n  - {name: a, task_sampler: auto}\n")
+    result = runner.invoke(app, ["config", "validate", str(config)])
+    assert result.exit_code == 78, result.output
+    assert "train: must be a mapping" in result.output and "environments.0.task_sampler: 'auto'" in result.output

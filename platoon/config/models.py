@@ -142,11 +142,12 @@ class TrainConfig(_Config):
         ..., min_length=1,
         description="How conversations become the model's tokens and completions become tool calls: role_colon "
         "(the tiny model's), or chat_template (the tokenizer's own chat template; 0.4.0's model-family names such "
-        "as qwen3 read as it). docs/renderers.md.",
+        "as qwen3 read as it, the ones it cannot honour refused). docs/renderers.md.",
     )
     renderer_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="The renderer's options (chat_template: tool_call_parser, ...; role_colon "
-        "takes none).",
+        default_factory=dict, description="The renderer's options (chat_template: tool_call_parser, by default the "
+        "one whose syntax the template writes; chat_template_kwargs, end_tokens, reasoning_markers, chat_template (a "
+        "template of your own), tool_fallback; role_colon takes none).",
     )
     sample_timeout_seconds: float | None = Field(None, description="Tinker sampling calls (no effect here).")
     context_window_length: int | None = Field(

@@ -29,6 +29,7 @@ from platoon.config.components import (
     CORE_GROUP_ADMISSIONS,
     CORE_OPTIONS,
     CORE_TASK_SAMPLERS,
+    ENTRY_TASK_SAMPLERS,
     core_environment,
     core_option_problems,
     core_options,
@@ -221,6 +222,8 @@ class _Resolver:
                     )
                 continue
             own = e.task_sampler or "uniform"
+            if own in CORE_TASK_SAMPLERS and own not in ENTRY_TASK_SAMPLERS:
+                continue  # auto and weighted are the run's alone: the entry rule (rules.py) reports it
             ecls, ok = self._resolve(kind, own, path)
             if not ok:
                 continue

@@ -5,6 +5,7 @@ family's own call syntax is read back (templates: ``templates/PROVENANCE.md``)."
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 
 import pytest
@@ -15,6 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from template_families import (  # noqa: E402
     FAMILIES,
     GUESS,
+    SAY,
     TEMPLATES,
     family_tokenizer,
     mistral_own_template,
@@ -164,6 +166,11 @@ def test_mistral_trains_through_a_template_of_its_own_with_ids_its_template_dema
     completion = sampled(renderer, '[TOOL_CALLS][{"name": "guess", "arguments": {"number": 8}}]')
     (call,) = renderer.parse(completion, TOOLS).tool_calls
     assert len(call.id) == 9 and call.id.isalnum()
+    both = sampled(renderer, f'[TOOL_CALLS][{{"name": "guess", "arguments": {{"number": 8}}}}, '
+                             f'{{"name": "say", "arguments": {json.dumps(SAY.arguments)}}}]')
+    calls = renderer.parse(both, TOOLS).tool_calls
+    assert [(c.name, dict(c.arguments)) for c in calls] == [(GUESS.name, GUESS.arguments), (SAY.name, SAY.arguments)]
+    assert len({c.id for c in calls}) == 2
     rollout = play(renderer, [completion, sampled(renderer, "Hmm."), completion])
     assert f'"call_id": "{call.id}"' in renderer.tokenizer.decode(rollout.turns[1].prompt)
     assert "[INST]call a tool[/INST]" in renderer.tokenizer.decode(rollout.turns[2].prompt)
@@ -214,8 +221,6 @@ def test_arguments_go_to_the_template_in_the_form_it_writes():
 def test_platoon_trains_a_tiny_random_model_through_the_family_s_template(name, tmp_path, one_torch_thread,
                                                                            capfd):
     """Two steps of ``platoon train`` on a tiny random Llama whose tokenizer is the family's, through its template."""
-    import json
-
     import yaml
     from live_harness import save_tiny_llama
 

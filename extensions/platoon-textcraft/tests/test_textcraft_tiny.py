@@ -77,5 +77,7 @@ def test_the_example_config_validates_and_trains(tmp_path: Path) -> None:
                                   "train.workflow_config.group_size=4"], out=tmp_path / "run", progress=False)
     rows = read_jsonl(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1]
-    assert all(r["train/rollouts"] == 4 for r in rows)
+    # train/rollouts counts the rollouts that ended in a step's window: under max_staleness 1 a group for step 1
+    # may end while step 0 trains, so only the two steps' sum is fixed by the batch (one group of four each)
+    assert sum(r["train/rollouts"] for r in rows) >= 8
     assert (run / "checkpoints" / "000002" / "trainer.pt").is_file()
