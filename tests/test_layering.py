@@ -32,6 +32,7 @@ RANK = {
     "console": 0,  # the rich Console factory (rich only)
     "lifeline": 0,  # a started process ends with its starter (stdlib only): workers, fork server, sweep pools
     "reaper": 0,  # what a library starts ends with its starter too (stdlib only): a local Ray instance
+    "ray_connect": 0,  # connecting to Ray, a local instance reaped (beside reaper): sweeps and rollout actors
     "policy": 1,
     "runs": 2,
     "sim": 3,

@@ -56,6 +56,8 @@ ALLOWED = {
     "place whole), no run's file",
     ("platoon/live/toolchain.py", "os.rename"): "a staged toolchain copy renamed into the cache, an old one set "
     "aside, no run's file",
+    ("platoon/live/workers/ray_pool.py", "open"): "a rollout actor's faulthandler log on its node's scratch, removed "
+                                                  "when its rollout ends (the worker's, for an actor)",
     ("platoon/live/workers/worker.py", "open"): "a rollout worker's faulthandler log on node scratch, removed "
     "when the worker ends",
     ("platoon/live/workers/worker.py", "write_text"): "a rollout worker's ready file on node scratch",

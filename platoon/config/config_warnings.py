@@ -30,7 +30,7 @@ def config_warnings(cfg: RunConfig) -> list[str]:
     if inert:
         out.append(f"{', '.join(inert)}: no effect here (platoon 0.4.0 keys of components this backend does not have; "
                    "docs/migrating-from-0.4.md)")
-    out += preload_warnings(cfg)
+    out += preload_warnings(cfg) + ray_warnings(cfg)
     if cfg.train.renderer_name in CHAT_TEMPLATE_ALIASES:
         out.append(f"train.renderer_name: {cfg.train.renderer_name!r} is 0.4.0's renderer for a model family; here "
                    "the checkpoint's own chat template renders it (chat_template), the tool-call parser following "
@@ -57,6 +57,8 @@ def preload_warnings(cfg: RunConfig) -> list[str]:
     w = cfg.train.workflow_config
     if not w.worker_preload:
         return []
+    if w.rollout_isolation == "ray":
+        return []  # each rollout actor imports them as it starts
     why = ("rollouts run in the trainer's process (rollout_isolation: inprocess)" if w.rollout_isolation != "process"
            else "workers start fresh (worker_start_method: exec)" if w.worker_start_method == "exec"
            else "each worker has its own Python environment (worker_python_env_isolation)"
@@ -65,6 +67,22 @@ def preload_warnings(cfg: RunConfig) -> list[str]:
         return []
     return [f"train.workflow_config.worker_preload: nothing is imported ahead where {why}, so "
             f"{', '.join(w.worker_preload)} is not preloaded"]
+
+
+RAY_INERT = ("worker_start_method", "worker_rss_soft_limit_bytes", "worker_mem_available_floor_bytes",
+             "worker_parent_grace_seconds")
+"""The rollout-worker keys Ray's placement replaces under ``rollout_isolation: ray`` (each actor holds
+``train.ray``'s resources, and Ray ends its actors)."""
+
+
+def ray_warnings(cfg: RunConfig) -> list[str]:
+    """The rollout-worker keys a config sets to no effect under ``rollout_isolation: ray`` (``RAY_INERT``)."""
+    w = cfg.train.workflow_config
+    if w.rollout_isolation != "ray":
+        return []
+    inert = [f"train.workflow_config.{k}" for k in RAY_INERT if k in w.model_fields_set]
+    return [f"{', '.join(inert)}: no effect under rollout_isolation: ray (Ray places and ends the rollout actors, each "
+            "holding train.ray's resources)"] if inert else []
 
 
 def sim_warnings(cfg: RunConfig) -> list[str]:

@@ -39,6 +39,7 @@ from platoon.config.bounds import (
 )
 from platoon.config.inference import InferenceConfig, LaunchConfig
 from platoon.config.losses import DEFAULT_LOSS_FN, DEFAULT_LOSS_FN_CONFIG, LOSS_FNS, TINKER_ONLY_LOSS_FNS
+from platoon.config.ray import RayConfig
 from platoon.config.sections import (
     CheckpointConfig,
     DatasetKwargs,
@@ -246,6 +247,10 @@ class TrainConfig(_Config):
     inference: InferenceConfig = Field(
         default_factory=InferenceConfig, description="The engine rollouts sample from: builtin (the trainer's own "
         "model) or vllm servers, and how the trainer's weights reach them (docs/inference-engines.md).",
+    )
+    ray: RayConfig = Field(
+        default_factory=RayConfig, description="The Ray cluster rollouts run on under workflow_config."
+        "rollout_isolation: ray, and what each rollout actor holds (docs/scale-out.md).",
     )
 
     @field_validator("loss_fn")

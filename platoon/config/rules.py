@@ -354,12 +354,27 @@ def _label_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
     return out
 
 
+def _ray_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
+    """``rollout_isolation: ray`` needs Ray; ``train.ray`` acts only under it."""
+    import importlib.util
+
+    from platoon.config.ray import RayConfig
+
+    isolation = cfg.train.workflow_config.rollout_isolation
+    if isolation == "ray" and importlib.util.find_spec("ray") is None and ok("train.workflow_config.rollout_isolation"):
+        return [Problem("train.workflow_config.rollout_isolation", "ray needs Ray installed: pip install 'platoon[ray]'")]
+    if isolation != "ray" and cfg.train.ray != RayConfig() and ok("train.ray"):
+        return [Problem("train.ray", f"acts only under train.workflow_config.rollout_isolation: ray (it is {isolation})")]
+    return []
+
+
 def _environment_problems(cfg: RunConfig, ok: _Ok) -> list[Problem]:
     out: list[Problem] = []
     workers = cfg.train.workflow_config
     if workers.worker_python_env_isolation and workers.rollout_isolation != "process" and ok(
             "train.workflow_config.worker_python_env_isolation", "train.workflow_config.rollout_isolation"):
         out.append(Problem("train.workflow_config.worker_python_env_isolation", "requires rollout_isolation: process"))
+    out += _ray_problems(cfg, ok)
     for i, e in enumerate(cfg.environments):
         at = f"environments.{i}"
         env = core_environment(e.env)

@@ -193,9 +193,10 @@ class WorkflowConfig(ConfigModel):
         description="Fewest scored rollouts a group needs to train (at most group_size); below it the group trains "
         "nothing.",
     )
-    rollout_isolation: Literal["inprocess", "process"] = Field(
+    rollout_isolation: Literal["inprocess", "process", "ray"] = Field(
         "inprocess", description="inprocess: rollouts run in the trainer's process; process: each in a worker "
-        "process of its own, its model calls served by the trainer's model service.",
+        "process of its own, its model calls served by the trainer's model service; ray: each in a Ray actor of a "
+        "pool spread over a cluster's nodes (train.ray), its model calls served likewise.",
     )
     worker_start_method: Literal["forkserver", "exec"] = Field(
         "forkserver", description="How rollout workers start (rollout_isolation: process): forkserver forks each "

@@ -217,13 +217,21 @@ def entry_splits(e: EnvironmentConfig, env: Any) -> list[str]:
 
 def rollout_workers(cfg: RunConfig, envs: Mapping[str, Any], *, from_config: bool = True) -> WorkerPool | None:
     """The rollout workers of ``cfg`` (None under ``rollout_isolation: inprocess``), their fork server opening
-    (docs/rollout-workers.md). ``from_config``: ``envs`` were built from the entries, so a worker builds its own (or
+    (docs/rollout-workers.md); under ``ray``, the actor pool on the cluster (``platoon.live.workers.ray_pool``). ``from_config``: ``envs`` were built from the entries, so a worker builds its own (or
     finds its fork server's); else they travel pickled."""
     w = cfg.train.workflow_config
-    if w.rollout_isolation != "process":
+    if w.rollout_isolation == "inprocess":
         return None
     specs = {e.label: EnvSpec(e.env, dict(e.service_kwargs), e.package, tuple(entry_splits(e, envs[e.label])))
              for e in cfg.environments} if from_config else {}
+    if w.rollout_isolation == "ray":
+        from platoon.live.workers.ray_pool import RayPool
+
+        ray_pool = RayPool(cfg.train.ray, env_specs=specs, modules=w.worker_preload,
+                           grace_s=w.worker_termination_grace_seconds, permits=max_concurrent_rollouts(cfg),
+                           concurrent_groups=w.worker_launch_concurrent_groups)
+        ray_pool.open()
+        return ray_pool
     plan = None if w.worker_python_env_isolation else preload_plan(specs, envs, w.worker_preload)
     pool = WorkerPool(method=w.worker_start_method, plan=plan, env_specs=specs,
                       grace_s=w.worker_termination_grace_seconds, parent_grace_s=w.worker_parent_grace_seconds,

@@ -253,9 +253,10 @@ class GroupRolloutWorkflow:
         return Rollout(trajectory)
 
     def step_metrics(self) -> dict[str, float]:
-        """The workflow's own metrics since the last call (``train/rollout_worker_routing_id_coverage``), which the
-        runtime adds to each step's row."""
-        return self.routing.metrics()
+        """The workflow's own metrics since the last call (``train/rollout_worker_routing_id_coverage``; under
+        ``rollout_isolation: ray`` the actor pool's per node), which the runtime adds to each step's row."""
+        pool_metrics = getattr(self.rollout_workers, "metrics", None)
+        return {**self.routing.metrics(), **(pool_metrics() if pool_metrics is not None else {})}
 
     # ------------------------------------------------------------------------------------------------ output
     def group_output(self, rollouts: Sequence[Rollout | None]) -> GroupOutput:

@@ -4,7 +4,7 @@
   ``pip install 'platoon[ray]'`` (exit 64).
 - Where: ``--ray-address ADDR`` (``auto``, ``HOST:PORT``, ``ray://HOST:10001``) connects to that cluster; without
   it, the cluster ``RAY_ADDRESS`` names (as ``ray job submit`` sets it), else a local instance of this machine's
-  CPUs, quiet (no dashboard, Ray's own logging at WARNING) and shut down when the sweep ends. A process already
+  CPUs, quiet (no dashboard, Ray's own logging at WARNING) and shut down when the sweep ends (``platoon.ray_connect``). A process already
   connected (``ray.init`` called by a caller of ``sweep``) keeps its connection, and it is left open.
 - Each point is one task of one CPU, given its config as loaded and checked by the driver (a config file is not
   read again on another node; files the config names must be at the same paths there). It runs in a temporary
@@ -24,8 +24,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
 import tempfile
 from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
@@ -33,7 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from platoon.config.models import RunConfig
-from platoon.reaper import start_reaper
+from platoon.ray_connect import connect, init_options
 from platoon.runs.shipped import pack, unpack
 from platoon.sim.run import UsageError, run_point_config
 
@@ -55,46 +53,16 @@ def import_ray() -> ModuleType:
     return ray
 
 
-# Ray (2.60 at least) starts a local instance with token authentication on, its default, and says so at WARNING on
-# every start: that notice is dropped (any other warning of that logger is kept)
-AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
-
-
-def _default_auth_notice(record: logging.LogRecord) -> bool:
-    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
-
-
-def init_options(address: str | None) -> dict[str, Any]:
-    """``ray.init``'s arguments: the given address, else ``RAY_ADDRESS``'s, else a quiet local instance."""
-    address = address or os.environ.get("RAY_ADDRESS") or "local"
-    options: dict[str, Any] = {"address": address, "logging_level": logging.WARNING, "log_to_driver": False}
-    if address == "local":  # a cluster has its own CPUs and dashboard: these are only for an instance of ours
-        options |= {"num_cpus": os.cpu_count() or 1, "include_dashboard": False}
-    return options
-
-
 @contextlib.contextmanager
 def connected(ray: ModuleType, address: str | None) -> Iterator[None]:
-    """Ray initialised for the sweep and shut down after it (a local instance ends with it, however the sweep ends:
-    ``platoon.reaper``), unless the process was connected already."""
-    if ray.is_initialized():
-        yield
-        return
-    options = init_options(address)
-    # a local instance's processes are Ray's to end, and a SIGKILLed driver leaves some running: the reaper ends them
-    reaper = start_reaper() if options["address"] == "local" else None
-    notices = logging.getLogger(AUTH_LOGGER)
-    notices.addFilter(_default_auth_notice)
-    try:
-        ray.init(**options)
-    finally:
-        notices.removeFilter(_default_auth_notice)
+    """Ray connected for the sweep and disconnected after it (``platoon.ray_connect``: a local instance ends with
+    it, however the sweep ends), unless the process was connected already."""
+    disconnect = connect(ray, address)
     try:
         yield
     finally:
-        ray.shutdown()
-        if reaper is not None:
-            reaper.stop()
+        if disconnect is not None:
+            disconnect()
 
 
 def ray_points(cfgs: Sequence[RunConfig], dirs: Sequence[Path], *, address: str | None = None,

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 
 from live_harness import trajectory
 
@@ -33,6 +34,14 @@ class SleepyWorkflow(GroupRolloutWorkflow):
         return Rollout(trajectory(row, 1.0 if i % 2 == 0 else 0.0, self.seconds[i]))
 
 
+class PidWorkflow(SleepyWorkflow):
+    """``SleepyWorkflow`` whose members first say their process id (``warn``, which the trainer hears)."""
+
+    async def arun_episode_single(self, row: GroupRow) -> Rollout:
+        self.warn(json.dumps({"pid": os.getpid()}))
+        return await super().arun_episode_single(row)
+
+
 class ProbeWorkflow(GroupRolloutWorkflow):
     """Reports what its worker sees (through ``warn``, which the trainer hears): its pid, the environment variable
     ``PLATOON_TEST_PRELOADED``, which of ``modules`` it had imported before its rollout began, and the environments
@@ -50,3 +59,57 @@ class ProbeWorkflow(GroupRolloutWorkflow):
         self.warn(json.dumps({"pid": os.getpid(), "env": os.environ.get("PLATOON_TEST_PRELOADED"),
                               "imported": [m for m in self.modules if m in sys.modules], "built": built}))
         return Rollout(trajectory(row, 0.0, 0.0))
+
+
+SMALL = ["train.max_training_steps=2", "train.batch_size=4", "train.max_staleness=0",
+         "environments.0.workflow_config.group_size=4", "environments.0.service_kwargs={ranges: [4, 8]}",
+         "model.d_model=16", "model.n_layers=1"]
+
+
+def fake_service(model, cfg, version):
+    from live_harness import FakeService
+
+    service = FakeService(vocab=model.vocab_size)
+    service.version = version
+    return service
+
+
+def train(overrides):
+    """A run of the built-in environment on the fake service (seeded tokens: the scripted outcomes): its draw and
+    fate events and the datums of each step."""
+    from platoon.config import load_config
+    from platoon.live.build import build_live
+    from platoon.live.runtime import LiveRuntime
+
+    cfg = load_config(None, [*SMALL, *overrides])
+    live = build_live(cfg, service_factory=fake_service, eval_episodes=8)
+    steps = []
+    record = live.trainer.train_step
+
+    def train_step(datums, *, version):
+        steps.append((version, [dict(d) for d in datums]))
+        return record(datums, version=version)
+
+    live.trainer.train_step = train_step
+    said = []
+    runtime = LiveRuntime(live.policy.driver, live.workflow, live.trainer, live.service,
+                          log=lambda level, message: said.append((level, message)))
+    asyncio.run(runtime.run())
+    events = [(e["event"], e.get("start"), e.get("seq"), e.get("task_id"), e.get("position"), e.get("fate"))
+              for e in runtime.events if e["event"] in ("draw", "fate")]
+    return events, steps, said, live
+
+
+def group(workflow, workers, size):
+    """Run one group of ``workflow`` (outside a training draw: its own straggler rules) with its rollouts in
+    ``workers``; the output and the seconds it took."""
+    workflow.rollout_workers = workers
+
+    async def run():
+        began = time.perf_counter()
+        try:
+            return await workflow.arun_episode(GroupRow((1, 0), "n4-g3-t1", "e", size)), time.perf_counter() - began
+        finally:
+            await workers.aclose()
+
+    return asyncio.run(run())

@@ -89,6 +89,9 @@ class WorkerPool:
     ``audit_opens``: workers count the files they open (``opens``, for benchmarks).
     """
 
+    isolation = "process"
+    """The ``rollout_isolation`` this pool carries out (said in its errors)."""
+
     def __init__(self, *, method: str = "forkserver", plan: PreloadPlan | None = None,
                  env_specs: Mapping[str, EnvSpec] | None = None, grace_s: float = 10.0,
                  scratch: Path | None = None, audit_opens: bool = False, parent_grace_s: float = 60.0,
@@ -213,7 +216,7 @@ class WorkerPool:
             return pickle.dumps(job), files
         except Exception as exc:  # noqa: BLE001 - whatever pickle refuses, said in the rollout's terms
             raise TypeError(f"{type(episode).__name__} does not pickle, so it cannot reach a rollout worker "
-                            f"(rollout_isolation: process): {exc}") from exc
+                            f"(rollout_isolation: {self.isolation}): {exc}") from exc
 
     def _pickle(self, obj: Any, value: Callable[[], Any]) -> bytes:
         cached = self._pickled.get(id(obj))
@@ -222,7 +225,7 @@ class WorkerPool:
                 cached = self._pickled[id(obj)] = (obj, pickle.dumps(value()))
             except Exception as exc:  # noqa: BLE001 - whatever pickle refuses, said once, in the rollout's terms
                 raise TypeError(f"{type(obj).__name__} does not pickle, so it cannot reach a rollout worker "
-                                f"(rollout_isolation: process): {exc}") from exc
+                                f"(rollout_isolation: {self.isolation}): {exc}") from exc
         return cached[1]
 
     async def _start(self, job: bytes, files: tuple[Path, Path]) -> _Worker:

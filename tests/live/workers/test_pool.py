@@ -11,48 +11,11 @@ import time
 
 import pytest
 from live_harness import FakeService
-from workers_harness import ProbeWorkflow, SleepyWorkflow
+from workers_harness import ProbeWorkflow, SleepyWorkflow, group, train
 
-from platoon.config import load_config
-from platoon.live.build import build_live
-from platoon.live.runtime import LiveRuntime
 from platoon.live.workers import EnvSpec, WorkerDied, WorkerPool, preload_plan
-from platoon.live.workflow import GroupRow
 
 pytestmark = pytest.mark.live
-
-SMALL = ["train.max_training_steps=2", "train.batch_size=4", "train.max_staleness=0",
-         "environments.0.workflow_config.group_size=4", "environments.0.service_kwargs={ranges: [4, 8]}",
-         "model.d_model=16", "model.n_layers=1"]
-
-
-def fake_service(model, cfg, version):
-    service = FakeService(vocab=model.vocab_size)
-    service.version = version
-    return service
-
-
-def train(overrides):
-    """A run of the built-in environment on the fake service (seeded tokens: the scripted outcomes): its draw and
-    fate events and the datums of each step."""
-    cfg = load_config(None, [*SMALL, *overrides])
-    live = build_live(cfg, service_factory=fake_service, eval_episodes=8)
-    steps = []
-    record = live.trainer.train_step
-
-    def train_step(datums, *, version):
-        steps.append((version, [dict(d) for d in datums]))
-        return record(datums, version=version)
-
-    live.trainer.train_step = train_step
-    said = []
-    runtime = LiveRuntime(live.policy.driver, live.workflow, live.trainer, live.service,
-                          log=lambda level, message: said.append((level, message)))
-    asyncio.run(runtime.run())
-    events = [(e["event"], e.get("start"), e.get("seq"), e.get("task_id"), e.get("position"), e.get("fate"))
-              for e in runtime.events if e["event"] in ("draw", "fate")]
-    return events, steps, said, live
-
 
 @pytest.mark.slow
 def test_process_isolation_draws_fates_and_trains_as_in_process(tmp_path, monkeypatch):
@@ -79,21 +42,6 @@ def pool(tmp_path, **kwargs) -> WorkerPool:
     specs = {"e": EnvSpec("platoon-number-search", {"ranges": [4, 8]}, None, ("train", "val"))}
     kwargs.setdefault("plan", preload_plan(specs, {"e": NumberSearch(ranges=[4, 8])}))
     return WorkerPool(env_specs=specs, scratch=tmp_path / "scratch", **kwargs)
-
-
-def group(workflow, workers, size):
-    """Run one group of ``workflow`` (outside a training draw: its own straggler rules) with its rollouts in
-    ``workers``; the output and the seconds it took."""
-    workflow.rollout_workers = workers
-
-    async def run():
-        began = time.perf_counter()
-        try:
-            return await workflow.arun_episode(GroupRow((1, 0), "n4-g3-t1", "e", size)), time.perf_counter() - began
-        finally:
-            await workers.aclose()
-
-    return asyncio.run(run())
 
 
 def test_a_straggler_cut_kills_its_worker_and_leaves_no_file(tmp_path):

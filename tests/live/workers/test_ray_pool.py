@@ -1,0 +1,176 @@
+"""Rollouts in Ray actors (``rollout_isolation: ray``): on a local instance a run draws, fates and trains as in
+process; on a two-node cluster (Ray's own ``ray.cluster_utils.Cluster``: two raylets on this machine, on 127.0.0.1)
+rollouts land on both nodes, an actor SIGKILLed mid-rollout fails that rollout naming its node, and a node removed
+mid-group fails the rollouts it held while the pool goes on, on the node that remains."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from live_harness import FakeService  # noqa: E402
+from workers_harness import PidWorkflow, SleepyWorkflow, group, train  # noqa: E402
+
+from platoon.config.ray import RayConfig  # noqa: E402
+from platoon.live.errors import TrainError  # noqa: E402
+from platoon.live.workers import EnvSpec, WorkerDied  # noqa: E402
+from platoon.live.workers.ray_pool import RayPool  # noqa: E402
+
+pytestmark = [pytest.mark.live, pytest.mark.slow]
+
+TESTS = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def harness_path():
+    """Ray's workers import the test harness modules by name, as worker processes do: on PYTHONPATH, which the
+    raylets this module starts (and their workers) inherit."""
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS / "live"), str(TESTS / "policy"), str(TESTS), *sys.path])
+    yield
+    if before is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = before
+
+
+def test_ray_isolation_on_a_local_instance_draws_fates_and_trains_as_in_process(tmp_path, monkeypatch, harness_path):
+    monkeypatch.setenv("PLATOON_NODE_SCRATCH", str(tmp_path))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    events, steps, _, _ = train([])
+    r_events, r_steps, said, live = train(["train.workflow_config.rollout_isolation=ray", "train.ray.actor_cpus=0.25"])
+    assert any(level == "info" and m.startswith("rollouts run on Ray actors (a local instance: 1 node(s)")
+               for level, m in said)
+    assert r_events == events and len(events) > 0
+    assert [v for v, _ in r_steps] == [v for v, _ in steps] and len(steps) == 2
+    for (_, a), (_, b) in zip(r_steps, steps, strict=True):
+        assert len(a) == len(b) > 0
+        for x, y in zip(a, b, strict=True):
+            assert {k: x[k] for k in ("tokens", "mask", "advantage", "version", "logprobs")} == \
+                   {k: y[k] for k in ("tokens", "mask", "advantage", "version", "logprobs")}
+    assert sum(live.workers.rollouts_by_node.values()) >= 2 * 4 * 4  # every training rollout ran on an actor
+    assert not ray.is_initialized()  # the local instance stopped with the run
+
+
+@pytest.fixture(scope="module")
+def cluster(harness_path):
+    """Two nodes of one CPU each, every address on the loopback: Ray's "not a real cluster" switch (as on macOS)
+    makes each raylet, its GCS and this driver take 127.0.0.1 rather than this machine's network address."""
+    from ray._private import ray_constants
+    from ray.cluster_utils import Cluster
+
+    saved = {k: os.environ.get(k) for k in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
+    os.environ.pop("RAY_ADDRESS", None)
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    real_cluster, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    second = c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    c.connect()
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
+    yield c, second
+    ray.shutdown()
+    c.shutdown()
+    ray_constants.ENABLE_RAY_CLUSTER = real_cluster
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def pool(tmp_path, cluster, **cfg) -> RayPool:
+    specs = {"e": EnvSpec("platoon-number-search", {"ranges": [4, 8]}, None, ("train", "val"))}
+    said = []
+    p = RayPool(RayConfig(address=cluster[0].address, actor_cpus=1, **cfg), env_specs=specs, grace_s=1.0,
+                permits=2, scratch=tmp_path / "scratch")
+    p.open()
+    p.attach_log(lambda level, message: said.append((level, message)))
+    p.said = said
+    return p
+
+
+def test_rollouts_land_on_both_nodes_and_actors_are_reused(tmp_path, cluster):
+    workers = pool(tmp_path, cluster)
+    workflow = SleepyWorkflow([0.3, 0.3, 0.3, 0.3], envs={}, service=FakeService())
+    output, _ = group(workflow, workers, 4)
+    assert [m.disposition for m in output.members] == ["completed"] * 4
+    assert len(workers.rollouts_by_node) == 2 and sum(workers.rollouts_by_node.values()) == 4
+    assert sum(workers.actor_starts_by_node.values()) == 2  # two actors (one a node, a CPU each), each used twice
+    metrics = workers.metrics()
+    assert sorted(k.rsplit("/", 1)[1] for k in metrics) == ["actor_starts", "actor_starts", "actors_alive",
+                                                            "actors_alive", "rollouts", "rollouts"]
+    workers.close()
+
+
+def test_an_actor_killed_mid_rollout_fails_it_naming_its_node(tmp_path, cluster):
+    workers = pool(tmp_path, cluster)
+    pids = []
+
+    def warn(message):
+        pid = json.loads(message)["pid"]
+        pids.append(pid)
+        os.kill(pid, signal.SIGKILL)
+
+    workflow = PidWorkflow([30.0], envs={}, service=FakeService())
+    workflow.warn = warn
+    with pytest.raises(WorkerDied, match=r"rollout actor on node \w+ ended without returning its rollout"):
+        group(workflow, workers, 1)
+    assert pids and not workers._members  # the dead actor left the pool
+    output, _ = group(SleepyWorkflow([0.0], envs={}, service=FakeService()), workers, 1)  # a new actor serves
+    assert output.members[0].disposition == "completed"
+    workers.close()
+
+
+def test_a_node_removed_mid_group_fails_its_rollouts_and_the_pool_goes_on_on_the_other(tmp_path, cluster):
+    c, second = cluster
+    workers = pool(tmp_path, cluster)
+    workflow = SleepyWorkflow([20.0, 20.0], envs={}, service=FakeService())
+
+    async def run_and_remove():
+        workflow.rollout_workers = workers
+        task = asyncio.ensure_future(workflow.arun_episode(_row(2)))
+        while len(workers.rollouts_by_node) < 2:
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)
+        await asyncio.get_running_loop().run_in_executor(None, c.remove_node, second)
+        try:
+            return await task
+        finally:
+            await workers.aclose()
+
+    with pytest.raises(WorkerDied, match="on node"):
+        asyncio.run(run_and_remove())
+    (lost,) = [m for level, m in workers.said if level == "warning" and "is lost" in m]
+    assert second.node_id in lost and "on the 1 node(s) that remain" in lost
+    before = dict(workers.rollouts_by_node)
+    output, _ = group(SleepyWorkflow([0.0, 0.0], envs={}, service=FakeService()), workers, 2)
+    assert [m.disposition for m in output.members] == ["completed", "completed"]
+    grew = {node for node, n in workers.rollouts_by_node.items() if n > before.get(node, 0)}
+    assert grew and second.node_id not in grew  # the rollouts went on on the node that remains
+    workers.close()
+
+
+def test_a_node_whose_platoon_differs_from_the_trainer_s_is_refused_naming_it(tmp_path, cluster, monkeypatch):
+    import platoon
+
+    real = platoon.__version__
+    monkeypatch.setattr(platoon, "__version__", "0.0.0-trainer")  # the nodes' own processes keep theirs
+    with pytest.raises(TrainError, match=rf"Ray node 127\.0\.0\.1 \(\w+\) runs platoon {re.escape(real)}, the "
+                                         r"trainer 0\.0\.0-trainer: install the same platoon on every node"):
+        pool(tmp_path, cluster)
+
+
+def _row(size):
+    from platoon.live.workflow import GroupRow
+
+    return GroupRow((1, 0), "n4-g3-t1", "e", size)
