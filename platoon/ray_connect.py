@@ -2,8 +2,8 @@
 
 ``connect(ray, address)`` connects this process: to ``address``, else the cluster ``RAY_ADDRESS`` names (as ``ray
 job submit`` sets it), else a local instance of this machine's CPUs, quiet (no dashboard, Ray's own logging at
-WARNING, its start-up notice about token authentication dropped), on the loopback address, which ends with this
-process however it ends (``platoon.reaper``). It answers the function that disconnects (shutting the local instance
+WARNING, its start-up notice about token authentication dropped), which ends with this process however it ends
+(``platoon.reaper``). It answers the function that disconnects (shutting the local instance
 down), or None when the process was connected already: a caller's connection is left as it is.
 """
 
@@ -33,7 +33,7 @@ def init_options(address: str | None) -> dict[str, Any]:
     address = address or os.environ.get("RAY_ADDRESS") or "local"
     options: dict[str, Any] = {"address": address, "logging_level": logging.WARNING, "log_to_driver": False}
     if address == "local":  # a cluster has its own CPUs and dashboard: these are only for an instance of ours
-        options |= {"num_cpus": os.cpu_count() or 1, "include_dashboard": False, "_node_ip_address": "127.0.0.1"}
+        options |= {"num_cpus": os.cpu_count() or 1, "include_dashboard": False}
     return options
 
 

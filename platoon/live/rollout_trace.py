@@ -7,7 +7,8 @@ in this module's context variable for its body, where the points a rollout passe
 
 - the block: ``permit_wait`` (asked -> granted), and ``rollout`` over the whole when it exits, with ``task_id``,
   ``group`` (its key as a list), ``member``, ``version`` (the group's draw), ``turns``, ``reward``, ``passed`` and
-  ``status`` (``ok``, ``failed``, ``cancelled``);
+  ``status`` (``ok``, ``failed``, ``cancelled``), and, for a rollout on a Ray actor, its ``node`` and ``actor``
+  (``ran_on``);
 - ``first_model_call()``: ``startup``, from the permit up to the first model call;
 - the workflow's model-call wrapper: ``model_call`` per call (``batch``: the sequences of the batch it rode in, when
   the service says); ``play_episode``: ``env_step`` per step; ``background_teardown``: ``teardown``;
@@ -88,6 +89,7 @@ class RolloutTrace:
         self.passed = False
         self._teardowns = 0
         self._ended = False
+        self.host: dict[str, str] = {}  # where it ran, when not here (a Ray actor: its node and name)
 
     def _span(self, name: str, start: float, end: float, **args: Any) -> None:
         self.writer.span(name, self.lane, start, end, **args)
@@ -119,6 +121,10 @@ class RolloutTrace:
         """A step that began at ``start`` ended at ``end`` (None: now; a rollout worker's step: when it said)."""
         self._span("env_step", start, self.clock() if end is None else end)
 
+    def ran_on(self, **where: str) -> None:
+        """The rollout runs elsewhere (``node=``, ``actor=``): its ``rollout`` span says where."""
+        self.host = dict(where)
+
     def outcome(self, result: Any) -> None:
         trajectory = getattr(result, "trajectory", None)
         if trajectory is None:
@@ -149,7 +155,7 @@ class RolloutTrace:
         turns = self.turns if self.turns or self.steps_seen is None else self.steps_seen
         self._span("rollout", self.asked, self.clock(), task_id=g.task_id, group=list(g.key), member=self.member,
                    version=g.version, turns=turns, reward=self.reward if status == "ok" else None,
-                   passed=self.passed and status == "ok", status=status)
+                   passed=self.passed and status == "ok", status=status, **self.host)
         self._release()
 
     def _release(self) -> None:

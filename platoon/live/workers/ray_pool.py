@@ -21,7 +21,7 @@ Rules it keeps:
   ``start_timeout_seconds`` (no node can host one) fails with ``WorkerDied`` too, so a run that has lost its
   nodes stops at its checkpoint once groups fail in a row (``platoon.policy.failures``);
 - **connecting**: ``address`` (else ``RAY_ADDRESS``) names a running cluster, which is left running; without either
-  a local instance starts, quiet, on 127.0.0.1, and stops with the pool (``aclose``/``close``), or with the trainer
+  a local instance starts, quiet, and stops with the pool (``aclose``/``close``), or with the trainer
   however it ends (``platoon.ray_connect``). At opening the pool
   says which cluster it uses (nodes, CPUs), and refuses (``WorkerDied`` at the first rollout, a ``TrainError`` from
   ``ready``) a node whose platoon version differs from the trainer's, naming its address.
@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from platoon.live import rollout_trace
 from platoon.live.errors import TrainError
 from platoon.live.workers import worker
 from platoon.live.workers.channel import Channel
@@ -110,9 +111,10 @@ def cluster_summary(nodes: Sequence[Mapping[str, Any]]) -> str:
 class _Member:
     """An actor of the pool: its handle, node, and whether it is serving a rollout."""
 
-    def __init__(self, handle: Any, node: str) -> None:
-        self.handle, self.node = handle, node
+    def __init__(self, handle: Any, node: str, name: str = "") -> None:
+        self.handle, self.node, self.name = handle, node, name
         self.dead = False
+        self.uses = 0  # rollouts started on it
 
 
 class _NoProcess:
@@ -126,7 +128,15 @@ class _ActorWorker(_Worker):
     def __init__(self, member: _Member, ref: Any, chan: Channel, files: tuple[Path, Path], started: float) -> None:
         super().__init__(_NoProcess(), chan, files, started)
         self.member, self.ref = member, ref
+        self.reused: list[float] = []  # the pool's reused_startup_s
         self._settled: asyncio.Future | None = None
+
+    def first_call(self, record: list[float]) -> None:
+        """``_Worker``'s, and the same figure in ``reused_startup_s`` when the actor had served a rollout before."""
+        if not self._first_call:
+            super().first_call(record)
+            if self.member.uses > 1:
+                self.reused.append(record[-1])
 
     def _run_ended(self) -> asyncio.Future:
         if self._settled is None:
@@ -196,6 +206,7 @@ class RayPool(WorkerPool):
         self._waiting: dict[bytes, asyncio.Future] = {}
         self._lost_nodes: set[str] = set()
         self.rollouts_by_node: dict[str, int] = {}
+        self.reused_startup_s: list[float] = []  # start to first model call of each rollout on a reused actor
         self.actor_starts_by_node: dict[str, int] = {}
 
     # ------------------------------------------------------------------------------------------------ opening
@@ -260,8 +271,12 @@ class RayPool(WorkerPool):
 
     # ------------------------------------------------------------------------------------------------ a rollout
     async def _start(self, job: bytes, files: tuple[Path, Path]) -> _Worker:
-        started = time.perf_counter()
         member = await self._acquire()
+        started = time.perf_counter()  # a rollout's start-up is its actor's, from here: not its wait for one
+        member.uses += 1
+        trace = rollout_trace.current()
+        if trace is not None:
+            trace.ran_on(node=member.node, actor=member.name)
         token = os.urandom(TOKEN_BYTES)
         connected = asyncio.get_running_loop().create_future()
         self._waiting[token] = connected
@@ -284,6 +299,7 @@ class RayPool(WorkerPool):
             raise WorkerDied(f"rollout actor on node {member.node} ended before its rollout began: {why}")
         ended.cancel()
         w = _ActorWorker(member, ref, await Channel.open(connected.result()), files, started)
+        w.reused = self.reused_startup_s
         self._alive.add(w)
         self.rollouts_by_node[member.node] = self.rollouts_by_node.get(member.node, 0) + 1
         return w
@@ -351,7 +367,7 @@ class RayPool(WorkerPool):
                    else f"it failed to start: {type(exc).__name__}: {exc}")
             raise WorkerDied(f"no rollout actor: {why}") from None
         self.actor_starts_by_node[node] = self.actor_starts_by_node.get(node, 0) + 1
-        return _Member(handle, node)
+        return _Member(handle, node, f"actor-{sum(self.actor_starts_by_node.values())}")
 
     def _held(self) -> str:
         extra = [f"{v:g} {k}" for k, v in self.cfg.actor_resources.items()]

@@ -77,14 +77,16 @@ def test_the_watch_ends_a_process_its_grace_after_its_trainer_is_gone(tmp_path):
 # -------------------------------------------------------------------------------------- a killed platoon train
 def _kill_mid_run(tmp_path, method: str, signum: int = signal.SIGKILL,
                   ended: list | None = None) -> tuple[dict[int, str], list[int], float]:
-    """Start ``platoon train`` with rollout workers (``method``), send it ``signum`` while a worker runs; the tree it
+    """Start ``platoon train`` with rollout workers (``method``; ``ray``: rollout actors on a local Ray instance), send
+    it ``signum`` while a worker runs; the tree it
     had started, what of it still runs after 10 s, and how long the rest took to end. ``ended`` gets the process's
     exit code and its stderr, when it ended by itself within a minute of the signal."""
     run, scratch = tmp_path / "run", tmp_path / "scratch"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PLATOON_NODE_SCRATCH": str(scratch)}
     settings = ["train.batch_size=2", "environments.0.workflow_config.group_size=2", "model.d_model=16",
-                "model.n_layers=1", "train.workflow_config.rollout_isolation=process",
-                f"train.workflow_config.worker_start_method={method}", "eval.every=1000"]
+                "model.n_layers=1", "eval.every=1000"]
+    settings += (["train.workflow_config.rollout_isolation=ray", "train.ray.actor_cpus=0.5"] if method == "ray" else
+                 ["train.workflow_config.rollout_isolation=process", f"train.workflow_config.worker_start_method={method}"])
     proc = subprocess.Popen([sys.executable, "-m", "platoon", "train", "--out", str(run), "--steps", "1000",
                              *[a for s in settings for a in ("--set", s)]],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
@@ -94,7 +96,7 @@ def _kill_mid_run(tmp_path, method: str, signum: int = signal.SIGKILL,
         while time.monotonic() < deadline and proc.poll() is None:
             tree.update(tree_of(proc.pid))
             now = tree_of(proc.pid)
-            worker_now = any(("spawn_main" in c) if method == "exec" else
+            worker_now = any(("spawn_main" in c) if method == "exec" else ("RolloutActor" in c) if method == "ray" else
                              ("forkserver" in c and pid not in children(proc.pid)) for pid, c in now.items())
             if worker_now:  # a training rollout's or the first evaluation's: a worker either way
                 tree.update(now)
@@ -116,8 +118,10 @@ def _kill_mid_run(tmp_path, method: str, signum: int = signal.SIGKILL,
 
 @pytest.mark.live
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["exec", "forkserver"])
+@pytest.mark.parametrize("method", ["exec", "forkserver", "ray"])
 def test_sigkill_of_platoon_train_ends_every_process_it_started(tmp_path, method):
+    if method == "ray":
+        pytest.importorskip("ray")
     tree, left, took = _kill_mid_run(tmp_path, method)
     print(f"\n{method}: {len(tree)} process(es) started, all ended {took:.2f}s after the kill:", *tree.values(), sep="\n  ")
     assert tree, "the run started no process"

@@ -61,6 +61,27 @@ def test_ray_isolation_on_a_local_instance_draws_fates_and_trains_as_in_process(
     assert not ray.is_initialized()  # the local instance stopped with the run
 
 
+def test_platoon_train_on_ray_says_where_each_rollout_ran(tmp_path, monkeypatch, capfd):
+    """A run's trace names each rollout's node and actor, and its metrics count rollouts and actors per node."""
+    from platoon.live import command
+    from platoon.runs import read_jsonl
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    run = command.train(None, ["train.max_training_steps=1", "train.batch_size=2",
+                               "train.workflow_config.group_size=2", "train.workflow_config.rollout_isolation=ray",
+                               "train.ray.actor_cpus=0.25", "eval.every=1000", "model.d_model=16", "model.n_layers=1"],
+                        out=tmp_path / "run", progress=False)
+    said = capfd.readouterr()
+    assert "rollouts run on Ray actors (a local instance: 1 node(s), " in said.out + said.err
+    text = (run / "trace.json").read_text()
+    spans = [json.loads(line.lstrip("[,")) for line in text.splitlines() if '"name":"rollout"' in line]
+    assert spans and all(s["args"]["node"] and s["args"]["actor"].startswith("actor-") for s in spans)
+    (row,) = [r for r in read_jsonl(run / "metrics.jsonl") if "train/rollouts" in r]
+    per_node = {k: v for k, v in row.items() if k.startswith("rollout_client/ray/node/")}
+    assert sum(v for k, v in per_node.items() if k.endswith("/rollouts")) >= 4
+    assert not ray.is_initialized()
+
+
 @pytest.fixture(scope="module")
 def cluster(harness_path):
     """Two nodes of one CPU each, every address on the loopback: Ray's "not a real cluster" switch (as on macOS)
