@@ -195,3 +195,48 @@ def _row(size):
     from platoon.live.workflow import GroupRow
 
     return GroupRow((1, 0), "n4-g3-t1", "e", size)
+
+
+def test_a_node_lost_mid_run_then_a_sigkill_and_a_resume_lose_nothing(tmp_path, cluster):
+    """``platoon train`` on the cluster: a node removed mid-run fails only its rollouts and the run goes on; killed
+    later and resumed, every step is trained once and every draw has exactly one fate."""
+    import subprocess
+    import threading
+    import time
+
+    from live_harness import check_event_log, train_then_sigkill
+
+    from platoon.runs import read_jsonl
+
+    c, _ = cluster
+    extra = c.add_node(num_cpus=1)  # the fixture's second node may be gone already
+    c.wait_for_nodes()
+    run = tmp_path / "run"
+    env = {**os.environ, "RAY_ADDRESS": c.address, "PYTHONUNBUFFERED": "1",
+           "PLATOON_NODE_SCRATCH": str(tmp_path / "scratch")}
+    settings = ["train.batch_size=2", "environments.0.workflow_config.group_size=2", "eval.every=0",
+                "model.d_model=16", "model.n_layers=1", "checkpoint.recovery_every=1",
+                "train.workflow_config.rollout_isolation=ray", "train.ray.actor_cpus=1"]
+    removed = threading.Event()
+
+    def remove_after_a_step() -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            metrics = run / "metrics.jsonl"
+            if metrics.exists() and read_jsonl(metrics):
+                c.remove_node(extra)
+                removed.set()
+                return
+            time.sleep(0.05)
+
+    remover = threading.Thread(target=remove_after_a_step)
+    remover.start()
+    train_then_sigkill(run, ["--steps", "6", *[a for s in settings for a in ("--set", s)]], env, after_rows=3,
+                       within_s=240)
+    remover.join()
+    assert removed.is_set()
+    resumed = subprocess.run([sys.executable, "-m", "platoon", "train", "--resume", str(run)],
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == list(range(6))
+    check_event_log(read_jsonl(run / "tasks" / "events.jsonl"), steps=6, batch_size=2)
