@@ -225,11 +225,11 @@ def rollout_workers(cfg: RunConfig, envs: Mapping[str, Any], *, from_config: boo
     specs = {e.label: EnvSpec(e.env, dict(e.service_kwargs), e.package, tuple(entry_splits(e, envs[e.label])))
              for e in cfg.environments} if from_config else {}
     if w.rollout_isolation == "ray":
-        from platoon.live.workers.ray_pool import RayPool
+        from platoon.live.workers.ray_pool import RayPool, distributions_of
 
         ray_pool = RayPool(cfg.train.ray, env_specs=specs, modules=w.worker_preload,
                            grace_s=w.worker_termination_grace_seconds, permits=max_concurrent_rollouts(cfg),
-                           concurrent_groups=w.worker_launch_concurrent_groups)
+                           concurrent_groups=w.worker_launch_concurrent_groups, distributions=distributions_of(envs))
         ray_pool.open()
         return ray_pool
     plan = None if w.worker_python_env_isolation else preload_plan(specs, envs, w.worker_preload)

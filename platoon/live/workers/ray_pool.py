@@ -23,8 +23,8 @@ Rules it keeps:
 - **connecting**: ``address`` (else ``RAY_ADDRESS``) names a running cluster, which is left running; without either
   a local instance starts, quiet, and stops with the pool (``aclose``/``close``), or with the trainer
   however it ends (``platoon.ray_connect``). At opening the pool
-  says which cluster it uses (nodes, CPUs), and refuses (``WorkerDied`` at the first rollout, a ``TrainError`` from
-  ``ready``) a node whose platoon version differs from the trainer's, naming its address.
+  says which cluster it uses (nodes, CPUs), and refuses (``TrainError``) a node whose platoon version, or a version
+  of the environments' distributions, differs from the trainer's, naming its address.
 """
 
 from __future__ import annotations
@@ -48,9 +48,12 @@ from platoon.live.workers.envs import EnvSpec
 from platoon.live.workers.pool import KILL_WAIT_S, WorkerDied, WorkerPool, _Worker
 from platoon.ray_connect import connect
 
-__all__ = ["RayPool", "RolloutActor", "cluster_summary"]
+__all__ = ["RayPool", "RolloutActor", "cluster_summary", "distributions_of", "installed"]
 
 TOKEN_BYTES = 16
+FULL_BACKOFF_S = 5.0
+"""After an actor that no node had room for lost the race to an actor coming free, rollouts take the actors there
+are for this long before the pool asks Ray for another (each ask that no node can place costs a start and a kill)."""
 
 
 class RolloutActor:
@@ -99,6 +102,33 @@ def platoon_version() -> str:
     import platoon
 
     return getattr(platoon, "__version__", "unknown")
+
+
+def installed(names: Sequence[str]) -> dict[str, str | None]:
+    """This node's platoon version (``"platoon"``) and the installed version of each distribution of ``names``
+    (None: not installed)."""
+    from importlib import metadata
+
+    out: dict[str, str | None] = {"platoon": platoon_version()}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def distributions_of(envs: Mapping[str, Any]) -> dict[str, str]:
+    """The installed distributions (name -> version) that provide the classes of ``envs``, platoon's own left out."""
+    from importlib import metadata
+
+    providers = metadata.packages_distributions()
+    out: dict[str, str] = {}
+    for env in envs.values():
+        for name in providers.get(type(env).__module__.partition(".")[0], []):
+            if name.lower() != "platoon":
+                out[name] = metadata.version(name)
+    return out
 
 
 def cluster_summary(nodes: Sequence[Mapping[str, Any]]) -> str:
@@ -182,18 +212,20 @@ class RayPool(WorkerPool):
     """Runs rollouts in Ray actors (see the module's doc). ``ray_cfg``: ``train.ray``; ``env_specs``: the entries'
     environments as the config names them (each actor builds them once); ``modules``: more modules each actor
     imports as it starts (``worker_preload``); ``permits``: the run's rollout permits (the pool's default size);
-    ``concurrent_groups``: at most this many groups launch rollouts at once (``worker_launch_concurrent_groups``)."""
+    ``concurrent_groups``: at most this many groups launch rollouts at once (``worker_launch_concurrent_groups``);
+    ``distributions``: the environments' distributions and versions (``distributions_of``), each node's checked."""
 
     isolation = "ray"
 
     def __init__(self, ray_cfg: Any, *, env_specs: Mapping[str, EnvSpec] | None = None, modules: Sequence[str] = (),
                  grace_s: float = 10.0, permits: int = 1, scratch: Path | None = None,
-                 concurrent_groups: int = 0) -> None:
+                 concurrent_groups: int = 0, distributions: Mapping[str, str] | None = None) -> None:
         # the launch gate keeps its limit on groups launching at once; memory is Ray's to place (train.ray)
         super().__init__(method="exec", env_specs=env_specs, grace_s=grace_s, scratch=scratch,
                          gate={"available": lambda: None, "reserve": 0, "permits": None,
                                "concurrent_groups": concurrent_groups})
         self.cfg = ray_cfg
+        self.distributions = dict(distributions or {})
         self.modules = list(modules)
         self.max_actors = ray_cfg.max_actors or max(1, int(permits))
         self._members: list[_Member] = []
@@ -205,6 +237,7 @@ class RayPool(WorkerPool):
         self._accepting: asyncio.Task | None = None
         self._waiting: dict[bytes, asyncio.Future] = {}
         self._lost_nodes: set[str] = set()
+        self._full_until = 0.0
         self.rollouts_by_node: dict[str, int] = {}
         self.reused_startup_s: list[float] = []  # start to first model call of each rollout on a reused actor
         self.actor_starts_by_node: dict[str, int] = {}
@@ -232,19 +265,22 @@ class RayPool(WorkerPool):
                          f"{self.cfg.actor_cpus:g} CPU, at most {self.max_actors} at once")
 
     def _check_versions(self) -> None:
-        """``TrainError`` naming the first node whose platoon version differs from this one's."""
+        """``TrainError`` naming the first node whose platoon, or a distribution of the environments', differs from
+        the trainer's."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        mine = platoon_version()
-        probe = ray.remote(num_cpus=0)(platoon_version)
+        mine = {"platoon": platoon_version(), **self.distributions}
+        probe = ray.remote(num_cpus=0)(installed)
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         theirs = ray.get([probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-                          .remote() for n in nodes])
-        for node, version in zip(nodes, theirs, strict=True):
-            if version != mine:
-                raise TrainError(f"Ray node {node.get('NodeManagerAddress')} ({node['NodeID']}) runs platoon "
-                                 f"{version}, the trainer {mine}: install the same platoon on every node")
+                          .remote(sorted(self.distributions)) for n in nodes])
+        for node, versions in zip(nodes, theirs, strict=True):
+            for name, version in mine.items():
+                if versions.get(name) != version:
+                    has = f"runs {name} {versions[name]}" if versions.get(name) else f"lacks {name}"
+                    raise TrainError(f"Ray node {node.get('NodeManagerAddress')} ({node['NodeID']}) {has}, the "
+                                     f"trainer {version}: install the same {name} on every node")
 
     async def ready(self) -> None:
         self.open()
@@ -306,10 +342,11 @@ class RayPool(WorkerPool):
 
     async def _acquire(self) -> _Member:
         """An idle actor; else a new one while the pool has room, unless an actor comes free first (a cluster full
-        of actors cannot place another); else the first to come free. ``WorkerDied`` when none can be had within
-        ``start_timeout_seconds``."""
+        of actors cannot place another: then, for ``FULL_BACKOFF_S``, no new one is asked for); else the first to
+        come free. ``WorkerDied`` when none can be had within ``start_timeout_seconds``."""
         deadline = time.monotonic() + self.cfg.start_timeout_seconds
-        if self._idle or len(self._members) >= self.max_actors:
+        full = self._members and time.monotonic() < self._full_until  # the cluster placed no more of late
+        if self._idle or len(self._members) >= self.max_actors or full:
             return await self._first_idle(deadline)
         placeholder = _Member(None, "starting")
         self._members.append(placeholder)
@@ -329,6 +366,7 @@ class RayPool(WorkerPool):
                 self._idle.append(freed.result())  # both came: the other waits for the next rollout
             return member
         if freed.done() and not freed.cancelled() and freed.exception() is None:
+            self._full_until = time.monotonic() + FULL_BACKOFF_S  # its actor was not placed: no node had room
             return freed.result()
         raise creating.exception() or freed.exception() or WorkerDied("no rollout actor")
 

@@ -23,7 +23,7 @@ from workers_harness import PidWorkflow, SleepyWorkflow, group, train  # noqa: E
 from platoon.config.ray import RayConfig  # noqa: E402
 from platoon.live.errors import TrainError  # noqa: E402
 from platoon.live.workers import EnvSpec, WorkerDied  # noqa: E402
-from platoon.live.workers.ray_pool import RayPool  # noqa: E402
+from platoon.live.workers.ray_pool import RayPool, platoon_version  # noqa: E402
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
@@ -133,6 +133,16 @@ def test_rollouts_land_on_both_nodes_and_actors_are_reused(tmp_path, cluster):
     workers.close()
 
 
+def test_a_straggler_cut_cancels_its_actor_s_rollout_within_the_grace_and_the_actor_serves_again(tmp_path, cluster):
+    workers = pool(tmp_path, cluster)
+    workflow = SleepyWorkflow([0.0, 120.0], envs={}, service=FakeService(), straggler_timeout_s=0.5)
+    output, seconds = group(workflow, workers, 2)
+    assert [m.disposition for m in output.members] == ["completed", "straggler_killed"]
+    assert seconds < 30  # not the straggler's 120 s: its rollout was cancelled in its actor, or the actor killed
+    assert list((tmp_path / "scratch").iterdir()) == []
+    workers.close()
+
+
 def test_an_actor_killed_mid_rollout_fails_it_naming_its_node(tmp_path, cluster):
     workers = pool(tmp_path, cluster)
     pids = []
@@ -189,6 +199,24 @@ def test_a_node_whose_platoon_differs_from_the_trainer_s_is_refused_naming_it(tm
     with pytest.raises(TrainError, match=rf"Ray node 127\.0\.0\.1 \(\w+\) runs platoon {re.escape(real)}, the "
                                          r"trainer 0\.0\.0-trainer: install the same platoon on every node"):
         pool(tmp_path, cluster)
+
+
+def test_a_node_without_an_environment_s_distribution_is_refused_naming_it(tmp_path, cluster):
+    specs = {"e": EnvSpec("platoon-number-search", {}, None, ("train",))}
+    workers = RayPool(RayConfig(address=cluster[0].address), env_specs=specs,
+                      distributions={"platoon-no-such-distribution": "1.0"})
+    with pytest.raises(TrainError, match=r"Ray node 127\.0\.0\.1 \(\w+\) lacks platoon-no-such-distribution, the "
+                                         r"trainer 1\.0: install the same platoon-no-such-distribution on every node"):
+        workers.open()
+
+
+def test_the_environments_distributions_are_found_by_their_classes():
+    from platoon.live.envs import NumberSearch
+    from platoon.live.workers.ray_pool import distributions_of, installed
+
+    assert distributions_of({"e": NumberSearch()}) == {}  # platoon's own: checked as platoon
+    assert installed(["pytest", "platoon-no-such-distribution"]) == {
+        "platoon": platoon_version(), "pytest": pytest.__version__, "platoon-no-such-distribution": None}
 
 
 def _row(size):

@@ -28,7 +28,7 @@ def test_the_messages_it_quotes_are_the_codes():
     text, code = DOC.read_text(), Path(ray_pool.__file__).read_text()
     for quoted, written in (("rollouts run on Ray actors (", "rollouts run on Ray actors ("),
                             ("each actor holds 1 CPU, at most 256 at once", "each actor holds "),
-                            ("install the\nsame platoon on every node", "install the same platoon on every node"),
+                            ("install the\nsame platoon on every node", "install the same {name} on every node"),
                             ("is lost: its rollouts failed, and rollouts\n  go on on the", "is lost: its rollouts "
                                                                                          "failed, and rollouts go on "
                                                                                          "on the "),
