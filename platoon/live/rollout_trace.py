@@ -125,6 +125,11 @@ class RolloutTrace:
         """The rollout runs elsewhere (``node=``, ``actor=``): its ``rollout`` span says where."""
         self.host = dict(where)
 
+    def on_actor(self, track: str, start: float) -> None:
+        """The rollout held a Ray actor from ``start`` to now: an ``on_actor`` span on the actor's own track."""
+        self.writer.span("on_actor", track, start, self.clock(), task_id=self.group.task_id, group=list(self.group.key),
+                         member=self.member)
+
     def outcome(self, result: Any) -> None:
         trajectory = getattr(result, "trajectory", None)
         if trajectory is None:

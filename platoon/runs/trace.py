@@ -8,7 +8,8 @@ Rules the writer keeps (docs/run-directory.md, "trace.json"):
 
 - events are complete spans (``"ph": "X"``, ``ts`` and ``dur`` in microseconds of the run's clock: simulated time in
   the simulator, seconds since the run began live) on named tracks (``tid``): ``trainer``, ``model service``, and
-  rollout lanes (``rollout lane <n>``: a traced rollout takes the lowest free lane, so concurrent rollouts stack);
+  rollout lanes (``rollout lane <n>``: a traced rollout takes the lowest free lane, so concurrent rollouts stack),
+  and under ``rollout_isolation: ray`` a track per rollout actor (``actor-<k> on node <id>``: the rollouts it ran);
 - lines are buffered and written in whole lines by :meth:`TraceWriter.flush` (the runtimes flush before each
   checkpoint records the log lengths, so a resume cuts the trace back to its checkpoint like the other logs); a
   SIGKILL leaves at most a torn last line, which the next writer cuts off when it opens the file;
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -36,6 +38,7 @@ PID = 1
 _FLUSH_LINES = 4096
 _FIXED_TRACKS = {TRAINER: 1, SERVICE: 2}
 _FIRST_LANE_TID = 100
+_FIRST_NAMED_TID = 1_000_000
 _ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode  # one encoder: json.dumps with options
 # builds a new one per call, most of a span's cost
 
@@ -108,7 +111,8 @@ class TraceWriter:
     # --- writing --------------------------------------------------------------------------------------------
     def span(self, name: str, track: str | int, start_s: float, end_s: float, **args: Any) -> None:
         """One complete span ``[start_s, end_s]`` (seconds of the run's clock) on ``track``: ``TRAINER``,
-        ``SERVICE`` or a rollout lane number. ``args`` are shown with it (and read by ``platoon calibrate``)."""
+        ``SERVICE``, a rollout lane number, or the name of a track of its own (a Ray actor's, which serves one
+        rollout at a time). ``args`` are shown with it (and read by ``platoon calibrate``)."""
         if self.stopped is not None:
             return
         tid = self._tid(track, start_s)
@@ -121,7 +125,7 @@ class TraceWriter:
         self._add(event)
 
     def _tid(self, track: str | int, now_s: float) -> int | None:
-        if isinstance(track, str):
+        if isinstance(track, str) and track in _FIXED_TRACKS:
             tid = _FIXED_TRACKS[track]
             self._name(tid, track)
             return tid
@@ -132,6 +136,10 @@ class TraceWriter:
                            "args": {"rollout_events": self.lane_events, "max_events": self.max_events}})
             return None
         self.lane_events += 1
+        if isinstance(track, str):  # a named track of its own (a Ray actor's): its tid from its name, stable on resume
+            tid = _FIRST_NAMED_TID + zlib.crc32(track.encode()) % 1_000_000
+            self._name(tid, track)
+            return tid
         tid = _FIRST_LANE_TID + track
         self._name(tid, f"{LANE} {track}")
         return tid

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from platoon.live import rollout_trace
+from platoon.live.errors import TrainError
 from platoon.live.lease import background_teardown, first_model_call
 from platoon.live.workers import worker
 from platoon.live.workers.channel import Channel, portable
@@ -61,8 +62,9 @@ KILL_WAIT_S = 5.0
 """How long a killed worker is waited for (``SIGKILL`` cannot be refused; this bounds a wedged kernel)."""
 
 
-class WorkerDied(RuntimeError):
-    """A rollout worker ended without returning its rollout."""
+class WorkerDied(TrainError):
+    """A rollout worker (or Ray actor) ended without returning its rollout, or none could be had: a training
+    rollout's group fails with it; raised out of an evaluation, it ends the run (exit 1, resumable)."""
 
 
 def node_scratch() -> Path:

@@ -145,6 +145,7 @@ class _Member:
         self.handle, self.node, self.name = handle, node, name
         self.dead = False
         self.uses = 0  # rollouts started on it
+        self.traced: tuple[Any, float] | None = None  # the traced rollout it serves, and since when
 
 
 class _NoProcess:
@@ -230,7 +231,7 @@ class RayPool(WorkerPool):
         self.max_actors = ray_cfg.max_actors or max(1, int(permits))
         self._members: list[_Member] = []
         self._idle: list[_Member] = []
-        self._freed: asyncio.Condition | None = None
+        self._waiters: list[asyncio.Future] = []  # rollouts waiting for an actor to come free, first first
         self._disconnect: Any = None  # the local instance's shutdown, when the pool started one
         self._listener: socket.socket | None = None
         self._host = "127.0.0.1"
@@ -285,7 +286,6 @@ class RayPool(WorkerPool):
     async def ready(self) -> None:
         self.open()
         if self._accepting is None:
-            self._freed = asyncio.Condition()
             self._accepting = asyncio.ensure_future(self._accept())
 
     async def _accept(self) -> None:
@@ -313,6 +313,7 @@ class RayPool(WorkerPool):
         trace = rollout_trace.current()
         if trace is not None:
             trace.ran_on(node=member.node, actor=member.name)
+            member.traced = (trace, trace.clock())
         token = os.urandom(TOKEN_BYTES)
         connected = asyncio.get_running_loop().create_future()
         self._waiting[token] = connected
@@ -352,6 +353,8 @@ class RayPool(WorkerPool):
         self._members.append(placeholder)
         creating = asyncio.ensure_future(self._new_actor(deadline))
         freed = asyncio.ensure_future(self._first_idle(deadline))
+        for task in (creating, freed):  # the loser's error (it may end so as it is cancelled) is read, not warned of
+            task.add_done_callback(_read_error)
         try:
             await asyncio.wait({creating, freed}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -359,30 +362,43 @@ class RayPool(WorkerPool):
             for task in (creating, freed):
                 if not task.done():
                     task.cancel()
-        if creating.done() and not creating.cancelled() and creating.exception() is None:
-            member = creating.result()
-            self._members.append(member)
-            if freed.done() and not freed.cancelled() and freed.exception() is None:
-                self._idle.append(freed.result())  # both came: the other waits for the next rollout
-            return member
-        if freed.done() and not freed.cancelled() and freed.exception() is None:
+        made, came = (t.result() if t.done() and not t.cancelled() and t.exception() is None else None
+                      for t in (creating, freed))
+        if made is not None:
+            self._members.append(made)
+            if came is not None:
+                self._release(came, None)  # both came: the other goes to the next rollout
+            return made
+        if came is not None:
             self._full_until = time.monotonic() + FULL_BACKOFF_S  # its actor was not placed: no node had room
-            return freed.result()
-        raise creating.exception() or freed.exception() or WorkerDied("no rollout actor")
+            return came
+        errors = [t.exception() for t in (creating, freed) if t.done() and not t.cancelled()]
+        raise errors[0] if errors else WorkerDied("no rollout actor")
 
     async def _first_idle(self, deadline: float) -> _Member:
-        assert self._freed is not None
-        async with self._freed:
-            while not self._idle:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise WorkerDied(f"no rollout actor came free within {self.cfg.start_timeout_seconds:g} s "
-                                     f"({len(self._members)} alive, at most {self.max_actors})")
-                try:
-                    await asyncio.wait_for(self._freed.wait(), left)
-                except TimeoutError:
-                    continue
+        """An idle actor, or the first to come free (handed over by ``_release``); ``WorkerDied`` at ``deadline``."""
+        if self._idle:
             return self._idle.pop()
+        handed: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._waiters.append(handed)
+        taken = False
+        try:
+            member = await asyncio.wait_for(asyncio.shield(handed), max(0.0, deadline - time.monotonic()))
+            taken = True
+            return member
+        except TimeoutError:
+            alive = sum(m.handle is not None for m in self._members)
+            why = (f"{alive} alive, at most {self.max_actors}" if alive else
+                   f"none alive: no node could host one, each holding {self.cfg.actor_cpus:g} CPU{self._held()}")
+            raise WorkerDied(f"no rollout actor came free within {self.cfg.start_timeout_seconds:g} s ({why})") \
+                from None
+        finally:
+            if handed in self._waiters:
+                self._waiters.remove(handed)
+            if not handed.done():
+                handed.cancel()
+            elif not taken and not handed.cancelled():
+                self._release(handed.result(), None)  # handed over as this wait ended otherwise: to the next
 
     async def _new_actor(self, deadline: float) -> _Member:
         import ray
@@ -419,21 +435,24 @@ class RayPool(WorkerPool):
             self._release(w.member, w.ref)
 
     def _release(self, member: _Member, ref: Any) -> None:
-        """Back to the idle actors, or, dead, out of the pool (its node said once when Ray has lost it)."""
+        """Back to the idle actors, or, dead, out of the pool (its node said once when Ray has lost it); a traced
+        rollout's time on it goes on the actor's own track."""
+        if member.traced is not None:
+            trace, began = member.traced
+            member.traced = None
+            trace.on_actor(f"{member.name} on node {member.node[:12]}", began)
         if member not in self._members:
             return
         if member.dead:
             self._members.remove(member)
             self._say_lost(member.node)
-        else:
-            self._idle.append(member)
-        if self._freed is not None:
-            asyncio.ensure_future(self._notify())
-
-    async def _notify(self) -> None:
-        assert self._freed is not None
-        async with self._freed:
-            self._freed.notify()
+            return
+        while self._waiters:
+            waiting = self._waiters.pop(0)
+            if not waiting.done():
+                waiting.set_result(member)
+                return
+        self._idle.append(member)
 
     def _say_lost(self, node: str) -> None:
         import ray
@@ -489,6 +508,11 @@ class RayPool(WorkerPool):
         if self._disconnect is not None:
             self._disconnect()
             self._disconnect = None
+
+
+def _read_error(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 async def _read_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int) -> bytes:

@@ -43,13 +43,16 @@ def harness_path():
         os.environ["PYTHONPATH"] = before
 
 
-def test_ray_isolation_on_a_local_instance_draws_fates_and_trains_as_in_process(tmp_path, monkeypatch, harness_path):
-    monkeypatch.setenv("PLATOON_NODE_SCRATCH", str(tmp_path))
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+@pytest.fixture(scope="module")
+def in_process():
+    """The built-in environment's run in process (seeded tokens: the scripted outcomes), to compare with."""
     events, steps, _, _ = train([])
-    r_events, r_steps, said, live = train(["train.workflow_config.rollout_isolation=ray", "train.ray.actor_cpus=0.25"])
-    assert any(level == "info" and m.startswith("rollouts run on Ray actors (a local instance: 1 node(s)")
-               for level, m in said)
+    return events, steps
+
+
+def same_run(ray_run, in_process) -> None:
+    """Draws and fates, and every step's datums, as in process."""
+    (events, steps), (r_events, r_steps, _, live) = in_process, ray_run
     assert r_events == events and len(events) > 0
     assert [v for v, _ in r_steps] == [v for v, _ in steps] and len(steps) == 2
     for (_, a), (_, b) in zip(r_steps, steps, strict=True):
@@ -58,6 +61,16 @@ def test_ray_isolation_on_a_local_instance_draws_fates_and_trains_as_in_process(
             assert {k: x[k] for k in ("tokens", "mask", "advantage", "version", "logprobs")} == \
                    {k: y[k] for k in ("tokens", "mask", "advantage", "version", "logprobs")}
     assert sum(live.workers.rollouts_by_node.values()) >= 2 * 4 * 4  # every training rollout ran on an actor
+
+
+def test_ray_isolation_on_a_local_instance_draws_fates_and_trains_as_in_process(tmp_path, monkeypatch, harness_path,
+                                                                                in_process):
+    monkeypatch.setenv("PLATOON_NODE_SCRATCH", str(tmp_path))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    ray_run = train(["train.workflow_config.rollout_isolation=ray", "train.ray.actor_cpus=0.25"])
+    assert any(level == "info" and m.startswith("rollouts run on Ray actors (a local instance: 1 node(s)")
+               for level, m in ray_run[2])
+    same_run(ray_run, in_process)
     assert not ray.is_initialized()  # the local instance stopped with the run
 
 
@@ -76,6 +89,18 @@ def test_platoon_train_on_ray_says_where_each_rollout_ran(tmp_path, monkeypatch,
     text = (run / "trace.json").read_text()
     spans = [json.loads(line.lstrip("[,")) for line in text.splitlines() if '"name":"rollout"' in line]
     assert spans and all(s["args"]["node"] and s["args"]["actor"].startswith("actor-") for s in spans)
+    events = json.loads(text + "]")
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    on_actor = [e for e in events if e["name"] == "on_actor"]
+    assert {(s["args"]["task_id"], s["args"]["member"]) for s in spans} == {
+        (e["args"]["task_id"], e["args"]["member"]) for e in on_actor}  # each traced rollout on its actor's track
+    for span in spans:
+        (track,) = {tracks[e["tid"]] for e in on_actor if e["args"]["member"] == span["args"]["member"]
+                    and e["args"]["task_id"] == span["args"]["task_id"]}
+        assert track == f"{span['args']['actor']} on node {span['args']['node'][:12]}"
+    for tid in {e["tid"] for e in on_actor}:  # an actor serves one rollout at a time: its spans never overlap
+        mine = sorted((e["ts"], e["ts"] + e["dur"]) for e in on_actor if e["tid"] == tid)
+        assert all(a[1] <= b[0] for a, b in zip(mine, mine[1:], strict=False))
     (row,) = [r for r in read_jsonl(run / "metrics.jsonl") if "train/rollouts" in r]
     per_node = {k: v for k, v in row.items() if k.startswith("rollout_client/ray/node/")}
     assert sum(v for k, v in per_node.items() if k.endswith("/rollouts")) >= 4
@@ -118,6 +143,28 @@ def pool(tmp_path, cluster, **cfg) -> RayPool:
     p.attach_log(lambda level, message: said.append((level, message)))
     p.said = said
     return p
+
+
+def test_on_two_nodes_a_run_draws_fates_and_trains_as_in_process(tmp_path, monkeypatch, cluster, in_process):
+    monkeypatch.setenv("PLATOON_NODE_SCRATCH", str(tmp_path))
+    ray_run = train(["train.workflow_config.rollout_isolation=ray", "train.ray.actor_cpus=0.25",
+                     f"train.ray.address={cluster[0].address}"])
+    same_run(ray_run, in_process)
+    assert len(ray_run[3].workers.rollouts_by_node) == 2  # both nodes ran rollouts
+
+
+def test_a_run_no_node_can_host_stops_naming_why(tmp_path, cluster):
+    """Every rollout fails once no actor can be had for start_timeout_seconds; groups failing in a row stop the run
+    (here before its first step, which leaves no run directory: a later run starts afresh)."""
+    from platoon.live import command
+
+    settings = ["train.max_training_steps=2", "train.batch_size=2", "train.workflow_config.group_size=2",
+                "eval.every=0", "model.d_model=16", "model.n_layers=1", "train.workflow_config.rollout_isolation=ray",
+                f"train.ray.address={cluster[0].address}", "train.ray.actor_resources={no_such_resource: 1}",
+                "train.ray.start_timeout_seconds=0.5"]
+    with pytest.raises(TrainError, match=r"no node could host one.* 1 CPU, 1 no_such_resource"):
+        command.train(None, settings, out=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
 
 
 def test_rollouts_land_on_both_nodes_and_actors_are_reused(tmp_path, cluster):
