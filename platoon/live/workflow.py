@@ -284,6 +284,14 @@ class _FirstCall:
         self.routed = 0  # calls whose sample came with a routing id
 
     async def sample(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._made(lambda: self._service.sample(*args, **kwargs))
+
+    async def sample_placed(self, post: Any, **kwargs: Any) -> Any:
+        """A rollout worker's call that it posts to an inference server itself (``platoon.live.inference.direct``):
+        counted, kept on the rollout's server and traced as ``sample`` is; its value a ``Placement``."""
+        return await self._made(lambda: self._service.sample_placed(post, **kwargs))
+
+    async def _made(self, call: Callable[[], Any]) -> Any:
         if self.calls == 0:
             self._on_first_call()
         self.calls += 1
@@ -291,10 +299,10 @@ class _FirstCall:
         session = rollout_session.set(self)  # this rollout's calls: one server across its turns
         try:
             if trace is None:
-                sample = await self._service.sample(*args, **kwargs)
+                sample = await call()
             else:
                 start = trace.clock()
-                sample = await self._service.sample(*args, **kwargs)
+                sample = await call()
                 trace.model_call(start, getattr(sample, "batch_size", 0), getattr(sample, "server", None),
                                  getattr(sample, "concurrency", 0.0))
         finally:

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 
 from live_harness import trajectory
 
@@ -113,3 +114,32 @@ def group(workflow, workers, size):
             await workers.aclose()
 
     return asyncio.run(run())
+
+
+@dataclass(frozen=True)
+class SamplingEpisode:
+    """A rollout (a worker's ``Episode``) of ``turns`` model calls of ``new_tokens`` each: a prompt of its ``first``
+    token (``prompt_len`` times), then of each call's tokens; its value is each call's (tokens, version, server,
+    logprobs)."""
+
+    turns: int
+    first: int = 1
+    prompt_len: int = 1
+    new_tokens: int = 3
+    pause_after: int | None = None  # a file this episode waits for after that many calls (a test's weight sync)
+    gate: str | None = None
+
+    def start(self, envs, service, warn):
+        return self._play(service)
+
+    async def _play(self, service):
+        out, prompt = [], [self.first] * self.prompt_len
+        for turn in range(self.turns):
+            if self.pause_after == turn and self.gate is not None:
+                while not os.path.exists(self.gate):
+                    await asyncio.sleep(0.02)
+            sample = await service.sample(prompt, max_new_tokens=self.new_tokens, temperature=1.0, seed=10 + turn,
+                                          stop=[[99]])
+            out.append((sample.tokens, sample.version, sample.server, sample.logprobs))
+            prompt = prompt + list(sample.tokens)
+        return out

@@ -16,6 +16,8 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from platoon.live.inference.completions import Placement
+from platoon.live.inference.direct import DirectTarget
 from platoon.live.inference.launch import Launched
 from platoon.live.inference.vllm import VLLMService
 from platoon.live.inference.weights import WeightStore
@@ -89,6 +91,14 @@ class VLLMEngine:
                      seed: int | None = None, stop: Collection[Sequence[int]] = ()) -> Sample:
         return await self._started().sample(prompt_tokens, max_new_tokens=max_new_tokens, temperature=temperature,
                                             seed=seed, stop=stop)
+
+    async def sample_placed(self, post: Callable[[str, int], Any], *, seed: int | None = None) -> Placement:
+        return await self._started().sample_placed(post, seed=seed)
+
+    @property
+    def direct_target(self) -> DirectTarget | None:
+        """What a rollout worker needs to post its own calls to the servers; None before the start."""
+        return self.service.direct_target if self.service is not None else None
 
     async def publish(self, state_dict: Mapping[str, Any], version: int) -> None:
         await self._started().publish(state_dict, version)

@@ -28,6 +28,10 @@ vLLM OpenAI-compatible servers (``httpx``, one pooled async client per server). 
   carry both, and ``platoon calibrate`` fits the simulator's servers from them; ``last_pause_s`` is the last
   publish's pause (the trace's ``pause`` span).
 
+A rollout worker's call (``rollout_isolation: process`` or ``ray``) is posted by the worker itself, where it reaches
+the servers (``platoon.live.inference.direct``): ``sample_placed`` keeps every rule above for it, each try a
+``post`` the worker makes; the wire format both use is ``platoon.live.inference.completions``.
+
 ``start()`` checks every server before step 0 (it answers and serves ``served_name``: else ``InferenceRefused``
 naming the URL) and pushes the weights the service was built with, so a resumed run's servers serve its checkpoint.
 """
@@ -35,24 +39,31 @@ naming the URL) and pushes the weights the service was built with, so a resumed 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
 import time
 import weakref
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from platoon.live.errors import TrainError
+from platoon.live.inference.completions import (
+    InferenceError,
+    Placement,
+    ServerFailed,
+    completion_payload,
+    first_choice,
+    post_json,
+    routing_id,
+    sample_of,
+    words,
+)
+from platoon.live.inference.direct import DirectTarget, network_home
 from platoon.live.inference.weights import WeightStore
 from platoon.live.model import derive_seed
-from platoon.live.service import Sample, cut_at_stop, rollout_session
+from platoon.live.service import Sample, rollout_session
 
 __all__ = ["InferenceDown", "InferenceError", "InferenceRefused", "Router", "Server", "VLLMService"]
-
-
-class InferenceError(TrainError):
-    """A request no server could answer, or one a server refused."""
 
 
 class InferenceDown(InferenceError):
@@ -61,10 +72,6 @@ class InferenceDown(InferenceError):
 
 class InferenceRefused(TrainError):
     """A server that cannot serve the run (unreachable at start, another model, no weight-sync endpoints)."""
-
-
-class _ServerFailed(Exception):
-    """A server's failure to answer (connection, timeout, 5xx): the server is marked down, the request retried."""
 
 
 @dataclass(eq=False)
@@ -145,7 +152,7 @@ class VLLMService:
         self.router.last_answer = clock()  # a server that never answers is down from now on
         self.served_name, self.weights, self.in_flight = served_name, weights, in_flight
         self.retries, self.down_after_s, self.seed, self.clock = retries, down_after_s, seed, clock
-        self.request_timeout_s = request_timeout_s
+        self.request_timeout_s, self.connect_timeout_s = request_timeout_s, connect_timeout_s
         self._initial_weights = initial_weights
         self._version = int(version)
         self._weights: Any = None  # the directory of the weights published last (None: the servers' own)
@@ -183,7 +190,7 @@ class VLLMService:
             r.raise_for_status()
             served = [m.get("id") for m in r.json().get("data", [])]
         except Exception as exc:  # noqa: BLE001 - any failure to answer is the server's, named with it
-            raise InferenceRefused(f"inference server {server.url} does not answer /v1/models: {_words(exc)}") from None
+            raise InferenceRefused(f"inference server {server.url} does not answer /v1/models: {words(exc)}") from None
         if self.served_name not in served:
             raise InferenceRefused(f"inference server {server.url} serves {', '.join(map(repr, served)) or 'nothing'}, "
                                    f"not train.model_name {self.served_name!r}")
@@ -194,28 +201,55 @@ class VLLMService:
                      seed: int | None = None, stop: Collection[Sequence[int]] = ()) -> Sample:
         """One completion of ``prompt_tokens`` (see the module's doc); ``InferenceError`` when no server answers
         it, ``ValueError`` for a request no server could serve."""
+        self._check_open()
+        payload, stops = completion_payload(self.served_name, prompt_tokens, max_new_tokens=max_new_tokens,
+                                            temperature=temperature, seed=seed, stop=stop)
+        payload["seed"] = self._arrival(seed)
+        answers: list[Mapping[str, Any]] = []
+
+        async def post(server: Server, seed: int) -> Mapping[str, Any]:
+            answers.append(first_choice(await self._post(server, "/v1/completions", json=payload)))
+            return answers[-1]
+
+        placement = await self._placed(post, payload["seed"])
+        return placement.sample(*sample_of(answers[-1], max_new_tokens, stops))
+
+    async def sample_placed(self, post: Callable[[str, int], Awaitable[Mapping[str, Any]]], *,
+                            seed: int | None = None) -> Placement:
+        """A request whose completion a rollout worker posts itself (``platoon.live.inference.direct``): this
+        service picks its server, holds it through weight syncs, retries it and accounts for it as for its own,
+        each try being ``await post(server_url, seed)``, which answers ``{"finish_reason", "routing_id"}`` of
+        the choice or raises ``ServerFailed``/``InferenceError``; the ``Placement`` says where and on what it
+        ran."""
+        self._check_open()
+        chosen = self._arrival(seed)
+
+        async def tried(server: Server, seed: int) -> Mapping[str, Any]:
+            return await post(server.url, seed)
+
+        return await self._placed(tried, chosen)
+
+    @property
+    def direct_target(self) -> DirectTarget:
+        """What a rollout worker needs to post its own calls to the servers (``platoon.live.inference.direct``)."""
+        return DirectTarget(tuple(s.url for s in self.servers), self.served_name, self.request_timeout_s,
+                            self.connect_timeout_s, network_home())
+
+    def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("sample: the model service is closed")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"sample: max_new_tokens must be a positive int, got {max_new_tokens!r}")
-        if not temperature >= 0:
-            raise ValueError(f"sample: temperature must be at least 0, got {temperature!r}")
-        stops = tuple(tuple(int(t) for t in s) for s in stop)
-        if any(not s for s in stops):
-            raise ValueError("sample: a stop sequence must be non-empty")
+
+    def _arrival(self, seed: int | None) -> int:
+        """Count a request; its seed (None: the service's next)."""
+        self._counts["requests"] += 1
         if seed is None:
             seed = derive_seed(self.seed, "request", self._arrivals)
         self._arrivals += 1
-        payload = {
-            "model": self.served_name, "prompt": [int(t) for t in prompt_tokens], "max_tokens": max_new_tokens,
-            "temperature": float(temperature), "seed": int(seed) % 2**63, "logprobs": 0,
-            "return_tokens_as_token_ids": True, "return_token_ids": True, "ignore_eos": True, "skip_special_tokens": False,
-            "stop_token_ids": sorted({s[0] for s in stops if len(s) == 1}),
-        }
-        self._counts["requests"] += 1
-        return await self._sample(payload, stops)
+        return int(seed) % 2**63
 
-    async def _sample(self, payload: dict[str, Any], stops: tuple[tuple[int, ...], ...]) -> Sample:
+    async def _placed(self, post: Callable[[Server, int], Awaitable[Mapping[str, Any]]], seed: int) -> Placement:
+        """Try ``post`` on a server until one answers (see the module's doc: routing, failures, weight sync); where
+        and on what version the answer ran."""
         session, tried, failures = rollout_session.get(), [], 0
         while True:
             await self._opened()
@@ -226,8 +260,8 @@ class VLLMService:
             area = server.load_area
             server.requests += 1
             try:
-                choice = await self._complete(server, payload)
-            except _ServerFailed as exc:
+                choice = await post(server, seed)
+            except ServerFailed as exc:
                 if self._syncs != syncs:  # ended by a weight update (abort), not by the server failing
                     self._counts["resent"] += 1
                     continue
@@ -245,51 +279,14 @@ class VLLMService:
                 self._counts["resent"] += 1
                 continue
             seconds = server.load_since - began
-            concurrency = (server.load_area - area) / seconds if seconds > 0 else float(server.in_flight + 1)
-            sample = self._parsed(choice, payload, stops, version, syncs)
-            return dataclasses.replace(sample, server=self.servers.index(server), concurrency=concurrency)
-
-    def _parsed(self, choice: Mapping[str, Any], payload: Mapping[str, Any], stops: tuple[tuple[int, ...], ...],
-                version: int, syncs: int) -> Sample:
-        tokens = tuple(int(t) for t in choice.get("token_ids") or ())
-        logprobs = tuple(float(x) for x in ((choice.get("logprobs") or {}).get("token_logprobs") or ()))
-        if len(tokens) != len(logprobs) or len(tokens) > payload["max_tokens"]:
-            raise InferenceError(f"a server answered {len(tokens)} tokens and {len(logprobs)} log-probabilities "
-                                 f"(at most {payload['max_tokens']} asked for)")
-        cut = cut_at_stop(tokens, [s for s in stops if len(s) > 1]) if any(len(s) > 1 for s in stops) else tokens
-        versions = tuple(range(version, self._version + 1)) if self._syncs != syncs else ()
-        routed = choice.get("routed_experts")
-        return Sample(cut, logprobs[:len(cut)], version, routing_id=None if routed is None else _routing_id(routed),
-                      versions=versions if len(versions) > 1 else ())
-
-    async def _complete(self, server: Server, payload: Mapping[str, Any]) -> Mapping[str, Any]:
-        body = await self._post(server, "/v1/completions", json=payload)
-        choices = body.get("choices") if isinstance(body, dict) else None
-        if not choices:
-            raise _ServerFailed(f"an answer without choices: {str(body)[:200]}")
-        return choices[0]
+            versions = tuple(range(version, self._version + 1)) if self._syncs != syncs else ()
+            return Placement(version, versions if len(versions) > 1 else (), server=self.servers.index(server),
+                             concurrency=(server.load_area - area) / seconds if seconds > 0
+                             else float(server.in_flight + 1),
+                             routing_id=choice["routing_id"] if "routing_id" in choice else routing_id(choice))
 
     async def _post(self, server: Server, path: str, **kwargs: Any) -> Any:
-        """The JSON of ``server``'s answer; ``_ServerFailed`` when it does not answer, ``InferenceError`` when it
-        refuses (4xx)."""
-        import httpx
-
-        try:
-            async with asyncio.timeout(self.request_timeout_s):  # the whole answer's, not each read's
-                r = await server.client.post(path, **kwargs)
-        except httpx.TransportError as exc:
-            raise _ServerFailed(_words(exc)) from None
-        except TimeoutError:
-            raise _ServerFailed(f"no answer to {path} within {self.request_timeout_s:g} s") from None
-        if r.status_code >= 500:
-            raise _ServerFailed(f"HTTP {r.status_code} from {path}: {r.text[:300]}")
-        if r.status_code >= 400:
-            raise InferenceError(f"inference server {server.url} refused {path} (HTTP {r.status_code}): "
-                                 f"{r.text[:300]}")
-        try:
-            return r.json() if r.content else None
-        except ValueError:
-            raise _ServerFailed(f"an answer of {path} that is not JSON: {r.text[:200]}") from None
+        return await post_json(server.client, server.url, path, self.request_timeout_s, **kwargs)
 
     async def _server(self, session: object | None, tried: Sequence[Server]) -> Server:
         """A server for the request, at the current weights; waits while none is up, ``InferenceDown`` once none
@@ -315,7 +312,7 @@ class VLLMService:
             try:
                 assert self._weights is not None
                 await self._sync_server(server, self._weights, self._version)
-            except (_ServerFailed, InferenceError) as exc:
+            except (ServerFailed, InferenceError) as exc:
                 self._failed(server, f"bringing it to version {self._version}: {exc}")
                 return False
             return True
@@ -355,7 +352,7 @@ class VLLMService:
         self._sync_s.append(end - began)
         for server, result in zip(targets, results, strict=True):
             if isinstance(result, BaseException):
-                self._failed(server, f"weight sync to version {version}: {_words(result)}")
+                self._failed(server, f"weight sync to version {version}: {words(result)}")
         if not any(s.version == self._version for s in self.servers):
             raise InferenceError(f"no inference server took the weights of version {version}: "
                                  f"{self.router.failures()}")
@@ -393,15 +390,3 @@ class VLLMService:
     async def aclose(self) -> None:
         self._closed = True
         await asyncio.gather(*(s.client.aclose() for s in self.servers), return_exceptions=True)
-
-
-def _words(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def _routing_id(routed: Any) -> str:
-    """The server's ``routed_experts`` as the sample's routing id (a compact, stable string)."""
-    import hashlib
-    import json
-
-    return hashlib.sha256(json.dumps(routed, separators=(",", ":")).encode()).hexdigest()[:32]

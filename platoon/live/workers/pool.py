@@ -44,6 +44,7 @@ from typing import Any
 
 from platoon.live import rollout_trace
 from platoon.live.errors import TrainError
+from platoon.live.inference.direct import Posts
 from platoon.live.lease import background_teardown, first_model_call
 from platoon.live.workers import worker
 from platoon.live.workers.channel import Channel, portable
@@ -206,12 +207,13 @@ class WorkerPool:
     def _job(self, episode: worker.Episode, envs: Mapping[str, Any], service: Any) -> tuple[bytes, tuple[Path, Path]]:
         name = f"{os.getpid()}-{next(self._names)}"
         self.scratch.mkdir(parents=True, exist_ok=True)
-        version = getattr(service, "version", None)
+        attrs = {name: value for name in ("version", "direct_target")
+                 if (value := getattr(service, name, None)) is not None}
         files = (self.scratch / f"rollout-{name}.ready", self.scratch / f"rollout-{name}.diagnostics")
         job = worker.Job(
             episode=episode,
             envs={label: self.env_specs.get(label) or self.pickled(env) for label, env in envs.items()},
-            service_attrs={} if version is None else {"version": version},
+            service_attrs={"direct" if name == "direct_target" else name: v for name, v in attrs.items()},
             ready_file=str(files[0]), diagnostics_file=str(files[1]), audit_opens=self.audit_opens,
             traced=rollout_trace.current() is not None)
         try:
@@ -267,6 +269,7 @@ class WorkerPool:
                      first_call: Callable[[], None]) -> tuple[Any, int]:
         calls: dict[int, asyncio.Task] = {}
         assert w.chan is not None
+        posts = Posts(w.chan.send)  # a direct call's tries, which the worker makes (platoon.live.inference.direct)
         try:
             while True:
                 message = await w.chan.recv()
@@ -279,11 +282,15 @@ class WorkerPool:
                 elif kind == "call":
                     _, i, name, args, kwargs = message
                     w.first_call(self.startup_s)
+                    if name == "sample_placed":
+                        kwargs = {**kwargs, "post": posts.poster(i)}
                     calls[i] = asyncio.ensure_future(_answer(w.chan, i, service, name, args, kwargs))
                 elif kind == "drop":
                     task = calls.pop(message[1], None)
                     if task is not None:
                         task.cancel()
+                elif kind == "posted":
+                    posts.answered(*message[1:])
                 elif kind == "first_call":
                     w.first_call(self.startup_s)
                     first_call()

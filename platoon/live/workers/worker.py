@@ -16,6 +16,10 @@ worker sends:
 - ``("result", rollout, teardowns)`` or ``("error", exc)``; with background teardowns still running
   (``teardowns`` > 0), ``("teardowns_done",)`` once they have ended.
 
+With the inference servers in reach (``train.inference.engine: vllm``), a ``sample`` is sent as
+``("call", i, "sample_placed", (), {"seed": ...})`` and the worker posts it to the server the trainer names in each
+``("post", i, url, seed)``, answering ``("posted", i, outcome, value)`` (``platoon.live.inference.direct``).
+
 It reads ``("reply", i, ok, value)`` and ``("cancel",)``: a cancel (or its trainer gone: the connection closed)
 cancels the rollout, which unwinds as it would in the trainer, and the worker ends. It ends with its trainer
 however the trainer ends (``platoon.lifeline``: the kernel's parent-death signal, and a watch that ends
@@ -101,11 +105,19 @@ class Job:
 
 class ServiceProxy:
     """The model service as a worker sees it: ``service_attrs`` (``version``, as at the rollout's start) and every
-    other public name a method whose calls the trainer makes on the real service."""
+    other public name a method whose calls the trainer makes on the real service. With a ``direct`` target the
+    worker reaches (``platoon.live.inference.direct``), ``sample`` posts to the inference servers itself, where the
+    trainer says."""
 
     def __init__(self, chan: Channel, attrs: Mapping[str, Any]) -> None:
         self._chan = chan
         self._attrs = dict(attrs)
+        target = self._attrs.pop("direct", None)
+        self._direct: Any = None
+        if target is not None and target.reachable():
+            from platoon.live.inference.direct import DirectCalls
+
+            self._direct = DirectCalls(target)
         self._calls: dict[int, asyncio.Future] = {}
         self._next = 0
 
@@ -114,15 +126,28 @@ class ServiceProxy:
             raise AttributeError(name)
         if name in self._attrs:
             return self._attrs[name]
+        if name == "sample" and self._direct is not None:
+            return self._sample_direct
 
         async def call(*args: Any, **kwargs: Any) -> Any:
-            return await self._call(name, args, kwargs)
+            return await self._call(self._number(), name, args, kwargs)
 
         return call
 
-    async def _call(self, name: str, args: tuple, kwargs: dict) -> Any:
-        i = self._next
+    def _number(self) -> int:
         self._next += 1
+        return self._next - 1
+
+    async def _sample_direct(self, prompt_tokens: Any, *, seed: int | None = None, **kwargs: Any) -> Any:
+        i = self._number()
+        self._direct.prepare(i, prompt_tokens, seed=seed, **kwargs)
+        try:
+            placement = await self._call(i, "sample_placed", (), {"seed": seed})
+            return self._direct.sample(i, placement)
+        finally:
+            self._direct.forget(i)
+
+    async def _call(self, i: int, name: str, args: tuple, kwargs: dict) -> Any:
         future = asyncio.get_running_loop().create_future()
         self._calls[i] = future
         self._chan.send("call", i, name, args, kwargs)
@@ -135,12 +160,16 @@ class ServiceProxy:
             self._calls.pop(i, None)
 
     async def read(self) -> None:
-        """Resolve replies until the trainer cancels the rollout or is gone."""
+        """Resolve replies (and post direct calls where the trainer says) until the trainer cancels the rollout or
+        is gone."""
         while True:
             message = await self._chan.recv()
             if message is None or message[0] == "cancel":
                 return
-            if message[0] == "reply":
+            if message[0] == "post" and self._direct is not None:
+                _, i, url, seed = message
+                self._direct.post(i, url, seed, self._chan.send)
+            elif message[0] == "reply":
                 _, i, ok, value = message
                 future = self._calls.get(i)
                 if future is not None and not future.done():
@@ -148,6 +177,10 @@ class ServiceProxy:
                         future.set_result(value)
                     else:
                         future.set_exception(value)
+
+    async def aclose(self) -> None:
+        if self._direct is not None:
+            await self._direct.aclose()
 
 
 def main(sock: socket.socket, job_bytes: bytes, parent: int | None = None, trainer: int | None = None,
@@ -177,11 +210,18 @@ def main(sock: socket.socket, job_bytes: bytes, parent: int | None = None, train
 
 
 async def _serve(sock: socket.socket, job: Job) -> None:
+    chan = await Channel.open(sock)
+    proxy = ServiceProxy(chan, job.service_attrs)
+    try:
+        await _play(chan, proxy, job)
+    finally:
+        await proxy.aclose()
+
+
+async def _play(chan: Channel, proxy: ServiceProxy, job: Job) -> None:
     from platoon.live import rollout_trace
     from platoon.live.lease import rollout_scope
 
-    chan = await Channel.open(sock)
-    proxy = ServiceProxy(chan, job.service_attrs)
     try:
         episode = job.episode.start(_environments(job), proxy, lambda message: chan.send("warn", str(message)))
     except BaseException as exc:

@@ -315,3 +315,30 @@ def test_a_node_lost_mid_run_then_a_sigkill_and_a_resume_lose_nothing(tmp_path, 
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == list(range(6))
     check_event_log(read_jsonl(run / "tasks" / "events.jsonl"), steps=6, batch_size=2)
+
+
+def test_actors_post_their_model_calls_to_the_inference_servers_themselves(tmp_path, cluster):
+    """With vLLM servers (fakes on real ports), an actor's prompts and completions go between it and the server;
+    the trainer places each call (a rollout on one server, a new one on the least loaded) and posts none."""
+    import torch
+    from fake_vllm_http import ServedCluster, TrainerSpy, expected, play, service
+    from workers_harness import SamplingEpisode
+
+    spy = TrainerSpy()
+    with ServedCluster(2, delay_s=0.05) as servers:
+        svc = service(servers, tmp_path, spy)
+
+        async def update_after_the_first_calls():
+            while sum(len(s.requests) for s in servers.servers) < 2:
+                await asyncio.sleep(0.02)
+            await svc.publish({"w": torch.ones(2)}, 1)
+
+        first, second, _ = asyncio.run(play(pool(tmp_path, cluster), svc, [SamplingEpisode(3, first=1),
+                                                                            SamplingEpisode(3, first=2)],
+                                            during=update_after_the_first_calls))
+    assert spy.completions == 0 and sum(len(s.requests) for s in servers.servers) >= 6
+    for start, calls in ((1, first), (2, second)):
+        assert len({c[2] for c in calls}) == 1 and [c[1] for c in calls][-1] == 1  # one server; the last on v1
+        assert calls[-1][3] == (-1.5,) * 3  # sampled on the new weights
+        assert calls[0][0] in (tuple(expected(start, 0, 1)[0]), tuple(expected(start, 1, 1)[0]))
+    assert {first[0][2], second[0][2]} == {0, 1}
