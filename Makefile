@@ -13,7 +13,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 $(STAMP): pyproject.toml extensions/platoon-textcraft/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[live,hf,ray,vllm,dev]' -e extensions/platoon-textcraft
+	$(BIN)/python -m pip install -q -e '.[live,hf,ray,vllm,tensorboard,wandb,mlflow,dev]' -e extensions/platoon-textcraft
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["SIGTERM_DURING_A_WRITE", "alive", "children", "tree_of", "wait_gone"]
+__all__ = ["SIGTERM_DURING_A_WRITE", "alive", "children", "reap_tree", "tree_of", "wait_gone"]
 
 
 def tree_of(root: int) -> dict[int, str]:
@@ -52,6 +52,20 @@ def wait_gone(pids, within_s: float) -> tuple[list[int], float]:
     while (left := alive(pids)) and time.monotonic() - began < within_s:
         time.sleep(0.02)
     return left, time.monotonic() - began
+
+
+def reap_tree(pids, within_s: float) -> tuple[list[int], float]:
+    """Wait up to ``within_s`` for ``pids`` to end, then SIGKILL those that did not (a test never leaves them
+    behind, whatever it asserts next); the pids that were left, and the seconds waited."""
+    import signal
+
+    left, took = wait_gone(pids, within_s)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left, took
 
 
 def children(pid: int) -> set[int]:

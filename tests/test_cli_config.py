@@ -215,7 +215,7 @@ def test_validate_names_every_no_effect_key_in_one_warning(tmp_path: Path) -> No
     [warning] = [line for line in result.stdout.splitlines() if line.startswith("  warning: ")]
     keys = warning.removeprefix("  warning: ").split(": no effect here")[0].split(", ")
     # worker_startup_budget_seconds acts (the start limit's timer), so it is not among them
-    assert sorted(keys) == ["stats.wandb", "tinker_base_url", "train.lora_rank",
+    assert sorted(keys) == ["tinker_base_url", "train.lora_rank",
                             "train.workflow_config.worker_binding_poll_seconds"]
 
 

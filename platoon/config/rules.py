@@ -38,6 +38,7 @@ from platoon.config.inference import problems as inference_problems
 from platoon.config.losses import loss_fn_config_problems
 from platoon.config.models import RunConfig
 from platoon.config.problems import Problem
+from platoon.config.tracking import problems as tracking_problems
 
 _Ok = Callable[..., bool]
 
@@ -64,6 +65,7 @@ def config_problems(cfg: RunConfig, *, invalid: frozenset[str] = frozenset()) ->
         + _entry_problems(cfg, ok)
         + _loss_problems(cfg, ok)
         + _checkpoint_problems(cfg, ok)
+        + (tracking_problems(cfg.stats.loggers, cfg.stats.wandb, cfg.stats.mlflow) if ok("stats") else [])
         + (inference_problems(cfg.train.inference, cfg.train.model_name)
            if ok("train.inference", "train.model_name") else [])
     )

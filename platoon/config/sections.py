@@ -1,12 +1,13 @@
 """The run-level sections beside ``train``, under platoon 0.4.0's names and defaults: ``checkpoint``, ``eval``,
-``stats`` (its ``wandb``), ``watchdog``, and an entry's ``dataset_kwargs``.
+``stats`` (its trackers), ``watchdog``, and an entry's ``dataset_kwargs``.
 
 What acts here (docs/configuration.md): ``checkpoint.every`` (checkpoints kept for good), ``checkpoint.recovery_every``
 and ``keep_recovery`` (checkpoints a resume starts from, the oldest pruned), ``checkpoint.strategy`` and
 ``eval.strategy`` (``every`` counts steps, or epochs: passes over the training tasks), ``eval.every``,
 ``eval.at_start``, ``stats.experiment_name``/``trial_name`` (the run directory under ``log_path``), and the listing
-keys of ``dataset_kwargs``. ``stats.wandb``, ``watchdog`` and ``checkpoint.load_checkpoint_path`` name components
-this backend does not have: typed as 0.4.0 types them, warned about when set (``platoon.config.base``).
+keys of ``dataset_kwargs``, and the trackers (``stats.loggers``, ``stats.wandb``, ``stats.mlflow``:
+``platoon.config.tracking``). ``watchdog`` and ``checkpoint.load_checkpoint_path`` name components this backend does
+not have: typed as 0.4.0 types them, warned about when set (``platoon.config.base``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from platoon.config.base import ConfigModel
 from platoon.config.bounds import INT64_MAX, INT64_MIN, MAX_ROLLOUTS, MAX_STEPS, MAX_TASKS
+from platoon.config.tracking import Logger, MlflowConfig, WandbConfig
 
 _STRATEGY = ("step", "epoch")
 
@@ -95,30 +97,28 @@ class EvalConfig(ConfigModel):
         return _strategy_hint("eval", "never evaluates")(v)
 
 
-class WandbConfig(ConfigModel):
-    """Weights & Biases logging (no effect here: metrics go to the run directory's metrics.jsonl)."""
-
-    NO_EFFECT_ALL: ClassVar[bool] = True
-
-    mode: str = Field("online", description="No effect here.")
-    project: str | None = Field(None, description="No effect here.")
-    entity: str | None = Field(None, description="No effect here.")
-    name: str | None = Field(None, description="No effect here.")
-    group: str | None = Field(None, description="No effect here.")
-    notes: str | None = Field(None, description="No effect here.")
-    api_key: str | None = Field(None, description="No effect here.")
-    base_url: str | None = Field(None, description="No effect here.")
-    resume_run_id: str | None = Field(None, description="No effect here.")
-    tags: list[str] = Field(default_factory=list, description="No effect here.")
-
-
 class StatsConfig(ConfigModel):
-    """Where a run's directory lies under ``log_path``, and external loggers."""
+    """Where a run's directory lies under ``log_path``, and the trackers its metrics also go to (docs/tracking.md)."""
 
     experiment_name: str = Field("platoon_tinker", min_length=1,
                                  description="The run directory is log_path/experiment_name/trial_name.")
     trial_name: str = Field("run", min_length=1, description="See experiment_name.")
-    wandb: WandbConfig = Field(default_factory=WandbConfig, description="Weights & Biases (no effect here).")
+    loggers: list[Logger] = Field(
+        default_factory=list, description="This project's own: the trackers each metrics.jsonl row also goes to "
+        "(tensorboard, wandb, mlflow), with the config as their parameters; each needs its extra installed.")
+    wandb: WandbConfig = Field(default_factory=WandbConfig, description="Weights & Biases; a project set here "
+                               "turns it on (0.4.0's meaning).")
+    mlflow: MlflowConfig = Field(default_factory=MlflowConfig, description="This project's own: MLflow's run.")
+    close_timeout_seconds: float = Field(
+        60.0, gt=0, le=86400, description="This project's own: how long a run's end waits for its trackers to take "
+        "the rows they have not yet (a slow server's); the rest go to them when the run is resumed.")
+
+    @field_validator("loggers")
+    @classmethod
+    def _once(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"names a logger twice: {v}")
+        return v
 
     @field_validator("experiment_name", "trial_name")
     @classmethod

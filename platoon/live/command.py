@@ -40,6 +40,8 @@ from platoon.runs import CheckpointError, CorruptFileError, RunDir
 from platoon.runs.resume import (
     RunFinished,
 )
+from platoon.runs.session import python_log
+from platoon.runs.trackers import open_trackers
 
 __all__ = ["EvalReport", "TrainError", "TrainUsageError", "evaluate", "load_train_config", "prestage", "resume_run",
            "start_run", "step_line", "train"]
@@ -65,7 +67,9 @@ def _runtime(live: LiveRun, run_dir: LiveRunDir, console: Console | None, checkp
                        log=console.log if console is not None else None,
                        on_step=console.step if console is not None else None, checkpoint_name=checkpoint,
                        clock_start_s=live.clock_start_s, state_lost=live.state_lost, trace=_trace(live, run_dir),
-                       staging=staging, activity=console.activity if console is not None else None)
+                       staging=staging, activity=console.activity if console is not None else None,
+                       trackers=open_trackers(run_dir.rd, live.cfg.stats, runtime="live",
+                                              log=console.log if console is not None else python_log("platoon.live")))
 
 
 def _trace(live: LiveRun, run_dir: LiveRunDir) -> Any:

@@ -54,6 +54,7 @@ from platoon.policy import (
 )
 from platoon.runs.session import RunSession, python_log
 from platoon.runs.trace import TraceWriter
+from platoon.runs.trackers import Trackers
 
 Logger = Callable[[str, str], None]
 
@@ -71,14 +72,16 @@ class LiveRuntime:
     ``service.publish(weights, version)`` (plain or awaitable). ``run_dir`` None keeps rows and events in memory
     (``rows``, ``events``); ``evaluate()``: the ``eval/...`` metrics of the current policy; ``trainer_state()``: the
     bytes of ``trainer.pt``; ``clock_start_s``: the run's clock as this start begins; ``state_lost``: what of its
-    checkpoint did not read; ``trace``: the timeline's writer (None: none); ``staging``: toolchains being staged."""
+    checkpoint did not read; ``trace``: the timeline's writer (None: none); ``staging``: toolchains being staged;
+    ``trackers``: where each metrics row also goes (``platoon.runs.trackers``)."""
 
     def __init__(self, driver: Driver, workflow: Any, trainer: Any, service: Any, *,
                  run_dir: LiveRunDir | None = None, evaluate: Callable[[], Mapping[str, float]] | None = None,
                  trainer_state: Callable[[], bytes] | None = None, log: Logger | None = None,
                  on_step: Callable[[dict], None] | None = None, checkpoint_name: str | None = None,
                  clock_start_s: float = 0.0, state_lost: str | None = None,
-                 trace: TraceWriter | None = None, staging: Any = None, activity: Any = None) -> None:
+                 trace: TraceWriter | None = None, staging: Any = None, activity: Any = None,
+                 trackers: Trackers | None = None) -> None:
         if not (math.isfinite(clock_start_s) and clock_start_s >= 0):
             raise ValueError(f"clock_start_s must be a finite number of seconds, at least 0, got {clock_start_s!r}")
         self.driver = driver
@@ -86,7 +89,8 @@ class LiveRuntime:
         self.evaluate, self.trainer_state = evaluate, trainer_state
         self.log = log or python_log("platoon.live")
         self.session = RunSession(run_dir.rd if run_dir is not None else None, log=self.log,
-                                  keep=run_dir.keep if run_dir is not None else None, trace=trace, on_row=on_step)
+                                  keep=run_dir.keep if run_dir is not None else None, trace=trace, on_row=on_step,
+                                  trackers=trackers)
         self.resumed_from, self.state_lost = checkpoint_name, state_lost
         self.clock_start_s = float(clock_start_s)
         self.trace, self.staging = trace, staging

@@ -15,6 +15,8 @@ keeps:
   may be written off the caller's thread). The runtime's own files and row fields (``sim-<name>.json``,
   ``trainer.pt``, ``clock_s``) join the driver's; 0.4.0's kept-groups file is added beside the dispatch state.
 - ``Finish`` records the run's end in ``lock.json`` (its ``finished``), after a last drain.
+- A row written to ``metrics.jsonl`` goes to the run's trackers too (``platoon.runs.trackers``), which ``close``
+  closes.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from platoon.runs.jsonl import JsonlWriter
 from platoon.runs.kept import add_kept_file
 from platoon.runs.rundir import RunDir
 from platoon.runs.trace import TraceWriter
+from platoon.runs.trackers import Trackers
 
 Logger = Callable[[str, str], None]
 
@@ -56,8 +59,9 @@ class RunSession:
     flushed before a checkpoint's lengths are taken and closed with the session."""
 
     def __init__(self, rd: RunDir | None, *, log: Logger, keep: int | None = None, trace: TraceWriter | None = None,
-                 on_row: Callable[[dict], None] | None = None) -> None:
+                 on_row: Callable[[dict], None] | None = None, trackers: Trackers | None = None) -> None:
         self.rd, self.log, self.keep, self.trace, self.on_row = rd, log, keep, trace, on_row
+        self.trackers = trackers
         self.rows: list[dict] = []
         self.events: list[dict] = []
         self._metrics: JsonlWriter | None = None
@@ -86,6 +90,8 @@ class RunSession:
             if self._metrics is None:
                 self._metrics = self.rd.metrics_writer()
             self._metrics.write(decision.row)
+            if self.trackers is not None:
+                self.trackers.write(decision.row)
         self.rows.append(decision.row)
         self.drain(outbox)
         if self.on_row is not None:
@@ -126,7 +132,10 @@ class RunSession:
             self.rd.mark_finished(decision.steps, decision.start)
 
     def close(self) -> None:
-        """Close the logs and the trace (the run directory's lock is its owner's)."""
+        """Close the logs, the trace and the trackers (the run directory's lock is its owner's)."""
+        if self.trackers is not None:
+            self.trackers.close()
+            self.trackers = None
         for writer in (self._metrics, self._events):
             if writer is not None:
                 writer.close()

@@ -49,6 +49,7 @@ from platoon.runs.resume import (
 )
 from platoon.runs.session import RunSession, python_log
 from platoon.runs.timing import measured_call
+from platoon.runs.trackers import open_trackers
 from platoon.sim.runtime import STATE_FORMAT, SimRuntime
 from platoon.sim.setup import build_tasks
 
@@ -67,7 +68,8 @@ class ResumeError(ResumeRefused):
 class SimRun:
     """A simulated run writing ``path`` (see the module docstring). Use ``create`` or ``resume``, then ``run``."""
 
-    def __init__(self, cfg: RunConfig, rd: RunDir, runtime: SimRuntime, *, log: Logger | None = None) -> None:
+    def __init__(self, cfg: RunConfig, rd: RunDir, runtime: SimRuntime, *, log: Logger | None = None,
+                 group: str | None = None) -> None:
         self.cfg, self.path, self.rt = cfg, rd.path, runtime
         self.rd = rd
         self.driver = runtime.driver
@@ -76,14 +78,16 @@ class SimRun:
         trace = self.rd.trace_writer(group_every=t.group_every, max_events=t.max_events, enabled=t.enabled)
         self.on_step: Callable[[int, float], None] | None = None
         self.session = RunSession(rd, log=self.log, keep=cfg.checkpoint.keep_recovery, trace=trace,
-                                  on_row=self._on_row)
+                                  on_row=self._on_row,
+                                  trackers=open_trackers(rd, cfg.stats, runtime="sim", log=self.log, group=group))
         runtime.attach(self.session)
 
     # ------------------------------------------------------------------------------------------ starting
     @classmethod
-    def create(cls, cfg: RunConfig, path: Path, *, log: Logger | None = None) -> SimRun:
-        """A new run of ``cfg`` in the new (or empty) directory ``path``. ConfigError for a config the simulator
-        cannot build; FileExistsError when ``path`` holds something."""
+    def create(cls, cfg: RunConfig, path: Path, *, log: Logger | None = None, group: str | None = None) -> SimRun:
+        """A new run of ``cfg`` in the new (or empty) directory ``path`` (``group``: its sweep's name, for its
+        trackers). ConfigError for a config the simulator cannot build; FileExistsError when ``path`` holds
+        something."""
         check_plan(cfg)
         records = resolve_components(cfg)
         tasks = build_tasks(cfg)
@@ -92,7 +96,7 @@ class SimRun:
             rd.write_lock(cfg.model_dump(mode="json"), [r.to_json() for r in records],
                           {"runtime": "sim", "steps": policy.driver.steps})
             rd.write_pool([(row.task_id, row.entry, row.label) for row in tasks.pool.rows])  # for platoon tasks show
-            run = cls(cfg, rd, SimRuntime(cfg, tasks, policy), log=log)
+            run = cls(cfg, rd, SimRuntime(cfg, tasks, policy), log=log, group=group)
             run.rt.begin()  # the driver's launch save first: a run killed before its first step resumes there
         return run
 
@@ -188,7 +192,7 @@ def run_point_config(cfg: RunConfig, out: Path) -> list[str]:
     (the sweep prints them, named by point). A point that fails before its first step leaves no directory."""
     lines: list[str] = []
     run = SimRun.create(cfg, out, log=lambda level, message: lines.append(message) if level == "warning"
-                        else None)
+                        else None, group=out.parent.name)
     with discarded_unless_stepped(run):
         try:
             run.run()

@@ -443,7 +443,7 @@ def test_keys_of_absent_components_load_with_one_warning_naming_each(tmp_path: P
     assert sorted(keys) == sorted([
         "tinker_base_url", "train.lora_rank", "train.workflow_config.worker_finalize_grace_seconds",
         "train.workflow_config.worker_binding_poll_seconds", "train.workflow_config.rollout_config.timeout",
-        "stats.wandb", "watchdog", "checkpoint.load_checkpoint_path", "environments.0.harness",
+        "watchdog", "checkpoint.load_checkpoint_path", "environments.0.harness",
         "environments.0.workflow_config.filter_errors",
     ])
     # a key set to its default value is still named: the config set it, and nothing here acts on it

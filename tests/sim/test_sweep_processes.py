@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from process_tree import tree_of, wait_gone
+from process_tree import reap_tree, tree_of
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
@@ -31,8 +31,6 @@ def test_sigkill_of_a_sweep_ends_its_pool_processes(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    left, took = wait_gone(tree, 10.0)
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
+    left, took = reap_tree(tree, 10.0)
     assert left == [], f"still running {took:.1f}s after the kill: {[tree[p] for p in left]}"
     assert took < 2.0, took

@@ -12,7 +12,7 @@ import textwrap
 import time
 
 import pytest
-from process_tree import children, tree_of, wait_gone
+from process_tree import children, reap_tree, tree_of, wait_gone
 
 LINUX = sys.platform.startswith("linux")
 
@@ -110,9 +110,7 @@ def _kill_mid_run(tmp_path, method: str, signum: int = signal.SIGKILL,
     finally:
         proc.kill()
         proc.wait()
-    left, took = wait_gone(tree, 10.0)
-    for pid in left:  # never leave them behind, whatever the assertion says
-        os.kill(pid, signal.SIGKILL)
+    left, took = reap_tree(tree, 10.0)
     return tree, left, took
 
 
