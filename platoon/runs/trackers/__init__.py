@@ -14,7 +14,8 @@ the run (``close``). Rules it keeps:
   only those. TensorBoard and MLflow count the rows they hold in their own files as they open (every row has a
   ``time``), so a kill between a row taken and its count recorded sends nothing twice; W&B hands its rows to its
   own process and cannot be asked, so a kill in that instant (a few milliseconds a step) sends W&B that batch again. The rows a resume writes again (a live run's steps after its checkpoint) keep, in the trackers, the
-  values they got first; a simulated run's replay writes the same rows, so its trackers hold ``metrics.jsonl``;
+  values they got first; a simulated run's replay writes the same rows, so its trackers hold ``metrics.jsonl``
+  (but for the sampler's ``decision_ms``, timed on the host again);
 - a run platoon 0.4.0 began, resumed here, logs to the W&B run its newest checkpoint names (``wandb_run_id``);
 - a tracker that fails, starting or taking a row (a full disk, a server that does not answer), is reported once (a
   warning naming it and the error) and left alone for the rest of this start: training goes on, ``metrics.jsonl``
