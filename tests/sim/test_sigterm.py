@@ -56,6 +56,16 @@ def terminated_then_resumed(run: Path, proc: subprocess.Popen) -> bool:
     return True
 
 
+def running_span(run: Path) -> float:
+    """Seconds a run of ``ARGS`` runs from its launch checkpoint to its end, here and now (at most 1)."""
+    proc = subprocess.Popen([sys.executable, "-m", "platoon", *ARGS, "--out", str(run)], env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    began(run, proc)
+    start = time.monotonic()
+    proc.wait(120)
+    return min(1.0, time.monotonic() - start)
+
+
 def began(run: Path, proc: subprocess.Popen, within_s: float = 60.0) -> None:
     """Wait until ``proc`` has begun its run (its launch checkpoint is listed) or has ended."""
     deadline = time.monotonic() + within_s
@@ -66,6 +76,7 @@ def began(run: Path, proc: subprocess.Popen, within_s: float = 60.0) -> None:
 @pytest.mark.slow
 def test_sigterm_at_random_moments_then_resume_ends_as_the_whole_run(tmp_path, whole):
     rng = random.Random(0)
+    span = running_span(tmp_path / "timed")  # the moments fall in the run however fast this machine runs it now
     resumed = 0
     for trial in range(30):
         run = tmp_path / f"trial-{trial}"
@@ -75,7 +86,7 @@ def test_sigterm_at_random_moments_then_resume_ends_as_the_whole_run(tmp_path, w
             time.sleep(rng.uniform(0.0, 0.8))
         else:  # the rest in the run, timed from its start (so a loaded machine's slow imports move no moment)
             began(run, proc)
-            time.sleep(rng.uniform(0.0, 1.0))
+            time.sleep(rng.uniform(0.0, span))
         proc.send_signal(signal.SIGTERM)
         if terminated_then_resumed(run, proc):
             resumed += 1
