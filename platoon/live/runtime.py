@@ -56,9 +56,8 @@ from platoon.runs.session import RunSession, python_log
 from platoon.runs.trace import TraceWriter
 from platoon.runs.trackers import Trackers
 
-Logger = Callable[[str, str], None]
-
 __all__ = ["LiveRuntime", "RuntimeStalled"]
+Logger = Callable[[str, str], None]
 
 
 class RuntimeStalled(TrainError):
@@ -73,7 +72,7 @@ class LiveRuntime:
     (``rows``, ``events``); ``evaluate()``: the ``eval/...`` metrics of the current policy; ``trainer_state()``: the
     bytes of ``trainer.pt``; ``clock_start_s``: the run's clock as this start begins; ``state_lost``: what of its
     checkpoint did not read; ``trace``: the timeline's writer (None: none); ``staging``: toolchains being staged;
-    ``trackers``: where each metrics row also goes (``platoon.runs.trackers``)."""
+    ``activity(description)``: a context showing long work; ``trackers``: where rows also go (``platoon.runs``)."""
 
     def __init__(self, driver: Driver, workflow: Any, trainer: Any, service: Any, *,
                  run_dir: LiveRunDir | None = None, evaluate: Callable[[], Mapping[str, float]] | None = None,
@@ -84,17 +83,14 @@ class LiveRuntime:
                  trackers: Trackers | None = None) -> None:
         if not (math.isfinite(clock_start_s) and clock_start_s >= 0):
             raise ValueError(f"clock_start_s must be a finite number of seconds, at least 0, got {clock_start_s!r}")
-        self.driver = driver
+        self.driver, self.evaluate, self.trainer_state = driver, evaluate, trainer_state
         self.workflow, self.trainer, self.service, self.run_dir = workflow, trainer, service, run_dir
-        self.evaluate, self.trainer_state = evaluate, trainer_state
         self.log = log or python_log("platoon.live")
         self.session = RunSession(run_dir.rd if run_dir is not None else None, log=self.log,
                                   keep=run_dir.keep if run_dir is not None else None, trace=trace, on_row=on_step,
                                   trackers=trackers)
-        self.resumed_from, self.state_lost = checkpoint_name, state_lost
-        self.clock_start_s = float(clock_start_s)
-        self.trace, self.staging = trace, staging
-        self.activity = activity  # activity(description): a context showing long work (a server's start-up)
+        self.resumed_from, self.state_lost, self.clock_start_s = checkpoint_name, state_lost, float(clock_start_s)
+        self.trace, self.staging, self.activity = trace, staging, activity
         self.track = TrainerTrack(trace, self.now, self._thread_clock)
         self.trained: list[TrainStep] = []
         self.groups: dict[Key, asyncio.Task] = {}
