@@ -291,9 +291,10 @@ def save_word_tokenizer(path, words):
     return path
 
 
-def train_then_sigkill(run, args, env, *, after_rows: int, within_s: float):
+def train_then_sigkill(run, args, env, *, after_rows: int, within_s: float, ready=lambda run: True):
     """Start ``platoon train --out run`` with ``args`` in a process and ``SIGKILL`` it once its ``metrics.jsonl``
-    holds ``after_rows`` rows (failing if it ends first or takes longer than ``within_s``); the killed process."""
+    holds ``after_rows`` rows and ``ready(run)`` holds (failing if it ends first or takes longer than
+    ``within_s``); the killed process."""
     import os
     import signal
     import subprocess
@@ -307,7 +308,7 @@ def train_then_sigkill(run, args, env, *, after_rows: int, within_s: float):
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline and proc.poll() is None:
-        if metrics.exists() and len(read_jsonl(metrics)) >= after_rows:
+        if metrics.exists() and len(read_jsonl(metrics)) >= after_rows and ready(run):
             break
         time.sleep(0.01)
     assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"

@@ -22,12 +22,22 @@ pytest.importorskip("mlflow")
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
 
+def _every_tracker_opened(run) -> bool:
+    """Each tracker opens its run on a thread of its own (MLflow's SQLite store takes seconds on a loaded machine):
+    a kill before a tracker has a run leaves it nothing to continue, so the test kills only once all have one."""
+    try:
+        kept = json.loads((run / "trackers.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False
+    return all(kept.get(name, {}).get("rows", 0) > 0 for name in ("tensorboard", "wandb", "mlflow"))
+
+
 def test_a_killed_and_resumed_live_run_logs_each_step_once_to_the_same_tracker_runs(tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "WANDB_API_KEY": "", "NETRC": "/nonexistent", "PYTHONUNBUFFERED": "1"}
     train_then_sigkill(run, ["--steps", "8", "--set", "train.batch_size=8", "--set", "checkpoint.recovery_every=2",
                              "--set", "eval.every=4", "--set", "stats.loggers=[tensorboard,wandb,mlflow]"],
-                       env, after_rows=4, within_s=180)
+                       env, after_rows=4, within_s=180, ready=_every_tracker_opened)
     before = json.loads((run / "trackers.json").read_text())
     killed_rows = read_jsonl(run / "metrics.jsonl")
     resumed = subprocess.run([sys.executable, "-m", "platoon", "train", "--resume", str(run)], capture_output=True,
