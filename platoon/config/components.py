@@ -72,6 +72,29 @@ class PassRateOptions(BaseModel):
         "estimated from every settled group) and fades only as the task goes unseen for rounds of the pool; "
         "versions: platoon 0.4.0's, evidence halves every 32 policy versions.",
     )
+    near_best: float = Field(
+        0.05,
+        description="evidence: drift only. Exploitation draws among the candidates whose expected chance to train is "
+        "within this of the best candidate's (1.0: every candidate competes on its Thompson sample alone), in (0, 1].",
+    )
+    explore_order: Literal["least_recent", "reshuffled"] = Field(
+        "least_recent",
+        description="least_recent: exploration draws the task drawn longest ago (a fixed order once every task has "
+        "been drawn); reshuffled: a random task not yet drawn in this pool-sized window (the least recently drawn "
+        "once every task has been).",
+    )
+    forget_versions: float | None = Field(
+        None,
+        description="evidence: drift only. A task's evidence beyond its prior also halves every this many policy "
+        "versions since it came (discounted evidence), beside the fade by rounds of the pool; null: no such fade.",
+    )
+    importance_cap: float | None = Field(
+        None,
+        description="Weight each trained group's loss by the ratio of its task's share under uniform draws to its "
+        "share of this sampler's recent draws (this window and the previous one), capped at this value, the step's "
+        "trained groups' weights then scaled to mean 1 (importance sampling, as prioritized replay corrects its "
+        "draws); null: every group weighs 1.",
+    )
 
     @field_validator("explore", mode="before")
     @classmethod
@@ -79,6 +102,36 @@ class PassRateOptions(BaseModel):
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not 0 <= v <= 1:
             raise ValueError(f"must be between 0 and 1, got {v!r}")
         return v
+
+    @field_validator("near_best", mode="before")
+    @classmethod
+    def _near_best(cls, v: object) -> object:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not 0 < v <= 1:
+            raise ValueError(f"must be above 0 and at most 1, got {v!r}")
+        return v
+
+    @field_validator("forget_versions", mode="before")
+    @classmethod
+    def _forget_versions(cls, v: object) -> object:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0):
+            raise ValueError(f"must be a number of policy versions above 0, or null, got {v!r}")
+        return v
+
+    @field_validator("importance_cap", mode="before")
+    @classmethod
+    def _importance_cap(cls, v: object) -> object:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 1):
+            raise ValueError(f"must be a number from 1 (the largest weight a group's loss may get), or null, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _drift_only(self) -> PassRateOptions:
+        if self.evidence == "versions":
+            acting = [k for k in ("near_best", "forget_versions") if k in self.model_fields_set]
+            if acting:
+                raise ValueError(f"{' and '.join(acting)}: only evidence: drift reads it (this sampler's evidence "
+                                 "is versions)")
+        return self
 
     @field_validator("max_draws_per_epoch", "max_outstanding_per_task", mode="before")
     @classmethod

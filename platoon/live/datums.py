@@ -42,6 +42,7 @@ __all__ = [
     "group_datums",
     "group_output",
     "member_fields",
+    "step_datums",
     "trajectory_datums",
 ]
 
@@ -172,6 +173,21 @@ def member_fields(trajectory: Trajectory | None, *, outcome: str = "scored",
             "outcome": "scored", "disposition": disposition, "reward_key": None, "steps": trajectory.steps,
             "output_tokens": trajectory.output_tokens, "seconds": trajectory.seconds,
             "versions": {} if span is None else {"main": span}, "flag": True}
+
+
+def step_datums(step: Any) -> list[Any]:
+    """A ``TrainStep``'s datums, in group order, each group's advantages multiplied by its loss weight
+    (``step.group_weights()``: the drawing sampler's importance weight, 1 unless a sampler weighs its draws). Scaling
+    the advantage scales that group's policy-gradient term, clipped or not, and leaves its sign alone."""
+    out: list[Any] = []
+    for group, weight in zip(step.groups, step.group_weights(), strict=True):
+        if group.output is None:
+            continue
+        if weight == 1.0:
+            out.extend(group.output.datums)
+        else:
+            out.extend({**d, "advantage": float(d["advantage"]) * weight} for d in group.output.datums)
+    return out
 
 
 def datum_tokens(datums: Sequence[Any]) -> int:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from platoon.live.checkpoint import TRAINER_FILE, LiveRunDir
-from platoon.live.datums import datum_tokens
+from platoon.live.datums import datum_tokens, step_datums
 from platoon.live.errors import TrainError
 from platoon.live.lease import RolloutLease, set_lease
 from platoon.live.lease_host import EvalSlots, LeaseHost
@@ -301,7 +301,7 @@ class LiveRuntime:
         return False
 
     async def _train(self, step: TrainStep) -> None:
-        fn, datums, began = self.trainer.train_step, step.datums, self.now()
+        fn, datums, began = self.trainer.train_step, step_datums(step), self.now()
         if inspect.iscoroutinefunction(fn):
             metrics = await fn(datums, version=step.version)
         else:

@@ -236,8 +236,10 @@ class Dispatcher:
         by_kind: dict[str, list[SettledGroup]] = {"admitted": [], "stale": [], "failed": [], "marker": []}
         for item in self.step_items:
             by_kind[item.kind].append(item)
-        return TrainStep(self.step, self.version, draw_order(by_kind["admitted"]), draw_order(by_kind["stale"]),
-                         draw_order(by_kind["failed"]), draw_order(by_kind["marker"]))
+        admitted = draw_order(by_kind["admitted"])
+        return TrainStep(self.step, self.version, admitted, draw_order(by_kind["stale"]),
+                         draw_order(by_kind["failed"]), draw_order(by_kind["marker"]),
+                         self.samplers.loss_weights([g.record for g in admitted]))
 
     def commit_step(self, *, now: float) -> None:
         """The update is done: give the dequeued groups their fates and feed the statistics (in draw order)."""

@@ -105,7 +105,9 @@ class SettledGroup:
 
 @dataclass(frozen=True)
 class TrainStep:
-    """Decision: train step ``step`` on ``groups`` (admitted, not stale, in draw order) at policy ``version``."""
+    """Decision: train step ``step`` on ``groups`` (admitted, not stale, in draw order) at policy ``version``.
+    ``weights``: each group's loss weight, in the order of ``groups`` (the drawing samplers' importance weights,
+    `SamplerSet.loss_weights`); ``()``: every group weighs 1."""
 
     step: int
     version: int
@@ -113,10 +115,15 @@ class TrainStep:
     stale: tuple[SettledGroup, ...] = field(default=())
     failed: tuple[SettledGroup, ...] = field(default=())
     markers: tuple[SettledGroup, ...] = field(default=())
+    weights: tuple[float, ...] = field(default=())
 
     @property
     def datums(self) -> list[Any]:
         return [d for g in self.groups if g.output is not None for d in g.output.datums]
+
+    def group_weights(self) -> tuple[float, ...]:
+        """One loss weight per group of ``groups`` (1 each without ``weights``)."""
+        return self.weights or (1.0,) * len(self.groups)
 
 
 def draw_order(groups: Sequence[SettledGroup]) -> tuple[SettledGroup, ...]:

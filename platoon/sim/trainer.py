@@ -115,9 +115,9 @@ class SimTrainer:
         now = self.clock.now
         if self.trace is not None:
             self.trace.span("train", TRAINER, self.since, now, step=step.step, datums=len(step.datums), tokens=0)
-        rows = [self.pool.first_index(g.task_id) for g in step.groups
-                if g.output is not None and g.output.verdict == "trained"]
-        self.learner.trained([r for r in rows if r is not None])
+        trained = [(self.pool.first_index(g.task_id), w) for g, w in zip(step.groups, step.group_weights(), strict=True)
+                   if g.output is not None and g.output.verdict == "trained"]
+        self.learner.trained([r for r, _ in trained if r is not None], [w for r, w in trained if r is not None])
         metrics = {"sim/simulated_seconds": now, "sim/gpu_hours": now / 3600.0 * self.gpus,
                    "sim/train_pass_rate_mean": self.learner.mean_pass_rate()}
         if self.servers is not None:

@@ -354,6 +354,10 @@ def test_pass_rate_records_its_options_with_defaults() -> None:
             "candidates": 4096,
             "seed": 0,
             "evidence": "drift",
+            "near_best": 0.05,
+            "explore_order": "least_recent",
+            "forget_versions": None,
+            "importance_cap": None,
         }
     }
 

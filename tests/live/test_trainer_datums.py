@@ -16,9 +16,11 @@ from platoon.live.datums import (
     group_datums,
     group_output,
     member_fields,
+    step_datums,
     trajectory_datums,
 )
-from platoon.policy.outputs import GroupOutput
+from platoon.policy.outputs import GroupOutput, SettledGroup, TrainStep
+from platoon.policy.records import GroupRecord
 from platoon.policy.stats import MemberResult
 from platoon.policy.verdict import group_verdict
 
@@ -91,6 +93,20 @@ def test_a_turn_whose_prompt_does_not_extend_the_context_starts_a_new_datum():
     a, b = trajectory_datums(t, -1.0)
     assert (a["tokens"], a["mask"], a["version"]) == ([1, 2, 5], [0, 0, 1], 0)
     assert (b["tokens"], b["mask"], b["logprobs"], b["version"]) == ([1, 9, 6, 7], [0, 0, 1, 1], [0.0, 0.0, -2.0, -3.0], 1)
+
+
+def test_a_step_s_datums_carry_their_group_s_loss_weight():
+    """``step_datums``: each group's advantages times its weight (pass_rate's ``importance_cap``); a step without
+    weights trains its datums as they are."""
+    outputs = [group_output([traj(1.0, True), traj(0.0)]), group_output([traj(0.5), traj(0.0), traj(1.0)])]
+    groups = tuple(SettledGroup((1, i), "t", None, i, out, GroupRecord(1, i, "t", verdict="trained"))
+                   for i, out in enumerate(outputs))
+    plain = TrainStep(3, 3, groups)
+    assert step_datums(plain) == plain.datums
+    weighted = step_datums(TrainStep(3, 3, groups, weights=(0.5, 1.5)))
+    want = [0.5 * d["advantage"] for d in outputs[0].datums] + [1.5 * d["advantage"] for d in outputs[1].datums]
+    assert [d["advantage"] for d in weighted] == pytest.approx(want)
+    assert [d["tokens"] for d in weighted] == [d["tokens"] for d in plain.datums]
 
 
 def test_group_datums_and_output():

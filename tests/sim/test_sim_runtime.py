@@ -69,7 +69,12 @@ SERVER_TIES = {  # ... whole seconds, requests kept across each update
     "sim": {**TURN_TIES["sim"], "service": {"base_s": 1.0, "per_sequence_s": 1.0, "max_batch": 2, "pause_s": 1.0},
             "trainer": {"step_s": 10.0, "per_datum_s": 0.0, "publish_s": 2.0, "eval_s": 1.0}},
 }
-CASES = {"everything": EVERYTHING, "ties": TIES, "group": GROUP, "plain": {}, "turns": TURNS, "turn-ties": TURN_TIES,
+# pass_rate with every option beside its contract: loss weights (pending in the learner across a checkpoint),
+# reshuffled exploration, evidence discounted by versions, a wider near-best set.
+WEIGHTED = {"train": {"task_sampler": "pass_rate", "batch_size": 6,
+                      "task_sampler_options": {"importance_cap": 3.0, "explore_order": "reshuffled",
+                                               "forget_versions": 4.0, "near_best": 0.2}}}
+CASES = {"everything": EVERYTHING, "weighted": WEIGHTED, "ties": TIES, "group": GROUP, "plain": {}, "turns": TURNS, "turn-ties": TURN_TIES,
          "contended": CONTENDED, "servers": SERVERS, "server-ties": SERVER_TIES}
 
 
@@ -104,6 +109,17 @@ def test_killed_anywhere_and_resumed_is_the_uninterrupted_run(tmp_path, case):
         assert resumed.rt.done
         assert differing(whole.path, killed.path) == [], f"killed at {kill} of {end}"
         assert checkpoint_files(whole.path) == checkpoint_files(killed.path)
+
+
+def test_importance_weights_reach_the_step_scaled_to_mean_one(tmp_path):
+    """pass_rate's ``importance_cap``: each step's trained groups weigh ``min(cap, uniform share / drawn share)``,
+    scaled to mean 1, so a step's weights straddle 1; without the option no step reports weights."""
+    weighted = rows(run(config(**WEIGHTED), tmp_path / "w").path)
+    spans = [(r["train/sampler/loss_weight_min"], r["train/sampler/loss_weight_max"]) for r in weighted
+             if "train/sampler/loss_weight_min" in r]
+    assert spans and all(lo <= 1.0 <= hi for lo, hi in spans) and any(lo < hi for lo, hi in spans)
+    plain = rows(run(config(train={"task_sampler": "pass_rate"}), tmp_path / "p").path)
+    assert not any("train/sampler/loss_weight_min" in r for r in plain)
 
 
 def test_resume_twice_and_with_more_steps(tmp_path):

@@ -317,6 +317,13 @@ class Sampler:
     def metrics(self, stats: TaskStatsView | None) -> Mapping[str, float]:
         return {}
 
+    def loss_weight(self, task_id: str) -> float:
+        """The weight the loss of a trained group of ``task_id`` should get, now (optional; 1: the draw stands for
+        itself). A sampler that draws off its target distribution answers ``target share / its own share`` (capped),
+        so that the policy gradient is that of the target's draws; the runtime scales a step's trained groups'
+        weights to mean 1 (`SamplerSet.loss_weights`)."""
+        return 1.0
+
     @staticmethod
     def check(options: Any, ctx: Any) -> None:
         return None

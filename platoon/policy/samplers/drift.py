@@ -17,6 +17,8 @@ The model, per entry ``e`` of the sampler's pool (tasks outside every entry form
 - what the shared drift does not explain (a task learned on its own) fades as the task goes unseen: its evidence
   beyond the prior halves every ``FORGET_ROUNDS`` rounds of the pool (``FORGET_ROUNDS x N`` decisions for ``N``
   tasks): measured against how often a task comes round, not against versions;
+- with ``forget_versions`` (an option of ``pass_rate``), that evidence also halves every ``forget_versions`` policy
+  versions since it came (discounted evidence: what the policy was, not how long the task went unseen);
 - a task without evidence reads the prior ``Beta(w m, w (1 - m))``, ``w = PRIOR_STRENGTH``, centred on the entry's
   recent pass rate ``m``; its first group adds to that;
 - a group of passes only (or failures only) trains nothing with a binary reward, but may train with a graded one
@@ -80,9 +82,11 @@ class DriftModel:
     drift, base rate and graded-reward shares. See the module doc."""
 
     def __init__(
-        self, n: int, codes: np.ndarray, group_names: Sequence[str], group_tasks: np.ndarray
+        self, n: int, codes: np.ndarray, group_names: Sequence[str], group_tasks: np.ndarray,
+        forget_versions: float | None = None,
     ) -> None:
         self.n = int(n)
+        self.forget_versions = forget_versions
         self.codes = np.asarray(codes, dtype=np.int64)
         self.names = tuple(group_names)
         self.group_tasks = np.asarray(group_tasks, dtype=np.int64)
@@ -96,6 +100,8 @@ class DriftModel:
         self.b = np.zeros(n)
         self.anchor = np.zeros(n)
         self.stamp = np.zeros(n, dtype=np.int64)  # the clock at the task's last update
+        self.vstamp = np.zeros(n)  # the policy version of the task's last update (forget_versions only)
+        self.now = 0.0  # the current policy version, as the sampler last read it (forget_versions only)
         self.entries = np.zeros((g, len(_ENTRY_FIELDS)))
         self.entries[:, 2] = -1.0  # no version seen
         self.clock = 0  # decisions made so far (the sampler sets it)
@@ -128,6 +134,8 @@ class DriftModel:
         m = shift_mean(a / strength, self.entries[codes, 0] - self.anchor[idx])
         rounds = (clock - self.stamp[idx]) / max(self.n, 1)
         keep = np.power(2.0, -np.maximum(rounds, 0.0) / FORGET_ROUNDS)
+        if self.forget_versions is not None:
+            keep = keep * np.power(2.0, -np.maximum(self.now - self.vstamp[idx], 0.0) / self.forget_versions)
         strength = PRIOR_STRENGTH + np.maximum(strength - PRIOR_STRENGTH, 0.0) * keep
         return m * strength, (1.0 - m) * strength
 
@@ -142,6 +150,8 @@ class DriftModel:
         """Task ``i``'s group settled with ``passes`` of ``valid`` members passing (verdict ``verdict``)."""
         code = int(self.codes[i])
         e = self.entries[code]
+        if version is not None:
+            self.now = max(self.now, float(version))
         self._note_shares(e, code, passes, valid, verdict)
         if valid <= 0:
             return
@@ -160,6 +170,7 @@ class DriftModel:
         self.a[i], self.b[i] = alpha + passes, beta + (valid - passes)
         self.anchor[i] = e[0]
         self.stamp[i] = self.clock
+        self.vstamp[i] = self.now if version is None else float(version)
         d = self._group_decay[code]
         e[3], e[4] = e[3] * d + passes, e[4] * d + (valid - passes)
 
@@ -194,19 +205,26 @@ class DriftModel:
 
     def state(self, ids: Sequence[str]) -> dict[str, Any]:
         seen = np.flatnonzero(self.a > 0.0)
-        return {
+        versions = self.forget_versions is not None  # the version stamps matter only then
+        state: dict[str, Any] = {
             "clock": int(self.clock),
             "entries": {name: [float(x) for x in self.entries[c]] for c, name in enumerate(self.names)},
             "tasks": {
                 ids[i]: [float(self.a[i]), float(self.b[i]), float(self.anchor[i]), int(self.stamp[i])]
+                + ([float(self.vstamp[i])] if versions else [])
                 for i in seen.tolist()
             },
         }
+        if versions:
+            state["now"] = float(self.now)
+        return state
 
     def load(self, state: Mapping[str, Any], index: Mapping[str, int]) -> None:
         """Load `state` (tasks that left the pool are dropped); ValueError for a malformed one (nothing changes)."""
-        if not isinstance(state, Mapping) or set(state) != {"clock", "entries", "tasks"}:
-            raise ValueError("pass_rate state: model is {clock, entries, tasks}")
+        if not isinstance(state, Mapping) or not {"clock", "entries", "tasks"} <= set(state) <= {
+            "clock", "entries", "tasks", "now"}:
+            raise ValueError("pass_rate state: model is {clock, entries, tasks[, now]}")
+        now = _floats([state.get("now", 0.0)], 1, "model now")[0]
         clock = state["clock"]
         if isinstance(clock, bool) or not isinstance(clock, int) or clock < 0:
             raise ValueError(f"pass_rate state: model clock is an int >= 0, got {clock!r}")
@@ -222,10 +240,11 @@ class DriftModel:
         tasks = state["tasks"]
         if not isinstance(tasks, Mapping):
             raise ValueError("pass_rate state: model tasks is a mapping")
-        a, b, anchor = np.zeros(self.n), np.zeros(self.n), np.zeros(self.n)
+        a, b, anchor, vstamp = np.zeros(self.n), np.zeros(self.n), np.zeros(self.n), np.full(self.n, now)
         stamp = np.zeros(self.n, dtype=np.int64)
         for task, values in tasks.items():
-            row = _floats(values, 4, f"model tasks[{task!r}]")
+            row = _floats(values, 5 if isinstance(values, list | tuple) and len(values) == 5 else 4,
+                          f"model tasks[{task!r}]")
             if row[0] <= 0 or row[1] < 0 or row[3] != int(row[3]) or row[3] < 0:
                 raise ValueError(
                     f"pass_rate state: model tasks[{task!r}] is [a > 0, b >= 0, anchor, stamp >= 0]"
@@ -233,14 +252,9 @@ class DriftModel:
             i = index.get(task) if isinstance(task, str) else None
             if i is not None:
                 a[i], b[i], anchor[i], stamp[i] = row[0], row[1], row[2], int(row[3])
-        self.a, self.b, self.anchor, self.stamp, self.entries, self.clock = (
-            a,
-            b,
-            anchor,
-            stamp,
-            entries,
-            clock,
-        )
+                vstamp[i] = row[4] if len(row) == 5 else now
+        self.a, self.b, self.anchor, self.stamp, self.entries, self.clock = a, b, anchor, stamp, entries, clock
+        self.vstamp, self.now = vstamp, now
 
 
 def _floats(values: Any, size: int, what: str) -> list[float]:

@@ -26,6 +26,8 @@ RESERVED_METRICS = frozenset(
         "skipped_slots",
         "predicted_informative",
         "informative_share",
+        "loss_weight_min",
+        "loss_weight_max",
     }
 )
 MAX_REASON_KEYS = 16
@@ -52,6 +54,8 @@ class Counters:
     trained: int = 0
     score_sum: float = 0.0
     score_n: int = 0
+    weight_min: float = math.inf  # the loss weights of the step's trained groups, after scaling (weighing samplers)
+    weight_max: float = -math.inf
 
     def reason_key(self, reason: str) -> str:
         if reason in self.reason_keys:

@@ -20,8 +20,13 @@ versions. Under ``evidence: drift`` (the default) step 4 differs in three ways (
 where they hold evidence of it); the score is ``1 - u1 p^G - u0 (1 - p)^G``, ``u1``/``u0`` the entry's recent share
 of all-pass/all-fail groups that came out uniform (1 and 1 with a binary reward: 0.4.0's score); and *near-best
 spread*: the Thompson sample competes only among the candidates whose expected chance (`informative_chance`) is
-within ``SPREAD`` of the best candidate's, and among those only the ones drawn fewest times in this window: the
-best sampled score of that set is drawn (`_spread`).
+within ``near_best`` (0.05) of the best candidate's, and among those only the ones drawn fewest times in this window:
+the best sampled score of that set is drawn (`_spread`).
+
+Options beside the contract (each off by default): ``explore_order: reshuffled`` explores a random task not yet
+drawn in the window instead of the least recently drawn; ``forget_versions`` fades a task's drift evidence with the
+policy versions since it came; ``importance_cap`` gives each drawn task a loss weight (`loss_weight`), the ratio of
+its share under uniform draws to its share of this sampler's recent draws, capped.
 
 Departure from platoon 0.4.0 (documented, deliberate): 0.4.0 draws its coin, sample and Beta variates from
 ``random.Random(key)`` one task at a time. Here they come from ``numpy.random.default_rng(key)`` in whole arrays,
@@ -47,9 +52,9 @@ from platoon.policy.samplers.drift import DriftModel, informative_chance
 from platoon.policy.stats import PRIOR_STRENGTH, GroupRecord, informative_at
 
 _NEVER = np.iinfo(np.int64).max
-SPREAD = 0.05
-"""``evidence: drift``'s exploit draws among the candidates whose expected chance to train is within this of the best
-candidate's, those drawn fewest times in this window first (see `PassRateSampler._spread`)."""
+SPREAD = PassRateOptions.model_fields["near_best"].default
+"""``evidence: drift``'s exploit draws, by default, among the candidates whose expected chance to train is within this
+of the best candidate's, those drawn fewest times in this window first (see `PassRateSampler._spread`)."""
 _STATE_KEYS = ("last_drawn", "window", "window_draws", "previous_window_draws")
 
 
@@ -122,7 +127,8 @@ class PassRateSampler(Sampler):
         self._warned = False
         self._entry_names, codes, group_tasks = self._groups(setup)
         self._model = (
-            DriftModel(n, codes, self._entry_names, group_tasks) if options.evidence == "drift" else None
+            DriftModel(n, codes, self._entry_names, group_tasks, options.forget_versions)
+            if options.evidence == "drift" else None
         )
         self._reset_metrics()
 
@@ -212,6 +218,8 @@ class PassRateSampler(Sampler):
             else:
                 lifted = True
         rng = np.random.default_rng(ctx.key)
+        if self._model is not None and stats is not None:
+            self._model.now = max(self._model.now, float(stats.now))
         chosen, reason = -1, "explore"
         if live and rng.random() >= opts.explore:
             blind = stats.without_evidence(self.ids)
@@ -230,9 +238,11 @@ class PassRateSampler(Sampler):
                     a, b, u1, u0, _ = self._read(stats, cand)
                     p = rng.beta(a, b)
                     score = 1.0 - u1 * p**g - u0 * (1.0 - p) ** g
-                    score = self._spread(cand, score, informative_chance(a, b, g, u1, u0))
+                    score = self._spread(cand, score, informative_chance(a, b, g, u1, u0), opts.near_best)
                 ties = cand[score == score.max()]
                 chosen = int(ties[0] if ties.size == 1 else ties[rng.integers(ties.size)])
+        if chosen < 0 and opts.explore_order == "reshuffled":
+            chosen = self._not_yet_in_window(keep.mask, rng)
         if chosen < 0:
             chosen = self._least_recent(keep.mask, rng)
         score_out = None
@@ -262,15 +272,16 @@ class PassRateSampler(Sampler):
             self._model.clock = decision + 1
         return Draw(self.ids[chosen], reason, score_out)
 
-    def _spread(self, cand: np.ndarray, score: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    def _spread(self, cand: np.ndarray, score: np.ndarray, expected: np.ndarray, near: float) -> np.ndarray:
         """The Thompson scores of the *near-best* candidates drawn fewest times in this window, -1 for the others.
-        Near-best: an expected chance (`informative_chance`) within ``SPREAD`` of the best candidate's.
+        Near-best: an expected chance (`informative_chance`) within ``near`` (option ``near_best``, by default
+        ``SPREAD``) of the best candidate's.
 
         Why not the plain Thompson winner: over hundreds of candidates, the highest sampled score nearly always
         belongs to a task whose posterior is wide (one seen once, or never), not to one that is likely to train;
         trying such tasks is what the ``explore`` share is for. Among the near-best, the sampled score still
         decides, after coverage (every near-best task once before any twice)."""
-        close = expected >= expected.max() - SPREAD
+        close = expected >= expected.max() - near
         draws = np.where(close, self._window_draws[cand], np.iinfo(np.int64).max)
         fewest = close & (draws == draws.min())
         return np.where(fewest, score, -1.0)
@@ -349,6 +360,27 @@ class PassRateSampler(Sampler):
                 return int(fresh[0] if fresh.size == 1 else fresh[rng.integers(fresh.size)])
         return int(np.argmin(np.where(keep, self._last, _NEVER)))
 
+    def _not_yet_in_window(self, keep: np.ndarray, rng: np.random.Generator) -> int:
+        """A kept task not drawn in this window, uniformly at random; -1 when every kept task has been."""
+        fresh = keep & (self._window_draws == 0)
+        batch = rng.integers(self._n, size=64)
+        hits = batch[fresh[batch]]
+        if hits.size:  # rejection sampling first: O(1) while most of the window is still to draw
+            return int(hits[0])
+        left = np.flatnonzero(fresh)
+        return int(left[rng.integers(left.size)]) if left.size else -1
+
+    def loss_weight(self, task_id: str) -> float:
+        """With ``importance_cap``: ``min(cap, (1 / N) / q)``, ``q`` the task's share of this window's and the previous
+        window's draws (at least one draw); else 1. The runtime scales a step's trained groups' weights to mean 1."""
+        cap = self.options.importance_cap
+        i = self._position(task_id)
+        if cap is None or i is None:
+            return 1.0
+        total = int(self._window_draws.sum() + self._previous.sum())
+        drawn = max(int(self._window_draws[i] + self._previous[i]), 1)
+        return min(float(cap), max(total, 1) / (self._n * drawn))
+
     # -- state
     def state_dict(self) -> dict[str, Any]:
         ids = self.ids
@@ -404,7 +436,7 @@ class PassRateSampler(Sampler):
             arrays.append(arr)
         model = self._model
         if model is not None:
-            model = DriftModel(n, model.codes, model.names, model.group_tasks)
+            model = DriftModel(n, model.codes, model.names, model.group_tasks, model.forget_versions)
             if "model" in state:
                 model.load(state["model"], self._index)
         self._last, self._window_draws, self._previous = arrays

@@ -18,6 +18,7 @@ Rules it keeps (docs/task-samplers.md, docs/dispatch.md):
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -404,6 +405,42 @@ class SamplerSet:
                     c.score_sum += record.score
                     c.score_n += 1
 
+    def loss_weights(self, records: Sequence[GroupRecord]) -> tuple[float, ...]:
+        """Each record's loss weight, from the sampler that drew it (its ``loss_weight(task_id)``, where it has one),
+        the ``trained`` groups' scaled to mean 1 (the others' datums carry no advantage: 1). A sampler's answer that
+        is not a finite number above 0, or raises, counts 1 and is said once. ``()`` when no sampler weighs: a
+        step's groups then weigh 1 each."""
+        raw: list[float] = []
+        for record in records:
+            m = self._by_name.get(record.sampler)
+            weigh = getattr(m.sampler, "loss_weight", None) if m is not None else None
+            raw.append(1.0 if weigh is None or record.verdict != "trained" else self._weight(m, weigh, record))
+        trained = [w for w, r in zip(raw, records, strict=True) if r.verdict == "trained"]
+        if all(w == 1.0 for w in trained):
+            return ()
+        scale = len(trained) / sum(trained)
+        out = tuple(w * scale if r.verdict == "trained" else 1.0 for w, r in zip(raw, records, strict=True))
+        for w, record in zip(out, records, strict=True):
+            if record.verdict == "trained":
+                m = self._by_name.get(record.sampler)
+                for prefix in {RUN_PREFIX, m.prefix if m else RUN_PREFIX}:
+                    c = self._counters[prefix]
+                    c.weight_min, c.weight_max = min(c.weight_min, w), max(c.weight_max, w)
+        return out
+
+    def _weight(self, m: Member, weigh: Callable[[str], Any], record: GroupRecord) -> float:
+        try:
+            w = weigh(record.task_id)
+        except Exception as exc:  # noqa: BLE001 - a sampler's weight must not stop a step
+            self._warn_once(m, "loss_weight", f"loss_weight raised {type(exc).__name__}: {exc}; its groups weigh 1")
+            return 1.0
+        finally:
+            self._drain(m)
+        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w <= 0:
+            self._warn_once(m, "loss_weight", f"loss_weight gave {w!r}, not a number above 0; its groups weigh 1")
+            return 1.0
+        return float(w)
+
     # -- metrics
     def metrics(self, view: TaskStatsView | None) -> dict[str, float]:
         """The step's sampler metrics by full name (counts reset): draws, draws/<reason>, decision_ms(_max),
@@ -422,6 +459,8 @@ class SamplerSet:
                 out[f"{m.prefix}informative_share"] = c.trained / c.consumed
             if c.score_n:
                 out[f"{m.prefix}predicted_informative"] = c.score_sum / c.score_n
+            if c.weight_max >= c.weight_min:
+                out[f"{m.prefix}loss_weight_min"], out[f"{m.prefix}loss_weight_max"] = c.weight_min, c.weight_max
             for key, value in self._own_metrics(m, view if m.adaptive else None).items():
                 out[f"{m.prefix}{key}"] = value
             c.reset()
