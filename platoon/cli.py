@@ -196,14 +196,29 @@ def train(
 def evaluate(
     target: Annotated[str, typer.Argument(help="A config (its initial policy) or a run directory (its last checkpoint).")],
     n: Annotated[int, typer.Option("--n", min=1, help="Held-out episodes to play.")] = 1024,
+    by_task: Annotated[Path | None, typer.Option(
+        "--by-task", help="Also write each held-out task's episodes, passes, pass@1 and columns here (.csv or "
+                          ".jsonl).")] = None,
 ) -> None:
     """Held-out pass@1, with a 95% confidence interval, of the initial or a trained policy."""
     from platoon.live.command import TrainError
     from platoon.live.command import evaluate as run_eval
+    from platoon.runs.export import write_csv, write_jsonl
 
+    if by_task is not None and by_task.suffix not in (".csv", ".jsonl"):
+        fail(f"--by-task writes .csv or .jsonl, got {by_task}", EXIT_USAGE)
     with exits(CONFIG, (TrainError, EXIT_RUNTIME)):
         report = run_eval(target, n=n)
     typer.echo(report.line())
+    if by_task is not None:
+        try:
+            if by_task.suffix == ".jsonl":
+                write_jsonl(by_task, report.by_task)
+            else:
+                write_csv(by_task, report.by_task, list(dict.fromkeys(k for r in report.by_task for k in r)))
+        except OSError as exc:
+            fail(f"cannot write {by_task}: {exc.strerror or exc}", EXIT_RUNTIME)
+        typer.echo(f"wrote {len(report.by_task)} held-out tasks to {by_task}")
 
 
 @app.command()
@@ -248,13 +263,17 @@ def report(
 def calibrate(
     run: Annotated[Path, typer.Argument(help="A live run directory (trained with the trace on).")],
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Write the workload here (YAML); default: print it.")] = None,
+    similar_by: Annotated[str | None, typer.Option(
+        "--similar-by", help="Task columns, comma-separated, that name the learning model's similarity groups "
+                             "(default: the run's train.label_by, else none).")] = None,
 ) -> None:
     """Fit the simulator's workload (its sim block) from a live run's trace and logs, and say how well each fit holds."""
     from platoon.runs.atomic import CorruptFileError
     from platoon.sim.calibrate import CalibrationError, calibrate_to
 
+    columns = [c.strip() for c in similar_by.split(",") if c.strip()] if similar_by else None
     with exits(((CalibrationError, ConfigError, CorruptFileError), EXIT_RUNTIME)):
-        text = calibrate_to(run, out)
+        text = calibrate_to(run, out, similar_by=columns)
     typer.echo(text, nl=False)
 
 

@@ -257,6 +257,34 @@ class SimLearningConfig(_SimModel):
         "held-out ones included.",
     )
     initial_ability: float = Field(0.0, ge=-MAX_LOGIT, le=MAX_LOGIT, description="The policy's ability (logit) at step 0.")
+    similar_by: list[str] | None = Field(
+        None, min_length=1, description="Task columns whose values together name a task's similarity group: training "
+        "a task then moves every task of its group, held-out ones included, by label_gain. The entry's training and "
+        "held-out tasks are then its environment's (its train and eval splits, with their columns); null: no groups.",
+    )
+    label_gain: float = Field(
+        0.0, ge=-MAX_LOGIT, le=MAX_LOGIT, description="Logit change of every task of the trained task's similarity "
+        "group (similar_by) per informative group trained; negative: training one task of a group lowers the others.",
+    )
+    label_difficulty: dict[str, float] | None = Field(
+        None, description="Mean difficulty (logit) of each similarity group's tasks, by group name (the similar_by "
+        "values joined by '/'); a group not listed has population.difficulty_mean. Tasks spread around it by "
+        "population.difficulty_sd.",
+    )
+    forget_half_life: float | None = Field(
+        None, gt=0, le=1e9, description="A task's own skill (what gain gave it) halves every this many policy versions "
+        "after the task was last trained; null: never forgotten.",
+    )
+
+    @model_validator(mode="after")
+    def _groups_need_similar_by(self) -> SimLearningConfig:
+        if self.similar_by is None and (self.label_gain != 0.0 or self.label_difficulty is not None):
+            raise ValueError("label_gain and label_difficulty act on similarity groups: name similar_by (task columns)")
+        if self.label_difficulty is not None:
+            bad = {k: v for k, v in self.label_difficulty.items() if not -MAX_LOGIT <= v <= MAX_LOGIT}
+            if bad:
+                raise ValueError(f"label_difficulty values are logits within +-{MAX_LOGIT:g}, got {bad}")
+        return self
 
 
 class SimConfig(_SimModel):

@@ -281,20 +281,35 @@ def _eval_limits(cfg: RunConfig, model: Any) -> Any:
 
 
 def evaluate_policy(model: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int = EVAL_EPISODES, *,
-                    renderer: Any = None) -> dict[str, float]:
+                    renderer: Any = None, by_task: list[dict[str, Any]] | None = None) -> dict[str, float]:
     """Held-out pass@1 of ``model`` over ``n`` episodes shared among the entries' ``eval_split``s, played through the
     harness with the run's renderer (None: ``build_renderer``) and budgets, sampled at the run's temperature from
     seeds of ``train.seed`` (the same episodes at every measurement): ``eval/pass@1``, its 95% Wilson interval
     (``eval/pass@1_ci_low``/``_ci_high``), ``eval/episodes`` and, with several entries, each entry's
-    ``eval/environment/<entry>/pass@1``."""
+    ``eval/environment/<entry>/pass@1``. ``by_task``, when given, receives a row per held-out task played
+    (`eval_task_rows`)."""
     from platoon.live.evaluate import evaluate
 
     renderer = renderer if renderer is not None else build_renderer(cfg, envs)
     temperature, _ = sampling(cfg)
     limits = _eval_limits(cfg, model)
-    return _eval_metrics(cfg, [(e, k, evaluate(model, env, ids, k, temperature=temperature, seed=cfg.train.seed,
-                                                batch_size=eval_concurrency(cfg), renderer=renderer, limits=limits))
-                               for e, env, ids, k in _eval_entries(cfg, envs, n)])
+    results = [(e, k, evaluate(model, env, ids, k, temperature=temperature, seed=cfg.train.seed,
+                               batch_size=eval_concurrency(cfg), renderer=renderer, limits=limits))
+               for e, env, ids, k in _eval_entries(cfg, envs, n)]
+    if by_task is not None:
+        by_task += [row for e, _, r in results for row in eval_task_rows(e.label, envs[e.label], r)]
+    return _eval_metrics(cfg, results)
+
+
+def eval_task_rows(entry: str, env: Any, result: Any) -> list[dict[str, Any]]:
+    """One row per task of an ``EvalResult``, in the environment's order: ``entry``, ``task_id``, ``episodes``,
+    ``passes``, ``pass@1``, then the task's columns (``columns/<name>``)."""
+    rows = []
+    for task_id, (passes, episodes) in result.by_task.items():
+        columns = getattr(env.task(task_id), "columns", None) or {}
+        rows.append({"entry": entry, "task_id": task_id, "episodes": episodes, "passes": passes,
+                     "pass@1": passes / episodes, **{f"columns/{k}": v for k, v in columns.items()}})
+    return rows
 
 
 async def evaluate_service(service: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int = EVAL_EPISODES, *,

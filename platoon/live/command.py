@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +150,7 @@ class EvalReport:
 
     what: str
     metrics: dict[str, float]
+    by_task: list[dict[str, Any]] = field(default_factory=list)  # a row per held-out task (``eval --by-task``)
 
     def line(self) -> str:
         m = self.metrics
@@ -158,7 +159,8 @@ class EvalReport:
 
 
 def evaluate(target: str | os.PathLike[str], *, n: int = EVAL_EPISODES) -> EvalReport:
-    """``platoon eval``: a run directory (its last full checkpoint's policy) or a config (its initial policy)."""
+    """``platoon eval``: a run directory (its last full checkpoint's policy) or a config (its initial policy); the
+    report holds each held-out task's passes too."""
     from platoon.live.build import build_environments, build_model, build_renderer, evaluate_policy
     from platoon.live.trainer import loads_state
 
@@ -188,7 +190,8 @@ def evaluate(target: str | os.PathLike[str], *, n: int = EVAL_EPISODES) -> EvalR
         model = build_model(cfg, envs, renderer)
         what = f"{path}'s initial policy (seed {cfg.train.seed})"
     staging.wait_blocking()
-    return EvalReport(what, evaluate_policy(model, cfg, envs, n, renderer=renderer))
+    by_task: list[dict[str, Any]] = []
+    return EvalReport(what, evaluate_policy(model, cfg, envs, n, renderer=renderer, by_task=by_task), by_task)
 
 
 def _stage_for_eval(envs: dict[str, Any]) -> Staging:

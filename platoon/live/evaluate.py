@@ -37,6 +37,19 @@ class EvalResult(NamedTuple):
     pass_at_1: float
     ci_low: float
     ci_high: float
+    by_task: Mapping[str, tuple[int, int]] = {}  # task id -> (passes, episodes)
+
+
+def _result(plan: Sequence[tuple[str, int]], wins: Sequence[bool]) -> EvalResult:
+    """pass@1 with its Wilson interval and each task's passes and episodes, from the plan's outcomes in order."""
+    by_task: dict[str, list[int]] = {}
+    for (task_id, _), won in zip(plan, wins, strict=True):
+        counts = by_task.setdefault(task_id, [0, 0])
+        counts[0] += bool(won)
+        counts[1] += 1
+    successes = sum(bool(w) for w in wins)
+    low, high = wilson_interval(successes, len(plan))
+    return EvalResult(successes / len(plan), low, high, {t: (p, k) for t, (p, k) in by_task.items()})
 
 
 def wilson_interval(successes: int, n: int, *, z: float = 1.96) -> tuple[float, float]:
@@ -61,14 +74,13 @@ def evaluate(model: Any, env: Any, tasks: str | Sequence[str], n: int, *, temper
     95% Wilson interval; played through the harness with ``renderer`` (None: ``role_colon`` over the tiny
     tokenizer of the environment's words) within ``limits``."""
     plan = eval_plan(env, tasks, n, seed)
-    successes = 0
+    wins: list[bool] = []
     for start in range(0, n, batch_size):
         batch = plan[start:start + batch_size]
         trajectories = play_batch(model, env, [env.task(t) for t, _ in batch], temperature=temperature,
                                   seeds=[s for _, s in batch], renderer=renderer, limits=limits)
-        successes += sum(t.success for t in trajectories)
-    low, high = wilson_interval(successes, n)
-    return EvalResult(successes / n, low, high)
+        wins += [t.success for t in trajectories]
+    return _result(plan, wins)
 
 
 def eval_plan(env: Any, tasks: str | Sequence[str], n: int, seed: int) -> list[tuple[str, int]]:
@@ -163,11 +175,10 @@ async def evaluate_rollouts(service: Any, env: Any, tasks: str | Sequence[str], 
 
     runs = [asyncio.ensure_future(one(j, t, s)) for j, (t, s) in enumerate(plan)]
     try:
-        successes = sum(await asyncio.gather(*runs))
+        wins = await asyncio.gather(*runs)
     except BaseException:
         for run in runs:
             run.cancel()
         await asyncio.gather(*runs, return_exceptions=True)
         raise
-    low, high = wilson_interval(successes, n)
-    return EvalResult(successes / n, low, high)
+    return _result(plan, wins)

@@ -23,10 +23,14 @@ What is fitted, each from ``trace.json``'s spans (docs/run-directory.md, "trace.
   step last ``W + o x k / (1 + k)``, least squares with every term at least 0, R-squared and the median relative
   error say how well; no overlap, as under ``max_staleness: 0``, fits k = 0), ``publish_s`` and ``eval_s``
   (medians of ``publish`` and ``eval`` spans, which are not slowed: they hold their contention as measured);
-- ``population`` and ``learning``: the run's pass share held fixed: each entry's tasks (``tasks/pool.json``'s count)
-  get difficulties whose mean pass rate is the traced rollouts' pass share and whose spread gives the traced groups'
-  share of mixed outcomes (passes and failures), and learning is off. The simulator's learning curve is not fitted
-  (say so when comparing ``eval/pass@1``).
+- ``population`` and ``learning``: for a run of one environment with settled groups enough, the learning model
+  (``platoon.sim.fit_learning``) from ``tasks/events.jsonl``: the gain of a task's own skill per trained group and
+  its half-life, the change of the other tasks of its similarity group (``similar_by``: the task columns given, else
+  the run's ``train.label_by``, else no groups) and of every task, each task's starting logit, whose means by group
+  and spread become the difficulties; how well it holds: pseudo-R² and a forecast of the last third. Otherwise the
+  run's pass share held fixed: each entry's tasks (``tasks/pool.json``'s count) get difficulties whose mean pass
+  rate is the traced rollouts' pass share and whose spread gives the traced groups' share of mixed outcomes
+  (passes and failures), and learning is off.
 
 Empirical distributions keep at most ``MAX_VALUES`` evenly spaced quantiles of what was measured, so a workload file
 stays small however long the run was.
@@ -61,6 +65,7 @@ from platoon.console import make_console
 from platoon.runs.atomic import write_atomic
 from platoon.runs.rundir import RunDir
 from platoon.runs.trace import SERVICE, TRAINER, read_trace, track_names
+from platoon.sim.fit_learning import fit_run, learning_sections
 
 MAX_VALUES = 512
 WEAK_R2 = 0.5
@@ -102,8 +107,10 @@ class _Rollout:
     group: tuple
 
 
-def calibrate(run: Path) -> Calibration:
-    """Fit the workload of the live run at ``run`` (module docstring). Raises CalibrationError."""
+def calibrate(run: Path, similar_by: Sequence[str] | None = None) -> Calibration:
+    """Fit the workload of the live run at ``run`` (module docstring); ``similar_by``: the task columns that name
+    the learning model's similarity groups (None: the run's ``train.label_by``, else no groups). Raises
+    CalibrationError."""
     rd = RunDir(run)
     if not rd.lock_path.is_file():
         raise CalibrationError(f"{run}: not a run directory (it holds no lock.json)")
@@ -133,6 +140,7 @@ def calibrate(run: Path) -> Calibration:
     if "pause_s" in cal.sim["service"]:  # the pause is the publish's last part: rounding must not make it longer
         cal.sim["service"]["pause_s"] = min(cal.sim["service"]["pause_s"], cal.sim["trainer"]["publish_s"])
     _fit_population(cal, rollouts, rd, cfg)
+    fit_learning_block(cal, rd, cfg, similar_by)
     return cal
 
 
@@ -442,6 +450,26 @@ def _fit_population(cal: Calibration, rollouts: list[_Rollout], rd: RunDir, cfg:
         cal.notes.append(f"entries list {dict(counts)} tasks; the workload gives each the largest count, {tasks}")
 
 
+def fit_learning_block(cal: Calibration, rd: RunDir, cfg: Any, similar_by: Sequence[str] | None) -> None:
+    """Replace the fixed pass share by the learning model fitted from the run's settled groups, where it can be."""
+    fitted = fit_run(rd, cfg, similar_by)
+    if isinstance(fitted, str):
+        cal.notes.append(fitted)
+        return
+    fit, columns = fitted
+    population, learning, notes = learning_sections(fit, columns, cal.sim["population"]["tasks"])
+    cal.sim["population"], cal.sim["learning"] = population, learning
+    cal.fits = [f for f in cal.fits if f.key != "population"]
+    forget = f"half-life {fit.half_life:g} versions" if fit.half_life else "never forgotten"
+    group = f", the rest of its {'/'.join(columns)} group {fit.label_gain:+.4g}" if columns else ""
+    forecast = f"; last third forecast from the first two, per group: mean error {fit.forecast_error:.3f}" \
+        if fit.forecast_error is not None else ""
+    cal.fits.append(Fit("learning", f"a trained group: its task {fit.gain:+.4g} logit ({forget}){group}, every "
+                                    f"task {fit.ability_gain:+.4g}; start spread {fit.within_sd:.3f}",
+                        fit.observations, f"pseudo-R² {fit.pseudo_r2:.3f}{forecast}"))
+    cal.notes += notes
+
+
 # --- the workload file -------------------------------------------------------------------------------------------
 
 
@@ -455,11 +483,12 @@ def workload_text(cal: Calibration, run: Path) -> str:
                                                      width=110)
 
 
-def calibrate_to(run: Path, out: Path | None, console: Console | None = None) -> str:
+def calibrate_to(run: Path, out: Path | None, console: Console | None = None,
+                 similar_by: Sequence[str] | None = None) -> str:
     """``platoon calibrate RUN [-o OUT]``: fit ``run``'s workload. Without ``out``, the workload file's text, to
     print; with it, the fits' table and notes printed on ``console``, the file written to ``out`` atomically (through
     ``platoon.runs``), and the line that names it. Raises CalibrationError, ConfigError."""
-    cal = calibrate(run)
+    cal = calibrate(run, similar_by)
     text = workload_text(cal, run)
     if out is None:
         return text

@@ -97,23 +97,25 @@ def opens_environment(env: str) -> bool:
     return ":" not in env and name not in CORE_ENVIRONMENTS and registry.lookup("environment", name) is not None
 
 
-def environment_tasks(e: EnvironmentConfig) -> tuple[list[str], list[dict]]:
-    """Entry ``e``'s training task ids (its ``dataset_kwargs`` splits, in order) and their columns, from its opened
+def environment_tasks(e: EnvironmentConfig, *, training: bool = True) -> tuple[list[str], list[dict]]:
+    """Entry ``e``'s training task ids (its ``dataset_kwargs`` splits, in order), or its held-out ones
+    (``eval_dataset_kwargs``, the environment's eval split by default), and their columns, from its opened
     environment; ConfigError (paths relative to the entry) when it cannot be opened or lacks a split."""
     name = e.env.partition("@")[0]
     try:
         env = registry.lookup("environment", name)(**dict(e.service_kwargs))
     except Exception as exc:  # noqa: BLE001 - the environment's own words about its options
         raise ConfigError([f"service_kwargs: {name} cannot open: {type(exc).__name__}: {exc}"]) from exc
+    kwargs, at = (e.dataset_kwargs, "dataset_kwargs") if training else (e.eval_dataset_kwargs, "eval_dataset_kwargs")
+    splits = kwargs.splits("train" if training else getattr(env, "eval_split", "eval"))
     ids: list[str] = []
-    for split in e.dataset_kwargs.splits("train"):
+    for split in splits:
         try:
             ids += env.task_ids(split)
         except KeyError as exc:
-            raise ConfigError([f"dataset_kwargs.split_name: {exc.args[0] if exc.args else exc}"]) from None
+            raise ConfigError([f"{at}.split_name: {exc.args[0] if exc.args else exc}"]) from None
     if not ids:
-        raise ConfigError([f"dataset_kwargs.split_name: {name} lists no task in "
-                           f"{', '.join(e.dataset_kwargs.splits('train'))}"])
+        raise ConfigError([f"{at}.split_name: {name} lists no task in {', '.join(splits)}"])
     return ids, [dict(env.task(t).columns) for t in ids]
 
 
@@ -138,15 +140,17 @@ def build_tasks(cfg: RunConfig) -> SimTasks:
     workloads: list[Workload] = []
     for i, (e, sim) in enumerate(zip(cfg.environments, sims, strict=True)):
         where = f"environments.{i}.sim" if e.sim else "sim"
-        ids, data = e.tasks, None
-        if sim.tasks is None and e.tasks is None and opens_environment(e.env):
+        ids, data, heldout = e.tasks, None, None
+        grouped = sim.learning.similar_by is not None
+        if sim.tasks is None and (grouped or (e.tasks is None and opens_environment(e.env))):
             try:
                 ids, data = environment_tasks(e)
+                heldout = environment_tasks(e, training=False) if grouped else None
             except ConfigError as exc:
                 problems += [f"environments.{i}.{p}" for p in exc.problems]
                 continue
         try:
-            tasks = EntryTasks.build(e.label, sim, seed=e.seed, task_ids=ids, data=data)
+            tasks = EntryTasks.build(e.label, sim, seed=e.seed, task_ids=ids, data=data, heldout=heldout)
             chosen = select_tasks(tasks.task_ids, e.dataset_kwargs, e.exclude_tasks)
             # Usually nothing is excluded, shuffled or cut: skip copying every row then (only with distinct ids:
             # select gives a repeated id its last row's data).
@@ -180,6 +184,8 @@ def build_tasks(cfg: RunConfig) -> SimTasks:
     learner = Learner(entries, row_entry, row_task,
                       learn=[s.learning_on for s in sims],
                       gain=[s.learning.gain for s in sims], transfer=[s.learning.transfer for s in sims],
-                      initial_ability=[s.learning.initial_ability for s in sims])
+                      initial_ability=[s.learning.initial_ability for s in sims],
+                      label_gain=[s.learning.label_gain for s in sims],
+                      forget_half_life=[s.learning.forget_half_life for s in sims])
     return SimTasks(entries, sims, workloads, pool, learner, row_entry)
 

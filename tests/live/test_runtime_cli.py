@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from platoon.cli import app
@@ -50,6 +52,21 @@ def test_eval_of_a_config_prints_the_initial_policys_pass_at_1_with_an_interval(
     assert match, result.output
     p, low, high = map(float, match.groups())
     assert low <= p <= high and 0.0 < p < 0.6  # a random policy finds some targets of small ranges
+
+
+def test_eval_by_task_writes_each_held_out_task_s_passes_summing_to_the_whole(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(f"{TRAIN}environments:\n  - name: ns\n    env: platoon-number-search\n"
+                      "    service_kwargs: {ranges: [4, 8]}\n")
+    result = runner.invoke(app, ["eval", str(config), "--n", "120", "--by-task", str(tmp_path / "tasks.csv")])
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(tmp_path / "tasks.csv")
+    p = float(re.search(r"held-out pass@1 (\d\.\d+)", result.output).group(1))
+    assert frame["episodes"].sum() == 120 and frame["passes"].sum() / 120 == pytest.approx(p, abs=5e-4)
+    assert frame["task_id"].is_unique and set(frame["entry"]) == {"ns"}
+    assert (frame["pass@1"] == frame["passes"] / frame["episodes"]).all()
+    assert {"columns/range", "columns/guesses", "columns/target"} <= set(frame.columns)
+    assert runner.invoke(app, ["eval", str(config), "--by-task", str(tmp_path / "t.txt")]).exit_code == 64
 
 
 def test_eval_of_a_bad_config_exits_78(tmp_path):

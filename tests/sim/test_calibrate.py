@@ -156,3 +156,26 @@ def test_the_time_spans_cover_is_the_union_of_the_covering_spans():
           {"ts": 9_000_000, "dur": 12_000_000}]  # across the first span's end and the second's start
     assert covered_s(spans, by).tolist() == pytest.approx([4.0 + 1.0, 1.0, 0.0])
     assert covered_s(spans, []).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_calibrating_a_simulated_run_recovers_its_learning_model(tmp_path):
+    """A simulated run of the built-in game's tasks in similarity groups (range and guesses), with a known learning
+    model, fits back to it: the own-task gain and the every-task change within a third, the group's change with its
+    sign, the half-life from the grid's neighbours; and the workload simulates."""
+    from simkit import config, run
+
+    known = {"gain": 0.3, "transfer": 0.05, "label_gain": -0.01, "forget_half_life": 32.0,
+             "similar_by": ["range", "guesses"]}
+    cfg = config(train={"max_training_steps": 150, "batch_size": 16, "max_concurrent_rollouts": 128,
+                        "task_sampler": "pass_rate"},
+                 environments=[{"name": "env", "workflow_config": {"group_size": 8}}],
+                 sim={"rollout": {"turns": {"passing": 2, "failing": 4}, "env_step_s": {"dist": "fixed", "value_s": 0.5}},
+                      "service": {"base_s": 0.2, "per_sequence_s": 0.01, "max_batch": 64},
+                      "population": {"difficulty_mean": 1.5, "difficulty_sd": 1.0}, "learning": known},
+                 eval={"every": 50, "at_start": True})
+    run(cfg, tmp_path / "run")
+    learning = calibrate(tmp_path / "run", ["range", "guesses"]).sim["learning"]
+    assert learning["gain"] == pytest.approx(0.3, rel=0.33)
+    assert learning["gain"] * learning["transfer"] == pytest.approx(0.015, rel=0.33)
+    assert learning["label_gain"] < 0 and learning["forget_half_life"] in (16.0, 32.0, 64.0)
+    assert learning["similar_by"] == ["range", "guesses"] and len(learning["label_difficulty"]) == 20

@@ -127,3 +127,69 @@ def test_learner_rows_read_their_entrys_task(tmp_path):
     assert L.fixed_mask.tolist() == [e == 1 for e, _ in pairs]
     assert L.fixed.tolist() == [fixed.fixed_rate[t] if e == 1 else 0.0 for e, t in pairs]
     assert [L.pass_rate(r) for r in (0, 3, 5)] == [1.0, 0.25, 0.0]
+
+
+def grouped(label_gain=0.4, half_life=None, gain=0.5, transfer=0.0, sd=0.0):
+    """Four training tasks in groups a, a, b, b and held-out tasks a, b; every difficulty 0."""
+    sim = SimConfig.model_validate({"population": {"difficulty_sd": sd},
+                                    "learning": {"similar_by": ["kind"], "label_gain": label_gain,
+                                                 "forget_half_life": half_life, "gain": gain, "transfer": transfer}})
+    data = [{"kind": k} for k in "aabb"]
+    e = EntryTasks.build("env", sim, seed=0, task_ids=["a1", "a2", "b1", "b2"], data=data,
+                         heldout=(["ha", "hb"], [{"kind": "a"}, {"kind": "b"}]))
+    return Learner([e], [0] * 4, range(4), learn=[True], gain=[gain], transfer=[transfer], initial_ability=[0.0],
+                   label_gain=[label_gain], forget_half_life=[half_life])
+
+
+def test_training_a_task_moves_its_group_held_out_tasks_included_and_no_other():
+    L = grouped(label_gain=0.4)
+    L.trained([0])
+    L.publish()
+    logit = lambda p: float(np.log(p / (1 - p)))  # noqa: E731
+    assert [round(logit(L.pass_rate(r)), 9) for r in range(4)] == [0.9, 0.4, 0.0, 0.0]
+    assert L.pass_at_1() == pytest.approx((sigmoid(0.4) + 0.5) / 2)
+
+
+def test_a_negative_label_gain_lowers_the_others_of_the_group():
+    L = grouped(label_gain=-0.2)
+    L.trained([0, 0])
+    L.publish()
+    assert L.pass_rate(1) < 0.5 < L.pass_rate(0) and L.pass_rate(2) == 0.5
+
+
+def test_skill_halves_every_half_life_after_the_task_was_last_trained():
+    L = grouped(label_gain=0.0, half_life=4.0, gain=1.0)
+    L.trained([0])
+    L.publish()
+    assert L.pass_rate(0) == pytest.approx(float(sigmoid(1.0)))
+    for _ in range(4):
+        L.publish()
+    assert L.pass_rate(0) == pytest.approx(float(sigmoid(0.5)))
+    L.trained([0])  # trained again: what is left of it, and the new gain
+    L.publish()
+    assert L.pass_rate(0) == pytest.approx(float(sigmoid(0.5 * 2 ** -0.25 + 1.0)))
+
+
+def test_a_grouped_learner_resumes_exactly():
+    a = grouped(half_life=3.0)
+    for rows in ([0, 2], [1], [], [3, 3]):
+        a.trained(rows, [0.5] * len(rows))
+        a.publish()
+    a.trained([1], [2.0])  # pending across the save
+    b = grouped(half_life=3.0)
+    b.load_state_dict(a.state_dict())
+    for learner in (a, b):
+        learner.publish()
+        learner.publish()
+    assert [a.pass_rate(r) for r in range(4)] == [b.pass_rate(r) for r in range(4)]
+    assert a.pass_at_1() == b.pass_at_1()
+
+
+def test_groups_need_similar_by_and_columns():
+    with pytest.raises(ValueError, match="similar_by"):
+        SimConfig.model_validate({"learning": {"label_gain": 0.1}})
+    sim = SimConfig.model_validate({"learning": {"similar_by": ["kind"]}})
+    with pytest.raises(ValueError, match="lacks column"):
+        EntryTasks.build("env", sim, seed=0, task_ids=["x"], data=[{"other": 1}], heldout=(["h"], [{"kind": "a"}]))
+    with pytest.raises(ValueError, match="held-out tasks"):
+        EntryTasks.build("env", sim, seed=0, task_ids=None)
