@@ -141,6 +141,10 @@ def simulate(
     like: Annotated[
         Path | None, typer.Option("--like", help="A live run: calibrate it and simulate its own config (its twin).")
     ] = None,
+    similar_by: Annotated[
+        str | None, typer.Option("--similar-by", help="With --like: the task columns, comma-separated, of the "
+                                 "learning model's similarity groups (platoon calibrate --similar-by).")
+    ] = None,
     ray: Annotated[
         bool, typer.Option("--ray", help="Run the sweep's points as Ray tasks: on a local Ray instance, or the "
                            "cluster of --ray-address (or RAY_ADDRESS). Needs the ray extra: pip install platoon\\[ray].")
@@ -159,7 +163,9 @@ def simulate(
     request = command.Request(config=config, preset=preset, permit_release=permit_release,
                               overrides=tuple(overrides), steps=steps, seed=seed, out=out, resume=resume,
                               sweep=tuple(sweep or ()), jobs=jobs, workload=workload, like=like, ray=ray,
-                              ray_address=ray_address)
+                              ray_address=ray_address,
+                              similar_by=tuple(c.strip() for c in similar_by.split(",") if c.strip())
+                              if similar_by else ())
     console = make_console()
     with exits((command.USAGE_ERRORS, EXIT_USAGE), CONFIG,
                (FileExistsError, EXIT_USAGE, lambda exc: f"{exc}; give another --out"),

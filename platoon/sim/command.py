@@ -73,6 +73,7 @@ class Request:
     like: Path | None = None
     ray: bool = False
     ray_address: str | None = None
+    similar_by: tuple[str, ...] = ()  # --like: the learning model's similarity columns (calibrate --similar-by)
 
     def all_overrides(self) -> list[str]:
         extra = []
@@ -116,12 +117,16 @@ def source_of(req: Request, console: Console) -> Source:
             raise UsageError(f"--like simulates the run's own config: drop {', '.join(given)}")
         lock = RunDir(req.like).read_lock()
         if req.workload is not None:
+            if req.similar_by:
+                raise UsageError("--similar-by fits a workload: the --workload file's is used whole, drop one")
             return Source(config=RunDir(req.like).lock_path, sim=read_workload(req.workload), recorded=lock["config"])
-        cal = calibrate(req.like)
+        cal = calibrate(req.like, req.similar_by or None)
         for fit in cal.fits:
             console.print(f"[dim]calibrated {fit.key}: {fit.value} ({fit.samples} samples; {fit.quality})[/dim]",
                           highlight=False)
         return Source(config=RunDir(req.like).lock_path, sim=cal.sim, recorded=lock["config"])
+    if req.similar_by:
+        raise UsageError("--similar-by goes with --like (it names the calibration's similarity columns)")
     if req.workload is not None:
         if req.preset is not None:
             raise UsageError("--workload replaces the config's sim block whole: drop --preset")
@@ -148,7 +153,7 @@ def simulate(req: Request, console: Console | None = None) -> Outcome:
         given = [n for n, v in (("CONFIG", req.config), ("--preset", req.preset), ("overrides", req.overrides),
                                 ("--seed", req.seed), ("--out", req.out), ("--sweep", req.sweep),
                                 ("--permit-release", req.permit_release), ("--workload", req.workload),
-                                ("--like", req.like), ("--ray", req.on_ray())) if v]
+                                ("--like", req.like), ("--similar-by", req.similar_by), ("--ray", req.on_ray())) if v]
         if given:
             raise UsageError(f"--resume goes on with the run's own config: drop {', '.join(given)}")
         _refuse_v040(req.resume)

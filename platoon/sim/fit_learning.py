@@ -257,12 +257,9 @@ def learning_sections(fit: LearningFit, columns: list[str] | None, tasks: int) -
     The simulator's ability moves by ``gain x transfer`` per trained group: ``transfer`` is the fitted every-task
     change over the own-task gain, within its bounds [0, 1]."""
     notes = []
-    gain = max(fit.gain, 0.0)
-    if fit.gain <= 0:
-        notes.append(f"the fitted own-task gain {fit.gain:.4g} is not above 0: the simulator's gain is 0, which "
-                     "also stops its every-task change")
-    transfer = min(max(fit.ability_gain / gain, 0.0), 1.0) if gain > 0 else 0.0
-    if gain > 0 and transfer != fit.ability_gain / gain:
+    gain = max(fit.gain, 1e-12)  # the caller keeps a fit whose own-task gain is not above 0 out
+    transfer = min(max(fit.ability_gain / gain, 0.0), 1.0)
+    if transfer != fit.ability_gain / gain:
         notes.append(f"the fitted every-task change {fit.ability_gain:.4g} a group is outside [0, {gain:.4g}] "
                      f"(transfer {fit.ability_gain / gain:.4g} clipped to {transfer:g})")
     population = {"tasks": tasks, "difficulty_mean": round(-float(np.mean(list(fit.group_start.values()))), 4),

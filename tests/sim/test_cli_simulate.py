@@ -62,6 +62,8 @@ def test_exit_codes(monkeypatch, capsys, tmp_path):
     assert code == 64 and "drop overrides" in err
     code, err = exit_code(monkeypatch, capsys, "simulate", "--resume", str(tmp_path))
     assert code == 1 and "lock.json" in err
+    code, err = exit_code(monkeypatch, capsys, "simulate", "--preset", "math", "--similar-by", "range")
+    assert code == 64 and "--similar-by goes with --like" in err
 
 
 def test_an_existing_out_is_refused(tmp_path):

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,3 +42,22 @@ def test_the_fidelity_experiment_runs(tmp_path):
     table = (out / "results.md").read_text()
     assert table.count("\n| ") == 7 and "default (calibrated on)" in table
     assert "sim:" in (out / "workload.yaml").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.live
+def test_the_sampler_study_runs(tmp_path):
+    """Three live runs of three steps, their held-out tasks, the learning fits and the simulator's predictions."""
+    pytest.importorskip("torch")
+    out = tmp_path / "study"
+    done = subprocess.run([sys.executable, str(ROOT / "experiments" / "sampler_study.py"), "--steps", "3", "--seeds",
+                           "1", "--episodes", "1", "--variants", "pass_rate,pass_rate_is2", "--out", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=400)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [
+        "pass_rate-seed=0", "pass_rate_is2-seed=0", "sim", "uniform-seed=0"]
+    assert len(list((out / "sim").iterdir())) == 3 * 2
+    assert (out / "sampler_study.png").read_bytes()[:4] == b"\x89PNG"
+    table = (out / "results.md").read_text()
+    assert "| pass_rate_is2 |" in table and "By spare guesses" in table and "own task" in table
+    assert set(pd.read_csv(out / "by_task.csv").variant) == {"uniform", "pass_rate", "pass_rate_is2"}
