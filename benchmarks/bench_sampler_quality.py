@@ -25,7 +25,10 @@ rates the
 ceiling: what an oracle that knows every p gets under pass_rate's cap of 3 draws per task per pool-sized window
 with no exploration (the top third of the tasks, each drawn three times).
 
-``--seeds K`` repeats every run with K seeds (0..K-1) and prints the mean and the spread (min..max).
+``--seeds K`` repeats every run with K seeds (0..K-1) and prints the mean and the spread (min..max). ``--options
+KEY=VALUE,...`` adds a column: pass_rate with those options (``importance_cap``'s loss weights scale what the learning
+population learns from each group, over each version's trained groups as a step's are scaled). "of oracle" is a
+column's share over the oracle's.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import yaml
 
 from platoon.config.components import PassRateOptions
 from platoon.experimental import task_sampler
@@ -67,8 +71,8 @@ class Population:
     def trains(self, i: int, passes: int, rng: np.random.Generator) -> bool:
         return 0 < passes < GROUP
 
-    def trained(self, i: int) -> None:
-        """Task ``i``'s group trained (the learning population learns from it)."""
+    def trained(self, i: int, weight: float = 1.0) -> None:
+        """Task ``i``'s group trained with loss weight ``weight`` (the learning population learns from it)."""
 
     def publish(self) -> None:
         """The policy version moved on."""
@@ -91,13 +95,13 @@ class Learning(Population):
     def _rates(self) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-(self.ability + self.skill - self.difficulty)))
 
-    def trained(self, i: int) -> None:
-        self.pending.append(i)
+    def trained(self, i: int, weight: float = 1.0) -> None:
+        self.pending.append((i, weight))
 
     def publish(self) -> None:
-        for i in self.pending:
-            self.skill[i] += self.GAIN
-            self.ability += self.GAIN * self.TRANSFER
+        for i, weight in self.pending:
+            self.skill[i] += self.GAIN * weight
+            self.ability += self.GAIN * self.TRANSFER * weight
         self.pending = []
         self.rates = self._rates()
 
@@ -214,6 +218,7 @@ def run(sampler: str, pop: Population, options: dict | None = None, seed: int = 
     rec.add_listener(samplers.observe)  # as the runtime wires them (platoon.policy.assemble)
     rng = np.random.default_rng(seed + 1)
     open_: list[tuple[tuple[int, int], Bound, int]] = []
+    step: list[tuple[int, GroupRecord]] = []  # this version's trained groups: the step the loss weights scale over
     informative: list[bool] = []
     reasons: list[str] = []
     seq = 0
@@ -252,22 +257,20 @@ def run(sampler: str, pop: Population, options: dict | None = None, seed: int = 
             MemberResult(scored=float(x), valid=True, versions={"main": (drawn_at, drawn_at)}) for x in passes
         )
         trains = pop.trains(i, int(passes.sum()), rng)
+        record = GroupRecord(*key, bound.row.task_id, entry="synthetic", members=members,
+                             verdict="trained" if trains else "uniform", drawn_at={"main": drawn_at},
+                             sampler=bound.sampler)
         if trains:
-            pop.trained(i)
-        rec.settle(
-            GroupRecord(
-                *key,
-                bound.row.task_id,
-                entry="synthetic",
-                members=members,
-                verdict="trained" if trains else "uniform",
-                drawn_at={"main": drawn_at},
-            )
-        )
+            step.append((i, record))
+        rec.settle(record)
         rec.fate(*key, "consumed")
         informative.append(trains)
         reasons.append(bound.reason)
         if len(informative) % OPEN == 0:
+            weights = samplers.loss_weights([r for _, r in step]) or (1.0,) * len(step)
+            for (j, _), w in zip(step, weights, strict=True):
+                pop.trained(j, w)
+            step = []
             version += 1
             pop.publish()
             rec.flush()
@@ -288,7 +291,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=1, help="runs per cell, seeds 0..K-1 (default 1)")
     parser.add_argument("--only", default=None, help="a comma-separated list of populations")
+    parser.add_argument("--options", default=None,
+                        help="pass_rate options for one more column, KEY=VALUE,... (e.g. importance_cap=2)")
     args = parser.parse_args()
+    if args.options:
+        SETTINGS["options"] = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.options.split(","))}
     seeds = list(range(SEED, SEED + args.seeds))
     print(
         f"informative-group share, {N_TASKS} tasks, group size {GROUP}, {GROUPS} groups, {OPEN} outstanding, "
@@ -303,9 +310,10 @@ def main() -> None:
         "2nd half",
         "ratio",
         "oracle",
+        "of oracle",
         "after one look",
         "ceiling",
-    ]
+    ] + ([f"pass_rate {args.options}", "of oracle"] if args.options else [])
     print(" | ".join(head))
     only = set(args.only.split(",")) if args.only else None
     for name, make in populations(np.random.default_rng(SEED)).items():
@@ -330,9 +338,13 @@ def main() -> None:
             _cell(cells["default"][1]),
             _cell(ratio),
             _cell(oracle),
+            _cell([d / o for d, o in zip(cells["default"][0], oracle, strict=True)]),
             _cell(one_look),
             top,
         ]
+        if "options" in cells:
+            row += [_cell(cells["options"][0]),
+                    _cell([d / o for d, o in zip(cells["options"][0], oracle, strict=True)])]
         print(" | ".join(row), flush=True)
 
 

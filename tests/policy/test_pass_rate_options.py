@@ -13,8 +13,12 @@ from pydantic import ValidationError
 from test_pass_rate_drift import G, Run
 
 from platoon.config.components import PassRateOptions
+from platoon.policy.pool import EntrySpec, TaskPool
+from platoon.policy.samplers.base import Sampler
 from platoon.policy.samplers.drift import PRIOR_STRENGTH, DriftModel
 from platoon.policy.samplers.pass_rate import PassRateSampler
+from platoon.policy.samplers.runtime import SamplerSet
+from platoon.policy.stats import GroupRecord
 
 
 def _draw_many(run: Run, decisions: int, *, passes=lambda task: G // 2, version=lambda d: d // 8) -> list[str]:
@@ -127,3 +131,45 @@ def test_near_best_one_lets_every_candidate_compete_on_its_sample():
 def test_bad_options_are_refused(bad):
     with pytest.raises(ValidationError):
         PassRateOptions(**bad)
+
+
+class Weighs(Sampler):
+    """Draws in order; its loss weights come from ``WEIGHTS`` by task id (what a test sets)."""
+
+    WEIGHTS: dict = {}
+
+    def next(self, ctx):
+        return self.setup.task_ids[ctx.decision % len(self.setup.task_ids)]
+
+    def loss_weight(self, task_id):
+        value = self.WEIGHTS[task_id]
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+
+def _weights(answers: dict, verdicts: str) -> tuple[tuple[float, ...], list[str]]:
+    """The sampler set's loss weights of groups of tasks a, b, c, d with these verdicts (t: trained, u: uniform),
+    and its warnings."""
+    pool = TaskPool.from_entries([EntrySpec("e", list("abcd"), 2, 1.0, 0)])
+    samplers = SamplerSet(pool, run_sampler="test_pass_rate_options:Weighs", run_options={}, entry_samplers={},
+                          batch_size=4, seed=0)
+    name = samplers.static_decision(0).sampler
+    samplers.sampler().WEIGHTS = answers  # the instance the set built (its class may be another import's)
+    records = [GroupRecord(1, i, t, sampler=name, verdict="trained" if v == "t" else "uniform")
+               for i, (t, v) in enumerate(zip("abcd", verdicts, strict=True))]
+    return samplers.loss_weights(records), samplers.take_warnings()
+
+
+def test_a_step_s_trained_groups_weigh_their_sampler_s_answer_scaled_to_mean_one():
+    weights, warnings = _weights({"a": 1.0, "b": 3.0, "c": 0.5, "d": 2.0}, "tttu")
+    assert weights == pytest.approx((2 / 3, 2.0, 1 / 3, 1.0)) and warnings == []  # trained: mean 1.5
+    assert _weights({t: 2.0 for t in "abcd"}, "tttt")[0] == pytest.approx((1.0,) * 4)
+    assert _weights({t: 1.0 for t in "abcd"}, "tutu")[0] == ()  # nobody weighs: the step's groups weigh 1
+
+
+@pytest.mark.parametrize("bad", [math.nan, 0.0, -1.0, "2", True, RuntimeError("no")])
+def test_a_weight_that_is_not_a_number_above_zero_counts_one_and_is_said_once(bad):
+    weights, warnings = _weights({"a": bad, "b": 3.0, "c": bad, "d": 1.0}, "tttt")
+    assert weights == pytest.approx((2 / 3, 2.0, 2 / 3, 2 / 3))
+    assert len(warnings) == 1 and "loss_weight" in warnings[0] and "weigh 1" in warnings[0]
