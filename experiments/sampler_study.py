@@ -52,7 +52,7 @@ VARIANTS = {
     "uniform": ["train.task_sampler=uniform"],
     "pass_rate": ["train.task_sampler=pass_rate"],
     "pass_rate_is2": ["train.task_sampler=pass_rate", "train.task_sampler_options.importance_cap=2.0"],
-    "pass_rate_near1": ["train.task_sampler=pass_rate", "train.task_sampler_options.near_best=1.0"],
+    "pass_rate_near05": ["train.task_sampler=pass_rate", "train.task_sampler_options.near_best=0.5"],
     "pass_rate_forget16": ["train.task_sampler=pass_rate", "train.task_sampler_options.forget_versions=16"],
 }
 if opts.variants:
