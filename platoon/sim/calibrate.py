@@ -460,7 +460,8 @@ def fit_learning_block(cal: Calibration, rd: RunDir, cfg: Any, similar_by: Seque
     if fit.gain <= 0:  # the simulator's gain cannot be negative, and at 0 its ability could not move either
         cal.notes.append(f"learning fitted but not used: a trained group's own task {fit.gain:+.4g} logit, every "
                          f"task {fit.ability_gain:+.4g} (pseudo-R² {fit.pseudo_r2:.3f}); the pass share stays fixed. "
-                         "A run whose draws differ between tasks (or --similar-by) separates the two better")
+                         "A uniform run trains its tasks at about the same rate, and a task trained more often is one "
+                         "that stayed mixed: a run whose draws differ between tasks separates the two better")
         return
     population, learning, notes = learning_sections(fit, columns, cal.sim["population"]["tasks"])
     cal.sim["population"], cal.sim["learning"] = population, learning

@@ -55,7 +55,7 @@ def test_the_sampler_study_runs(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, timeout=400)
     assert done.returncode == 0, done.stderr
     runs = sorted(p.name for p in out.iterdir() if p.is_dir())
-    assert runs[:2] == ["pass_rate-seed=0", "pass_rate_is2-seed=0"] and runs[-1] == "uniform-seed=0"
+    assert runs[0] == "by_task" and runs[1:3] == ["pass_rate-seed=0", "pass_rate_is2-seed=0"] and runs[-1] == "uniform-seed=0"
     # three steps may leave the learning fit unusable (an own-task gain at or below 0): then it says so, no twins
     sims = list((out / "sim").iterdir()) if (out / "sim").exists() else []
     assert len(sims) == 3 * 2 or (not sims and "learning not fitted" in done.stdout)
