@@ -129,8 +129,10 @@ def test_evaluate_is_reproducible_and_goes_round_the_split(env, policy):
     a = evaluate(policy, env, "val", 100, seed=1, batch_size=64, limits=limits)
     assert isinstance(a, EvalResult) and a.ci_low <= a.pass_at_1 <= a.ci_high
     assert a == evaluate(policy, env, "val", 100, seed=1, batch_size=100, limits=limits)
-    p, low, high = a
+    p, low, high, by_task = a
     assert (low, high) == wilson_interval(round(p * 100), 100)
+    assert sum(k for _, k in by_task.values()) == 100 and sum(w for w, _ in by_task.values()) == round(p * 100)
+    assert set(by_task) == set(env.task_ids("val"))
     with pytest.raises(ValueError, match="at least 1"):
         evaluate(policy, env, "val", 0)
     with pytest.raises(KeyError):
