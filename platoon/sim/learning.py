@@ -100,9 +100,7 @@ class EntryTasks:
         if sim.learning.similar_by is not None:
             return cls._grouped(entry, sim, seed, ids, data or [], heldout)
         difficulty = pop.difficulty_mean + pop.difficulty_sd * word_normals(seed, SALT_DIFFICULTY, words)
-        # math.exp per task, not np.exp: numpy's vectorised exp may differ in the last bit.
-        length = (np.array([math.exp(sigma * z) for z in word_normals(seed, SALT_LENGTH, words).tolist()])
-                  if sigma else np.ones(len(ids)))
+        length = _lengths(seed, sigma, words)
         heldout = pop.difficulty_mean + pop.difficulty_sd * _name_rng(seed, SALT_HELDOUT, entry).standard_normal(
             pop.heldout)
         rows = [dict(d) for d in data] if data is not None and task_ids else [{} for _ in ids]
@@ -126,9 +124,7 @@ class EntryTasks:
             centre = np.array([means.get(g, pop.difficulty_mean) for g in groups], dtype=float)
             return centre + pop.difficulty_sd * word_normals(seed, salt, name_words(names))
 
-        sigma = sim.rollout.length_sigma
-        length = (np.array([math.exp(sigma * z) for z in word_normals(seed, SALT_LENGTH, name_words(ids)).tolist()])
-                  if sigma else np.ones(len(ids)))
+        length = _lengths(seed, sim.rollout.length_sigma, name_words(ids))
         return cls(entry, ids, difficulty(ids, labels, SALT_DIFFICULTY), length, None,
                    difficulty(held_ids, held_labels, SALT_HELDOUT), [dict(d) for d in data], labels, held_labels)
 
@@ -140,6 +136,14 @@ class EntryTasks:
         return EntryTasks(self.entry, list(task_ids), self.difficulty[ix], self.length[ix], rate, self.heldout,
                           [self.data[i] for i in ix], None if self.labels is None else [self.labels[i] for i in ix],
                           self.heldout_labels)
+
+
+def _lengths(seed: int, sigma: float, words: np.ndarray) -> np.ndarray:
+    """Each task's duration multiplier, ``exp(sigma z)`` with ``z`` drawn from its id (1 each when sigma is 0)."""
+    if not sigma:
+        return np.ones(len(words))
+    # math.exp per task, not np.exp: numpy's vectorised exp may differ in the last bit.
+    return np.array([math.exp(sigma * z) for z in word_normals(seed, SALT_LENGTH, words).tolist()])
 
 
 def group_names(data: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> list[str]:
