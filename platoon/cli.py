@@ -401,7 +401,13 @@ class Terminated(SystemExit):
 
 
 def _terminated(signum: int, frame: object) -> None:
+    sys.unraisablehook = _left_by_the_termination
     raise Terminated(EXIT_RUNTIME)
+
+
+def _left_by_the_termination(unraisable: object) -> None:
+    """An object the unwinding left half-built (a zip whose buffer went first) may fail in its ``__del__``: the
+    termination's doing, already said in one line, so not printed as a traceback."""
 
 
 def _run_app() -> object:

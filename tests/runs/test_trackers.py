@@ -148,8 +148,17 @@ def test_a_tracker_that_cannot_be_reached_is_said_once_and_the_run_goes_on(tmp_p
     assert len(tb["time"]) == sum("time" in r for r in rows)
 
 
+def wait_until(condition, timeout_s: float = 30.0) -> None:
+    """Return once ``condition()`` holds (the lanes are threads), failing the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the trackers' lanes did not take the rows in time"
+        time.sleep(0.005)
+
+
 class Scripted:
-    """A tracker that takes rows until ``fail_at`` rows have come (then raises), recording what it took."""
+    """A tracker that takes batches of rows whole until a batch would carry it past ``fail_at`` rows (then it raises,
+    taking none of that batch, as ``Tracker.log`` says), recording what it took."""
 
     def __init__(self, name: str, fail_at: int | None = None) -> None:
         self.name, self.fail_at, self.took, self.closed = name, fail_at, [], False
@@ -158,10 +167,9 @@ class Scripted:
         return {"run_id": kept.get("run_id", "r-1")}
 
     def log(self, rows):
-        for row in rows:
-            if self.fail_at is not None and len(self.took) >= self.fail_at:
-                raise OSError("No space left on device")
-            self.took.append(row)
+        if self.fail_at is not None and len(self.took) + len(rows) > self.fail_at:
+            raise OSError("No space left on device")
+        self.took.extend(rows)
 
     def close(self):
         self.closed = True
@@ -173,9 +181,9 @@ def test_a_tracker_that_fails_mid_run_is_said_once_and_the_next_start_sends_it_t
     rows = [{"step": i, "time": float(i), "loss": 1.0 / (i + 1)} for i in range(1, 9)]
     failing, steady = Scripted("mlflow", fail_at=3), Scripted("tensorboard")
     first = Trackers(run, [failing, steady], {}, [], log=lambda level, m: said.append((level, m)), close_timeout_s=10)
-    for row in rows[:6]:
+    for n, row in enumerate(rows[:6], start=1):  # one row a batch: each lane takes a row before the next comes
         first.write(row)
-        time.sleep(0.01)
+        wait_until(lambda n=n: len(steady.took) == n and len(failing.took) == min(n, 3))
     first.close()
     assert [lvl for lvl, m in said if "tracker mlflow stopped taking rows (OSError: No space" in m] == ["warning"]
     assert len(steady.took) == 6 and len(failing.took) == 3 and steady.closed and not failing.closed

@@ -70,8 +70,9 @@ class TrackedRun:
 class Tracker(Protocol):
     """One tracker's run. ``open`` starts or continues it (``kept``: what it kept at its last start, empty at the
     first) and returns what to keep, with ``rows``, the rows of ``metrics.jsonl`` it holds, when it can read that
-    from its own store (else the count kept is used); ``log`` takes rows in order; ``close`` ends it. Each may raise:
-    the fan-out reports it and leaves the tracker alone."""
+    from its own store (else the count kept is used); ``log`` takes a batch of rows in order, whole or (raising) none
+    of it, as far as the tracker can tell, so that the count kept stays exact; ``close`` ends it. Each may raise: the
+    fan-out reports it and leaves the tracker alone."""
 
     name: str
 
