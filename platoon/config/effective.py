@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,11 +128,17 @@ def any_straggler_policy(cfg: RunConfig) -> bool:
             or any(p.timeout_seconds is not None for p in policies))
 
 
-def select_tasks(listed: Sequence[str], kwargs: DatasetKwargs, exclude: Sequence[str]) -> list[str]:
-    """The tasks an entry lists, in order: ``listed`` (its split's, or its own ``tasks``) without ``exclude``,
-    shuffled by ``kwargs.shuffle_seed`` (when set), the first ``kwargs.limit`` (when set)."""
+def select_tasks(listed: Sequence[str], kwargs: DatasetKwargs, exclude: Sequence[str],
+                 columns: Callable[[str], Mapping[str, Any]] | None = None) -> list[str]:
+    """The tasks an entry lists, in order: ``listed`` (its split's, or its own ``tasks``) whose ``columns(task_id)``
+    match ``kwargs.where`` (when set), without ``exclude``, shuffled by ``kwargs.shuffle_seed`` (when set), the first
+    ``kwargs.limit`` (when set). ``columns`` is needed when ``where`` is set (ValueError without it)."""
     gone = set(exclude)
     ids = [t for t in listed if t not in gone]
+    if kwargs.where:
+        if columns is None:
+            raise ValueError("dataset_kwargs.where selects tasks by their columns, and these tasks have none here")
+        ids = [t for t in ids if kwargs.matches(dict(columns(t)))]
     if kwargs.shuffle_seed is not None:
         random.Random(kwargs.shuffle_seed).shuffle(ids)
     return ids if kwargs.limit is None else ids[: kwargs.limit]

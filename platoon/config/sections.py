@@ -173,6 +173,40 @@ class DatasetKwargs(ConfigModel):
         "the environment's order.",
     )
     limit: int | None = Field(None, ge=1, le=MAX_TASKS, description="Keep the first this many tasks; null: all.")
+    where: dict[str, Any] | None = Field(
+        None, description="Keep the tasks whose columns match, before exclude_tasks, shuffle_seed and limit: "
+        "column -> a value, a list of values, or {min: x, max: y} (inclusive, either may be left out). A curriculum: "
+        "TextCraft's {depth: 2}, {crafts: {max: 4}}. Null: every task.",
+    )
+
+    @field_validator("where")
+    @classmethod
+    def _conditions(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        for column, condition in (v or {}).items():
+            if isinstance(condition, dict):
+                extra = sorted(set(condition) - {"min", "max"})
+                if extra or not condition:
+                    raise ValueError(f"{column}: a range takes min and/or max, got {sorted(condition)}")
+                if any(isinstance(b, bool) or not isinstance(b, int | float) for b in condition.values()):
+                    raise ValueError(f"{column}: a range's min and max are numbers, got {condition}")
+            elif isinstance(condition, list) and not condition:
+                raise ValueError(f"{column}: a list of values must hold at least one")
+        return v
+
+    def matches(self, columns: dict[str, Any]) -> bool:
+        """Whether a task with ``columns`` passes ``where`` (a task that lacks a column named there does not)."""
+        for column, condition in (self.where or {}).items():
+            if column not in columns:
+                return False
+            value = columns[column]
+            if isinstance(condition, dict):
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    return False
+                if value < condition.get("min", value) or value > condition.get("max", value):
+                    return False
+            elif value not in (condition if isinstance(condition, list) else [condition]):
+                return False
+        return True
 
     @field_validator("split_name")
     @classmethod
@@ -191,4 +225,26 @@ class DatasetKwargs(ConfigModel):
         return [self.split_name] if isinstance(self.split_name, str) else list(self.split_name)
 
 
-__all__ = ["CheckpointConfig", "DatasetKwargs", "EvalConfig", "StatsConfig", "WandbConfig", "WatchdogConfig"]
+class SftConfig(ConfigModel):
+    """Supervised fine-tuning on demonstrations (``platoon sft``, docs/warm-start.md): the same model, renderer,
+    environments, evaluation and checkpoints as the run's RL, trained on the assistant's tokens of each
+    demonstration."""
+
+    demonstrations: str = Field(
+        "environment", min_length=1,
+        description="environment: each training task's demonstration, from its environment (one that offers "
+        "demonstration(task_id), as TextCraft does); else a JSONL file of conversations in the messages form "
+        "(a path).",
+    )
+    steps: int = Field(200, ge=1, le=MAX_STEPS, description="Optimizer steps of the fine-tuning.")
+    batch_size: int = Field(16, ge=1, le=4096, description="Demonstrations per step (the demonstrations are "
+                                                           "drawn in a fresh shuffle each pass).")
+    learning_rate: float | None = Field(None, gt=0, le=1, description="AdamW's learning rate; null: "
+                                                                      "train.optimizer.learning_rate.")
+    max_demonstrations: int | None = Field(None, ge=1, le=MAX_TASKS, description="Use at most this many "
+                                                                                   "demonstrations (the first); "
+                                                                                   "null: all.")
+
+
+__all__ = ["CheckpointConfig", "DatasetKwargs", "EvalConfig", "SftConfig", "StatsConfig", "WandbConfig",
+           "WatchdogConfig"]

@@ -116,7 +116,13 @@ def environment_tasks(e: EnvironmentConfig, *, training: bool = True) -> tuple[l
             raise ConfigError([f"{at}.split_name: {exc.args[0] if exc.args else exc}"]) from None
     if not ids:
         raise ConfigError([f"{at}.split_name: {name} lists no task in {', '.join(splits)}"])
-    return ids, [dict(env.task(t).columns) for t in ids]
+    data = [dict(env.task(t).columns) for t in ids]
+    if not training and kwargs.where:  # training's are selected with the rest of dataset_kwargs (build_tasks)
+        ids, data = [t for t, d in zip(ids, data, strict=True) if kwargs.matches(d)], \
+            [d for d in data if kwargs.matches(d)]
+        if not ids:
+            raise ConfigError([f"{at}.where: no task of {', '.join(splits)} matches {kwargs.where}"])
+    return ids, data
 
 
 @dataclass
@@ -151,7 +157,9 @@ def build_tasks(cfg: RunConfig) -> SimTasks:
                 continue
         try:
             tasks = EntryTasks.build(e.label, sim, seed=e.seed, task_ids=ids, data=data, heldout=heldout)
-            chosen = select_tasks(tasks.task_ids, e.dataset_kwargs, e.exclude_tasks)
+            columns = dict(zip(tasks.task_ids, tasks.data, strict=False)) if tasks.data else None
+            chosen = select_tasks(tasks.task_ids, e.dataset_kwargs, e.exclude_tasks,
+                                  None if columns is None else lambda t, c=columns: c.get(t, {}))
             # Usually nothing is excluded, shuffled or cut: skip copying every row then (only with distinct ids:
             # select gives a repeated id its last row's data).
             unchanged = chosen == tasks.task_ids and len(set(chosen)) == len(chosen)

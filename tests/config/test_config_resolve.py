@@ -310,9 +310,9 @@ def test_unknown_dataset_kwargs_load_and_are_refused_when_resolved(tmp_path: Pat
     assert cfg.environments[0].dataset_kwargs.limit == 4
     assert resolve_problems(cfg) == [
         "environments.0.dataset_kwargs.split: unknown key; did you mean 'split_name'? (the keys an environment's "
-        "tasks are listed by: split_name, shuffle_seed, limit)",
+        "tasks are listed by: split_name, shuffle_seed, limit, where)",
         "environments.0.eval_dataset_kwargs.shufle_seed: unknown key; did you mean 'shuffle_seed'? (the keys an "
-        "environment's tasks are listed by: split_name, shuffle_seed, limit)",
+        "environment's tasks are listed by: split_name, shuffle_seed, limit, where)",
     ]
 
 
