@@ -1,7 +1,7 @@
 """One TextCraft episode: the four tools, the crafting rule, and the grade.
 
 Rules it keeps (both variants):
-- ``craft(ingredients, target)``: ``target`` is ``[item, total_count]``; ``total_count`` must be a multiple of a
+- ``craft(target, ingredients)``: ``target`` is ``[item, total_count]``; ``total_count`` must be a multiple of a
   recipe's result count, and ``ingredients`` must give each of the recipe's ingredients as one concrete item (one
   of the tag's items, for a tag) in exactly the recipe's count times ``total / result count``, with nothing extra.
   Every recipe of the item is tried, in order; the first that matches and that the inventory can pay for is used.
@@ -29,13 +29,13 @@ TOOLS = (
          "recipes as one concrete item with its exact count for the total you craft (the recipe's count times "
          "total / the recipe's result count), and nothing else.",
          {"type": "object",
-          "properties": {
-              "ingredients": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 1},
-                              "description": "Each ingredient item and its count, e.g. {\"oak_planks\": 2}."},
+          "properties": {  # the target first: a positional syntax (role_colon) names what it crafts, then from what
               "target": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer", "minimum": 1}],
                          "minItems": 2, "maxItems": 2,
-                         "description": "[item, total_count]: the item to craft and how many in all."}},
-          "required": ["ingredients", "target"]}),
+                         "description": "[item, total_count]: the item to craft and how many in all."},
+              "ingredients": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 1},
+                              "description": "Each ingredient item and its count, e.g. {\"oak_planks\": 2}."}},
+          "required": ["target", "ingredients"]}),
     Tool("get_info", "For each item: whether it can be crafted, whether it is a base item, how many you hold, its "
          "crafting depth and its recipes.",
          {"type": "object",
@@ -186,7 +186,8 @@ class CraftingEpisode:
             lines.append(f"{info['item']}: craftable: {'yes' if info['craftable'] else 'no'}, base: "
                          f"{'yes' if info['base'] else 'no'}, in inventory: {info['count']}, depth: {info['depth']}, "
                          f"recipes: {recipes}")
-        return ToolResult("\n".join(lines), content=infos)
+        # a line break between spaces: the next line's first item stays a word of the tiny tokenizer's
+        return ToolResult(" \n ".join(lines), content=infos)
 
     def _info(self, item: str) -> dict[str, Any]:
         known = item in self.world.depth

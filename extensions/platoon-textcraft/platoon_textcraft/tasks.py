@@ -103,11 +103,42 @@ class CraftingEnvironment:
             raise KeyError(f"unknown task {task_id!r}")
         split, targets = self._by_id[task_id]
         depth = self.depth(targets)
-        return Task(task_id, split, {"difficulty": difficulty_of(depth), "depth": depth},
+        crafts = len(self.craft_task(task_id).gold)
+        return Task(task_id, split, {"difficulty": difficulty_of(depth), "depth": depth, "crafts": crafts},
                     max_turns=self.max_turns, max_action_tokens=self.max_action_tokens)
 
     def episode(self, task: Task) -> CraftingEpisode:
         return CraftingEpisode(self.world, self.craft_task(task.task_id))
+
+    def demonstration(self, task_id: str) -> list[list[ToolCall]]:
+        """An expert's play of ``task_id``, a list of calls per turn (``platoon sft`` trains on it,
+        docs/warm-start.md): ``get_info`` of the targets, then of each level of the ingredients the gold crafts use
+        that are not base (in the order their recipes name them), then the gold crafts, one a turn, each item's
+        ingredients before it in the order its recipe names them, then ``finish``. Every recipe a craft copies was
+        read from an answer before it, and the next craft is the next ingredient its parent's recipe names, so
+        what a model learns from it carries over to items it never saw."""
+        by_item = {c.item: c for c in self.craft_task(task_id).gold}
+        targets = [item for item, _ in self._by_id[task_id][1]]
+        turns: list[list[ToolCall]] = []
+        level, asked = targets, set(targets)
+        while level:
+            turns.append([ToolCall("get_info", {"items": level})])
+            level = list(dict.fromkeys(name for item in level for name, _ in by_item[item].ingredients
+                                       if name in by_item and name not in asked))
+            asked.update(level)
+        order: list[str] = []
+
+        def craft(item: str) -> None:  # after its ingredients (the plan crafts each item once, in its total)
+            for name, _ in by_item[item].ingredients:
+                if name in by_item and name not in order:
+                    craft(name)
+            order.append(item)
+
+        for item in targets:
+            if item not in order:
+                craft(item)
+        turns += [[ToolCall("craft", by_item[item].arguments())] for item in order]
+        return [*turns, [ToolCall("finish", {"message": "done"})]]
 
     def gold_solution(self, task_id: str) -> list[ToolCall]:
         """The gold crafts of ``task_id`` as tool calls, then ``finish``."""

@@ -59,7 +59,7 @@ class Craft:
 
     def arguments(self) -> dict:
         """The ``craft`` tool's arguments for this step."""
-        return {"ingredients": dict(self.ingredients), "target": [self.item, self.total]}
+        return {"target": [self.item, self.total], "ingredients": dict(self.ingredients)}
 
 
 @dataclass

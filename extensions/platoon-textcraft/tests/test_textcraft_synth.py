@@ -70,7 +70,8 @@ def test_a_task_s_facts(env: TextCraftSynth) -> None:
     task = env.task("train-00000")
     assert task == env.task("train-00000")
     assert (task.split, task.max_turns, task.max_action_tokens) == ("train", 75, 256)
-    assert set(task.columns) == {"difficulty", "depth"}
+    assert set(task.columns) == {"difficulty", "depth", "crafts"}
+    assert task.columns["crafts"] == len(env.craft_task(task.task_id).gold)
     spec = env.craft_task("train-00000")
     [(target, count)] = spec.targets
     assert 1 <= count <= 3 and env.world.depth[target] == task.columns["depth"]

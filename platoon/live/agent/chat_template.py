@@ -210,6 +210,11 @@ class ChatTemplateRenderer:
         token, after = found
         return after if closed else token + after
 
+    def completion(self, messages: Sequence[Message], tools: Sequence[Tool]) -> list[int]:
+        """The ids of ``messages``' last (assistant) message as the template writes it after the generation prompt,
+        up to and with its end token: what supervised fine-tuning trains on."""
+        return self.tokenizer.encode(template_check.completion_text(self, self._render, messages, tools))
+
     def parse(self, completion: Sequence[int], tools: Sequence[Tool] | None = None) -> Message:
         """The contract's ``parse``; with ``tools``, the plain-text parser takes calls of their names only."""
         ids = list(completion)

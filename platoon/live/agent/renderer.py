@@ -15,7 +15,10 @@ only to act on it; the parsed text is never encoded again for training.
   the episode's: a syntax that needs them (``role_colon``'s positional arguments) reads them; a renderer whose
   ``parse`` takes no ``tools`` is called without (``parse_completion``);
 - ``stop_sequences``: token-id sequences that end a completion (sampling stops after one, which stays in the
-  completion).
+  completion);
+- ``completion(messages, tools)`` (optional; ``platoon sft`` needs it): the ids of ``messages``' last message, an
+  assistant's, as the model writes it after the generation prompt, its stop sequence last; ``parse`` reads them
+  back to that message. Supervised fine-tuning trains on them, so it trains on the very layout RL samples in.
 
 A ``Tokenizer`` is the little of a tokenizer a renderer needs: ``encode``, ``decode`` and ``vocab_size``.
 

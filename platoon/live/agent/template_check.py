@@ -30,7 +30,7 @@ from typing import Any
 from platoon.live.agent.messages import Message
 from platoon.live.envs.text import Tool, ToolCall
 
-__all__ = ["DETECTION_ORDER", "PROBE_TOOL", "TemplateMismatch", "call_form", "check_turns", "drops",
+__all__ = ["DETECTION_ORDER", "PROBE_TOOL", "TemplateMismatch", "call_form", "check_turns", "completion_text", "drops",
            "template_name"]
 
 PROBE_TOOL = Tool("platoon_probe_tool", "platoon-probe-tool-description",
@@ -123,7 +123,7 @@ def check_turns(renderer: Any, render: Render, name: str) -> None:
     encode = renderer.tokenizer.encode
     for completion, new in ((turns[0][1], turns[1]), (turns[2][0], turns[3])):
         messages.append(completion)
-        text = _completion(renderer, render, messages, tools)
+        text = completion_text(renderer, render, messages, tools)
         after = renderer.extend_text(messages, new, tools, closed=True)
         added = encode(after)
         messages += new
@@ -146,9 +146,9 @@ def check_turns(renderer: Any, render: Render, name: str) -> None:
     _check_counts(built, whole, name)
 
 
-def _completion(renderer: Any, render: Render, messages: Sequence[Message], tools: Sequence[Tool]) -> str:
-    """The probe completion as the template writes it, up to and with its first end token (all of it for a
-    template that writes none)."""
+def completion_text(renderer: Any, render: Render, messages: Sequence[Message], tools: Sequence[Tool]) -> str:
+    """``messages``' last (assistant) message as the template writes it after the generation prompt, up to and with
+    its first end token (all of it for a template that writes none)."""
     text = assistant_text(render, messages, tools)
     ends = [i + len(t) for t in renderer.end_tokens if (i := text.find(t)) >= 0]
     return text[:min(ends)] if ends else text

@@ -145,6 +145,21 @@ class NumberSearch:
     def episode(self, task: Task) -> NumberSearchEpisode:
         return NumberSearchEpisode(self, task)
 
+    def demonstration(self, task_id: str) -> list[ToolCall]:
+        """Binary search's play of ``task_id``, a guess a turn (``platoon sft`` trains on it, docs/warm-start.md):
+        the middle of the range still open, until the target is found or the guesses run out (then it fails, and
+        ``platoon sft`` leaves it out)."""
+        columns = self.task(task_id).columns
+        lo, hi, target = 1, int(columns["range"]), int(columns["target"])
+        turns: list[ToolCall] = []
+        while len(turns) < int(columns["guesses"]):
+            guess = (lo + hi) // 2
+            turns.append(ToolCall(GUESS.name, {"number": guess}))
+            if guess == target:
+                break
+            lo, hi = (guess + 1, hi) if guess < target else (lo, guess - 1)
+        return turns
+
 class NumberSearchEpisode:
     """One game: the range still consistent with the answers, the guesses left, found or not."""
 
