@@ -198,6 +198,33 @@ def train(
     typer.echo(f"run directory: {path}")
 
 
+@app.command()
+def sft(
+    arguments: Annotated[list[str] | None, config_arguments("the embedded default")] = None,
+    config: ConfigOption = None,
+    overrides: SetOption = None,
+    out: Annotated[Path | None, typer.Option("--out", help="The run directory (default: runs/sft-<n>).")] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Go on from this SFT run's newest checkpoint.")
+    ] = None,
+    steps: Annotated[int | None, typer.Option("--steps", min=1, help="sft.steps (with --resume: the new total).")] = None,
+) -> None:
+    """Fine-tune the policy on demonstrations (an environment's, or a JSONL file's); train.init_from: the run
+    directory starts platoon train from its weights (docs/warm-start.md)."""
+    from platoon.live.command import TrainError, TrainUsageError
+    from platoon.live.sft.command import sft as run_sft
+    from platoon.runs.writer import RunBusyError
+
+    config, overrides = config_and_overrides(arguments, config, overrides)
+    if resume is not None and out is not None:
+        fail("--resume writes to the run it resumes: give --out or --resume, not both", EXIT_USAGE)
+    if resume is not None and (config is not None or overrides):
+        fail("--resume takes the run's own config: give no CONFIG or overrides (--set, KEY=VALUE) with it", EXIT_USAGE)
+    with exits(CONFIG, ((TrainUsageError, RunBusyError), EXIT_USAGE), (TrainError, EXIT_RUNTIME)):
+        path = run_sft(config, overrides, out=out, resume=resume, steps=steps)
+    typer.echo(f"run directory: {path}")
+
+
 @app.command("eval")
 def evaluate(
     target: Annotated[str, typer.Argument(help="A config (its initial policy) or a run directory (its last checkpoint).")],

@@ -44,6 +44,7 @@ from platoon.config.sections import (
     CheckpointConfig,
     DatasetKwargs,
     EvalConfig,
+    SftConfig,
     StatsConfig,
     TraceConfig,
     WatchdogConfig,
@@ -138,6 +139,12 @@ class TrainConfig(_Config):
         ..., min_length=1,
         description="The policy: tiny (the built-in small transformer), a local Hugging Face checkpoint "
         "directory, or a model id already in the local Hugging Face cache (never downloaded).",
+    )
+    init_from: str | None = Field(
+        None, min_length=1,
+        description="A run directory (platoon sft's, or another run's) whose newest checkpoint's weights the policy "
+        "starts from, the model named by model_name and shaped alike; null: model_name's own weights "
+        "(docs/warm-start.md).",
     )
     renderer_name: str = Field(
         ..., min_length=1,
@@ -476,6 +483,8 @@ class RunConfig(_Config):
     sim: SimConfig = Field(default_factory=SimConfig, description="The workload model (simulator).")
     trace: TraceConfig = Field(default_factory=TraceConfig, description="The run's timeline, trace.json (both "
                                                                        "runtimes).")
+    sft: SftConfig = Field(default_factory=SftConfig, description="Supervised fine-tuning on demonstrations "
+                                                                  "(platoon sft).")
 
     @field_validator("environments", mode="before")
     @classmethod

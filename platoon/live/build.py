@@ -39,6 +39,7 @@ from platoon.config.effective import (
     select_tasks,
 )
 from platoon.config.errors import ConfigError, ExtensionError
+from platoon.config.loader import config_from_lock
 from platoon.config.models import EnvironmentConfig, RunConfig
 from platoon.config.plan import sampling_plan
 from platoon.live.envs.resolve import resolve_environment
@@ -86,7 +87,8 @@ call the tool first), 0.535 at step 200 and 0.652 at the end, where the token-le
 
 __all__ = ["EMBEDDED_DEFAULT", "EVAL_EPISODES", "TINY_CONTEXT", "LiveRun", "build_environments", "build_live",
            "build_model", "build_pool", "build_renderer", "context_window", "entry_splits", "entry_tasks",
-           "evaluate_policy", "evaluate_service", "listed_tasks", "pool_rows", "rollout_workers"]
+           "evaluate_policy", "evaluate_service", "listed_tasks", "load_init_from", "pool_rows",
+           "rollout_workers"]
 
 
 def build_environments(cfg: RunConfig) -> dict[str, Any]:
@@ -191,9 +193,9 @@ def entry_tasks(e: EnvironmentConfig, env: Any, *, training: bool) -> list[str]:
             raise ConfigError([f"tasks: not in split {kwargs.split_name or 'train'!r}: {', '.join(missing[:5])}"
                                + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")])
         listed = list(e.tasks)
-    ids = select_tasks(listed, kwargs, e.exclude_tasks)
+    ids = select_tasks(listed, kwargs, e.exclude_tasks, columns=lambda t: env.task(t).columns)
     if not ids:
-        raise ConfigError([f"{at}: no {'training' if training else 'evaluation'} task is left (after "
+        raise ConfigError([f"{at}: no {'training' if training else 'evaluation'} task is left (after where, "
                            "exclude_tasks and limit)"])
     return ids
 
@@ -459,6 +461,54 @@ def build_model(cfg: RunConfig, envs: Mapping[str, Any], renderer: Any = None) -
                                logit_prior=prior() if prior is not None else None)
 
 
+def load_init_from(model: Any, cfg: RunConfig) -> None:
+    """Load ``train.init_from``'s weights (a run directory's newest checkpoint that reads back: an SFT run's, or
+    another run's) into ``model``, saying so on stderr; nothing when it is null. ConfigError naming the key when the
+    run has no such checkpoint or its weights do not fit ``model`` (another model, shape, or for ``tiny`` other
+    environments: its tokenizer's words are theirs)."""
+    from platoon.live.checkpoint import LiveRunDir
+    from platoon.live.trainer import loads_state
+    from platoon.runs import CheckpointError, CorruptFileError, RunDir
+
+    source = cfg.train.init_from
+    if source is None:
+        return
+    at = f"train.init_from: {source}"
+    rd = RunDir(source)
+    if not rd.lock_path.is_file():
+        raise ConfigError([f"{at}: not a run directory (no lock.json)"])
+    try:
+        theirs = config_from_lock(rd.read_lock(), str(rd.lock_path))
+        point = LiveRunDir(rd).resume_point()
+    except (CorruptFileError, CheckpointError, ConfigError) as exc:
+        raise ConfigError([f"{at}: {exc}"]) from None
+    if point.trainer_state is None:
+        raise ConfigError([f"{at}: its checkpoint {point.name} holds no weights (a simulated run?)"])
+    problems = _init_from_problems(cfg, theirs)
+    weights = loads_state(point.trainer_state)["model"]
+    mine = model.state_dict()
+    problems += [f"{name}: {tuple(w.shape)} there, {tuple(mine[name].shape)} here" for name, w in weights.items()
+                 if name in mine and tuple(w.shape) != tuple(mine[name].shape)]
+    if set(weights) != set(mine):
+        problems.append(f"its weights name other tensors ({len(set(weights) ^ set(mine))} differ)")
+    if problems:
+        raise ConfigError([f"{at}: its weights do not fit this run's model: {'; '.join(problems)}"])
+    model.load_state_dict(weights)
+    print(f"info: the policy starts from {source} at step {point.step} (checkpoint {point.name})", file=sys.stderr,
+          flush=True)
+
+
+def _init_from_problems(cfg: RunConfig, theirs: RunConfig) -> list[str]:
+    """What makes ``theirs``'s weights another model than ``cfg``'s (the tiny model's words are its environments')."""
+    if theirs.train.model_name != cfg.train.model_name:
+        return [f"its train.model_name is {theirs.train.model_name!r}, this run's {cfg.train.model_name!r}"]
+    envs = [(e.env, e.service_kwargs) for e in cfg.environments]
+    if cfg.train.model_name == "tiny" and [(e.env, e.service_kwargs) for e in theirs.environments] != envs:
+        return ["the tiny model's tokenizer holds its environments' words, and its environments (env, service_kwargs) "
+                "are not this run's"]
+    return []
+
+
 def default_service(model: Any, cfg: RunConfig, version: int = 0) -> Any:
     """The built-in model service over ``model`` (policy ``version``): dynamic batching of concurrent rollouts'
     requests in a worker thread."""
@@ -488,6 +538,8 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
                           group_workflow=issubclass(workflow_cls, GroupRolloutWorkflow))
     renderer = build_renderer(cfg, envs)
     model = build_model(cfg, envs, renderer)
+    if trainer_state is None:
+        load_init_from(model, cfg)  # before the trainer: a KL reference is the policy it starts from
     trainer = GRPOTrainer.from_config(model, cfg.train, cfg.model)
     if trainer_state is not None:
         from platoon.live.trainer import loads_state

@@ -161,7 +161,13 @@ class EvalReport:
 def evaluate(target: str | os.PathLike[str], *, n: int = EVAL_EPISODES) -> EvalReport:
     """``platoon eval``: a run directory (its last full checkpoint's policy) or a config (its initial policy); the
     report holds each held-out task's passes too."""
-    from platoon.live.build import build_environments, build_model, build_renderer, evaluate_policy
+    from platoon.live.build import (
+        build_environments,
+        build_model,
+        build_renderer,
+        evaluate_policy,
+        load_init_from,
+    )
     from platoon.live.trainer import loads_state
 
     path = Path(target)
@@ -188,7 +194,9 @@ def evaluate(target: str | os.PathLike[str], *, n: int = EVAL_EPISODES) -> EvalR
         staging = _stage_for_eval(envs)
         renderer = build_renderer(cfg, envs)
         model = build_model(cfg, envs, renderer)
-        what = f"{path}'s initial policy (seed {cfg.train.seed})"
+        load_init_from(model, cfg)
+        what = (f"{path}'s initial policy (seed {cfg.train.seed})" if cfg.train.init_from is None else
+                f"{path}'s initial policy ({cfg.train.init_from}'s weights)")
     staging.wait_blocking()
     by_task: list[dict[str, Any]] = []
     return EvalReport(what, evaluate_policy(model, cfg, envs, n, renderer=renderer, by_task=by_task), by_task)

@@ -316,6 +316,21 @@ class CausalPolicy:
         entropy = -(logp.exp() * logp).sum(-1)
         return out, torch.cat([zero, entropy], 1) * mask
 
+    def masked_logprobs(self, sequences: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+        """``policy_logprobs(sequences, masks)`` at the masked positions only, flattened row by row (temperature 1),
+        the read-out computed at those positions alone: over a vocabulary of thousands of words it is most of the
+        cost where few tokens are masked (supervised fine-tuning's prompts and tool results). A model without the
+        hooks ``_features`` and ``_read_out`` computes every position's. Differentiable."""
+        seq, mask = sequences.to(self.device), masks.to(self.device) > 0
+        features, read_out = getattr(self, "_features", None), getattr(self, "_read_out", None)
+        if features is None or read_out is None:
+            return self.policy_logprobs(seq, mask.float())[mask]
+        if seq.shape[1] and bool(mask[:, 0].any()):
+            raise ValueError("masked_logprobs: position 0 has no prediction; its mask must be 0")
+        chosen = mask[:, 1:]
+        logits = read_out(features(seq)[:, :-1][chosen]).float()
+        return torch.log_softmax(logits, dim=-1).gather(-1, seq[:, 1:][chosen][:, None]).squeeze(-1)
+
     # --- weights -----------------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -415,6 +430,16 @@ class TinyTransformer(nn.Module):
             new_cache.append(kv)
         return self.head(self.ln(x)), [*new_cache, recent]
 
+    def features(self, tokens: torch.Tensor) -> torch.Tensor:
+        """What the read-out (``head``) reads at each position of right-padded ``tokens``."""
+        x = self.tok(tokens)
+        if self.shift is not None:
+            x, _ = self._shifted(x, None, None)
+        x = x + self.pos(torch.arange(tokens.shape[1], device=tokens.device)[None])
+        for block in self.blocks:
+            x, _ = block(x, None, None)
+        return self.ln(x)
+
     def _shifted(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
                  recent: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """``x_t + sum_j shift[j - 1] * x_{t-j}`` for j in 1..shift, with the embeddings before the sequence (and of
@@ -465,6 +490,12 @@ class TinyPolicy(CausalPolicy):
 
     def _logits(self, tokens):
         return self.module(tokens)[0]
+
+    def _features(self, tokens):
+        return self.module.features(tokens)
+
+    def _read_out(self, features):
+        return self.module.head(features)
 
     def save(self, path: str | Path) -> None:
         torch.save({"config": asdict(self.config), "state": self.state_dict()}, Path(path))

@@ -13,7 +13,10 @@ __all__ = ["Console", "step_line"]
 class Console:
     """A rich progress bar over the run's steps and a line per step; warnings and infos above the bar."""
 
-    def __init__(self, total: int, done: int = 0, *, enabled: bool = True) -> None:
+    def __init__(self, total: int, done: int = 0, *, enabled: bool = True, title: str = "train",
+                 line: Callable[[dict], str] | None = None) -> None:
+        """A bar of ``total`` steps, ``done`` of them done, named ``title``; ``line`` writes a step's line (default
+        ``step_line``, a training run's)."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         from platoon.console import make_console
@@ -21,7 +24,8 @@ class Console:
         self.console = make_console(highlight=False)
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                  console=self.console, disable=not enabled, transient=False)
-        self.task = self.progress.add_task("train", total=total, completed=done)
+        self.task = self.progress.add_task(title, total=total, completed=done)
+        self.line = line or step_line
 
     def __enter__(self) -> Console:
         self.progress.__enter__()
@@ -45,8 +49,8 @@ class Console:
         self.progress.console.print(f"[{style}]{level}: {message}[/{style}]", markup=True, highlight=False)
 
     def step(self, row: dict) -> None:
-        self.progress.console.print(step_line(row), highlight=False)
-        if "trainer/datums" in row or "train/reward_mean" in row:
+        self.progress.console.print(self.line(row), highlight=False)
+        if "trainer/datums" in row or "train/reward_mean" in row or "sft/loss" in row:
             self.progress.advance(self.task)
 
 

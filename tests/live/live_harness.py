@@ -291,8 +291,9 @@ def save_word_tokenizer(path, words):
     return path
 
 
-def train_then_sigkill(run, args, env, *, after_rows: int, within_s: float, ready=lambda run: True):
-    """Start ``platoon train --out run`` with ``args`` in a process and ``SIGKILL`` it once its ``metrics.jsonl``
+def train_then_sigkill(run, args, env, *, after_rows: int, within_s: float, ready=lambda run: True,
+                       command: str = "train"):
+    """Start ``platoon <command> --out run`` (``train``, ``sft``) with ``args`` in a process and ``SIGKILL`` it once its ``metrics.jsonl``
     holds ``after_rows`` rows and ``ready(run)`` holds (failing if it ends first or takes longer than
     ``within_s``); the killed process."""
     import os
@@ -303,7 +304,7 @@ def train_then_sigkill(run, args, env, *, after_rows: int, within_s: float, read
 
     from platoon.runs import read_jsonl
 
-    proc = subprocess.Popen([sys.executable, "-m", "platoon", "train", "--out", str(run), *args],
+    proc = subprocess.Popen([sys.executable, "-m", "platoon", command, "--out", str(run), *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + within_s

@@ -81,3 +81,21 @@ def test_the_example_config_validates_and_trains(tmp_path: Path) -> None:
     # may end while step 0 trains, so only the two steps' sum is fixed by the batch (one group of four each)
     assert sum(r["train/rollouts"] for r in rows) >= 8
     assert (run / "checkpoints" / "000002" / "trainer.pt").is_file()
+
+
+@pytest.mark.slow
+def test_the_sft_example_fine_tunes_on_the_gold_plans_and_hands_over_to_train(tmp_path: Path) -> None:
+    from platoon.live import command
+    from platoon.live.sft.command import sft
+    from platoon.runs import read_jsonl
+
+    example = EXAMPLE.with_name("textcraft-synth-sft.yaml")
+    small = ["sft.max_demonstrations=8", "sft.batch_size=4", "environments.0.eval_dataset_kwargs.limit=1"]
+    warm = sft(example, small, out=tmp_path / "sft", steps=3, progress=False)
+    rows = read_jsonl(warm / "metrics.jsonl")
+    assert [r["step"] for r in rows if "sft/loss" in r] == [1, 2, 3]
+    assert rows[0]["sft/demonstrations"] == 4 and rows[-1]["sft/epoch"] == 1.5  # 3 steps of 4 of the 8
+    run = command.train(example, [f"train.init_from={warm}", "train.max_training_steps=1", "train.batch_size=1",
+                                  "train.workflow_config.group_size=2", "environments.0.eval_dataset_kwargs.limit=1"],
+                        out=tmp_path / "rl", progress=False)
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [0]
