@@ -18,6 +18,8 @@ like any other: the runtime writes what is left of its end.
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -105,18 +107,45 @@ def check_logs(rd: RunDir, row: Mapping[str, Any]) -> None:
                            "was truncated): the resume needs them; restore the file to resume the run", path=path)
 
 
+def resume_note(rd: RunDir, row: Mapping[str, Any]) -> str:
+    """What a resume from the checkpoint ``row`` starts from, and the steps it runs again: those whose rows
+    ``metrics.jsonl`` holds past the length the checkpoint recorded (a killed start wrote them after it)."""
+    name, step = row.get("name", "?"), row.get("step", "?")
+    note = f"resuming {rd.path} from checkpoint {name} (step {step})"
+    length = (row.get("logs") or {}).get("metrics.jsonl")
+    if not isinstance(length, int) or isinstance(length, bool):
+        return note
+    try:
+        with open(rd.metrics_path, "rb") as f:
+            f.seek(length)
+            tail = f.read()
+    except OSError:
+        return note
+    redone = set()
+    for line in tail.splitlines():
+        with contextlib.suppress(ValueError, AttributeError):
+            s = json.loads(line).get("step")
+            if isinstance(s, int) and not isinstance(s, bool):
+                redone.add(s)
+    if redone:
+        span = f"step {min(redone)}" if len(redone) == 1 else f"steps {min(redone)}-{max(redone)}"
+        note += f"; {span}, done after it, run again (checkpoint.recovery_every sets how often one is saved)"
+    return note
+
+
 def commit_resume(rd: RunDir, lock: Mapping[str, Any], config: Mapping[str, Any], *, runtime: str,
                   steps: int | None, row: Mapping[str, Any], log: Callable[[str, str], None]) -> None:
     """The half of a resume that changes the run, once every check passed and the start is built (both runtimes'):
     say so when the lock was taken from a writer that had died, cut the logs back to the lengths the checkpoint
     ``row`` recorded (what a killed start wrote after it is written again), and record a new total of ``steps``
-    in ``lock.json`` (``config``: the run's config as it now plans)."""
+    in ``lock.json`` (``config``: the run's config as it now plans); it says what it starts from (``resume_note``)."""
     if rd.writer is not None and (note := stale_note(rd.writer)):
         log("info", note)
+    log("info", resume_note(rd, row))
     rd.cut_logs(row.get("logs") or {})
     if steps is not None and steps != planned_steps(lock):
         rd.write_lock(dict(config), list(lock.get("components", [])), {"runtime": runtime, "steps": steps})
 
 
 __all__ = ["COMMANDS", "LogsLost", "ResumeRefused", "RunFinished", "check_finished", "check_logs", "check_runtime",
-           "check_steps", "commit_resume", "is_finished", "planned_steps"]
+           "check_steps", "commit_resume", "is_finished", "planned_steps", "resume_note"]

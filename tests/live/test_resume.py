@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -132,6 +133,15 @@ def test_sigkill_mid_training_then_resume(tmp_path):
     resumed = subprocess.run([sys.executable, "-m", "platoon", "train", "--resume", str(run)],
                              capture_output=True, text=True, env=env, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+    said = re.search(r"resuming \S+ from checkpoint (\d{6}) \(step (\d+)\)(; steps? (\d+)(?:-(\d+))?, done after "
+                     r"it, run again)?", resumed.stdout)
+    assert said, resumed.stdout[-2000:]
+    start = int(said.group(2))
+    assert said.group(1) == f"{start:06d}" and start % 3 == 0
+    redone = sorted({s for s in done if s >= start})  # the rows the kill left past the checkpoint
+    assert (said.group(3) is not None) == bool(redone)
+    if redone:
+        assert int(said.group(4)) == redone[0] and int(said.group(5) or said.group(4)) == redone[-1]
     rows = read_jsonl(metrics)
     steps = [r["step"] for r in rows]
     assert steps == list(range(13)), steps  # every step once, and the final evaluation

@@ -50,6 +50,7 @@ from platoon.live.sft.demonstrations import (
 )
 from platoon.live.sft.trainer import SFTTrainer, batch_indices
 from platoon.runs import CheckpointError, CorruptFileError, RunDir, save_checkpoint
+from platoon.runs.resume import resume_note
 from platoon.runs.trackers import open_trackers
 
 __all__ = ["Demonstrations", "sft", "sft_line"]
@@ -214,7 +215,7 @@ def _resume(path: Path, steps: int | None, notes: list[tuple[str, str]]) -> _Sta
         rd.release()
         raise
     notes += [("warning", note) for note in point.notes]
-    notes.append(("info", f"resuming {path} from checkpoint {point.name} (step {point.step})"))
+    notes.append(("info", resume_note(rd, point.row)))
     rd.cut_logs(point.row.get("logs") or {})
     total = steps if steps is not None else int(lock.get("steps") or cfg.sft.steps)
     return _Start(cfg, envs, renderer, model, trainer, rd, point.step, max(total, point.step), point.clock_s)
