@@ -21,6 +21,7 @@ import typer
 
 from platoon.config.errors import (
     EXIT_CONFIG,
+    EXIT_INTERRUPTED,
     EXIT_RUNTIME,
     EXIT_USAGE,
     ConfigError,
@@ -427,6 +428,22 @@ class Terminated(SystemExit):
     a ``SystemExit``, which no ``except Exception`` stops and the event loop lets through."""
 
 
+def _how_to_go_on() -> str:
+    """What the run this process wrote has saved and the command that goes on with it."""
+    from platoon.runs.resume import go_on_note
+    from platoon.runs.writer import last_written_run
+
+    run = last_written_run()
+    note = go_on_note(run) if run is not None else None
+    return note or "a run goes on from its last checkpoint with --resume"
+
+
+def _interrupted() -> NoReturn:
+    """Ctrl-C: what was saved, how to go on, and exit 130 (the shell's code for an interrupt)."""
+    typer.echo(f"platoon: interrupted; {_how_to_go_on()}", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
 def _terminated(signum: int, frame: object) -> None:
     sys.unraisablehook = _left_by_the_termination
     raise Terminated(EXIT_RUNTIME)
@@ -475,7 +492,7 @@ def main() -> None:
 
     Usage errors (an unknown option or command, a bad value, no arguments) print their message and exit 64; config
     and extension errors print their report and exit 78; ``typer.Exit`` exits with its code; an abort, an interrupt
-    (SIGINT; SIGTERM unwinds too, saying how to go on),
+    (SIGINT: exit 130, saying what was saved and how to go on; SIGTERM unwinds too, saying the same),
     running out of memory and any other error exit 1 with one line: a user never sees a traceback (unless
     ``PLATOON_TRACEBACK=1``, for a bug report).
     """
@@ -484,10 +501,13 @@ def main() -> None:
     usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
     with contextlib.suppress(ValueError):  # only the main thread may (a caller's other thread keeps its handler)
         signal.signal(signal.SIGTERM, _terminated)  # unwind: logs closed, the run's lock given back
+    from platoon.runs.writer import forget_last_run
+
+    forget_last_run()  # what an interruption reports is this command's run
     try:
         result = _run_app()
     except Terminated:
-        typer.echo("platoon: terminated (SIGTERM); a run goes on from its last checkpoint with --resume", err=True)
+        typer.echo(f"platoon: terminated (SIGTERM); {_how_to_go_on()}", err=True)
         sys.exit(EXIT_RUNTIME)
     except usage_error as exc:
         exc.show()
@@ -504,8 +524,7 @@ def main() -> None:
         typer.echo(f"platoon: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        typer.echo("platoon: interrupted", err=True)
-        sys.exit(EXIT_RUNTIME)
+        _interrupted()
     except MemoryError:
         typer.echo("platoon: out of memory", err=True)
         sys.exit(EXIT_RUNTIME)
@@ -517,6 +536,8 @@ def main() -> None:
     except Exception as exc:  # the last resort: every error a user can cause has its own message above
         internal_error(exc)
     # without standalone mode, click returns an Exit's code instead of raising it; a command's return is ignored
+    if result == EXIT_INTERRUPTED:  # typer's word for Ctrl-C (KeyboardInterrupt becomes Exit(130), returned)
+        _interrupted()
     sys.exit(result if isinstance(result, int) and not isinstance(result, bool) else 0)
 
 

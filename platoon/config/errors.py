@@ -8,6 +8,7 @@ EXIT_OK = 0
 EXIT_RUNTIME = 1
 EXIT_USAGE = 64
 EXIT_CONFIG = 78
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report an interrupted command
 
 
 class ConfigError(ValueError):

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from platoon.runs.checkpoints import CheckpointError
+from platoon.runs.checkpoints import CheckpointError, read_checkpoint_rows
 from platoon.runs.rundir import NEEDED_LOGS, RunDir
 from platoon.runs.writer import stale_note
 
@@ -133,6 +133,23 @@ def resume_note(rd: RunDir, row: Mapping[str, Any]) -> str:
     return note
 
 
+def go_on_note(run: Path) -> str | None:
+    """What the interrupted run ``run`` has saved and the command that goes on with it; None where it holds no run
+    (a new run that failed was removed)."""
+    rd = RunDir(run)
+    try:
+        runtime = rd.read_lock().get("runtime")
+        rows = [r for r in read_checkpoint_rows(rd) if isinstance(r.get("step"), int)]
+    except (OSError, ValueError):
+        return None
+    if not rows:
+        return f"{run} holds no checkpoint yet: nothing to go on from (start it again)"
+    command = {**COMMANDS, "sft": "platoon sft"}.get(str(runtime), "platoon train")
+    newest = rows[-1]
+    return (f"saved: checkpoint {newest.get('name', '?')} (step {newest['step']}) in {run}; go on with: "
+            f"{command} --resume {run}")
+
+
 def commit_resume(rd: RunDir, lock: Mapping[str, Any], config: Mapping[str, Any], *, runtime: str,
                   steps: int | None, row: Mapping[str, Any], log: Callable[[str, str], None]) -> None:
     """The half of a resume that changes the run, once every check passed and the start is built (both runtimes'):
@@ -148,4 +165,4 @@ def commit_resume(rd: RunDir, lock: Mapping[str, Any], config: Mapping[str, Any]
 
 
 __all__ = ["COMMANDS", "LogsLost", "ResumeRefused", "RunFinished", "check_finished", "check_logs", "check_runtime",
-           "check_steps", "commit_resume", "is_finished", "planned_steps", "resume_note"]
+           "check_steps", "commit_resume", "go_on_note", "is_finished", "planned_steps", "resume_note"]

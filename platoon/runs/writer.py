@@ -115,6 +115,8 @@ class WriterLock:
             raise
         lock = cls(path, fd, previous)
         _HELD.add(lock)
+        global _LAST_RUN
+        _LAST_RUN = path.parent
         return lock
 
     @property
@@ -148,6 +150,19 @@ class WriterLock:
 
 
 _HELD: weakref.WeakSet[WriterLock] = weakref.WeakSet()
+_LAST_RUN: Path | None = None
+
+
+def forget_last_run() -> None:
+    """Start a new command: ``last_written_run`` is None until it takes a writer lock."""
+    global _LAST_RUN
+    _LAST_RUN = None
+
+
+def last_written_run() -> Path | None:
+    """The run directory whose writer lock this process took last (held or given back), or None: where an
+    interrupted command says what it saved."""
+    return _LAST_RUN
 
 
 def _forget_in_child() -> None:
@@ -173,4 +188,4 @@ def stale_note(lock: WriterLock) -> str | None:
             "(killed?); this process writes the run now")
 
 
-__all__ = ["WRITER_FILE", "RunBusyError", "WriterLock", "describe", "stale_note"]
+__all__ = ["WRITER_FILE", "RunBusyError", "WriterLock", "describe", "forget_last_run", "last_written_run", "stale_note"]

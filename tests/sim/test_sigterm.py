@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -50,7 +51,8 @@ def terminated_then_resumed(run: Path, proc: subprocess.Popen) -> bool:
     if proc.returncode == 0 or not (run / "checkpoints.jsonl").exists():
         return False
     assert proc.returncode == 1 and "Traceback" not in err, err
-    assert "terminated (SIGTERM); a run goes on from its last checkpoint with --resume" in err
+    assert re.search(r"terminated \(SIGTERM\); saved: checkpoint \d{6} \(step \d+\) in \S+; go on with: "
+                     r"platoon simulate --resume \S+", err), err[-2000:]
     resumed = platoon("simulate", "--resume", str(run))
     assert resumed.returncode == 0, resumed.stderr
     return True

@@ -5,6 +5,7 @@ methods, after which no process it started survives (checked by pid, on the tree
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -134,5 +135,6 @@ def test_sigterm_of_platoon_train_unwinds_it_and_ends_every_process_it_started(t
     tree, left, took = _kill_mid_run(tmp_path, "exec", signal.SIGTERM, ended)
     returncode, err = ended
     assert returncode == 1 and "Traceback" not in err, err[-2000:]
-    assert "terminated (SIGTERM); a run goes on from its last checkpoint with --resume" in err
+    assert re.search(r"terminated \(SIGTERM\); saved: checkpoint \d{6} \(step \d+\) in \S+; go on with: "
+                     r"platoon train --resume \S+", err), err[-2000:]
     assert tree and left == [], f"still running {took:.1f}s after it ended: {[tree[p] for p in left]}"
