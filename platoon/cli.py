@@ -40,6 +40,24 @@ app = typer.Typer(
 config_app = typer.Typer(help="Validate and print configs.", no_args_is_help=True)
 tasks_app = typer.Typer(help="Per-task statistics of a run.", no_args_is_help=True)
 env_app = typer.Typer(help="The environments platoon can open by name.", no_args_is_help=True)
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from platoon import __version__
+
+        typer.echo(f"platoon {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print platoon's version and exit.")] = False,
+) -> None:
+    """Asynchronous RL training of LLM agents, with a dispatch policy you can simulate before you train."""
+
+
 app.add_typer(config_app, name="config")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(env_app, name="env")
@@ -158,6 +176,7 @@ def simulate(
     """Run the dispatch policy in the SimPy simulator and print a summary table."""
     from platoon.console import make_console
     from platoon.report import show_simulated
+    from platoon.runs.rundir import NotARunDirectory
     from platoon.sim import command
 
     config, overrides = config_and_overrides(arguments, config, overrides)
@@ -170,6 +189,7 @@ def simulate(
     console = make_console()
     with exits((command.USAGE_ERRORS, EXIT_USAGE), CONFIG,
                (FileExistsError, EXIT_USAGE, lambda exc: f"{exc}; give another --out"),
+               (NotARunDirectory, EXIT_USAGE, lambda exc: f"--resume {exc}"),
                (command.RUNTIME_ERRORS, EXIT_RUNTIME)):
         outcome = command.simulate(request, console)
     show_simulated(outcome, console)

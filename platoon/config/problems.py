@@ -97,6 +97,21 @@ def _data_loc(loc: tuple[Any, ...], data: Any, kind: str) -> tuple[str | int, ..
     return tuple(out)
 
 
+def _nested_key(model: Any, key: str, depth: int = 3) -> str | None:
+    """``section.key`` where ``key`` is no key of ``model`` but one of its sections' (``model_name`` written at the
+    top level: ``train.model_name``), searched in the order the sections are declared, or None."""
+    for name, field in model.model_fields.items():
+        section = field.annotation
+        if not (isinstance(section, type) and hasattr(section, "model_fields")):
+            continue
+        if key in section.model_fields:
+            return f"{name}.{key}"
+        deeper = _nested_key(section, key, depth - 1) if depth > 1 else None
+        if deeper:
+            return f"{name}.{deeper}"
+    return None
+
+
 def _message(err: Any, root: Any, loc: tuple[str | int, ...], data: Any) -> str:
     kind, ctx = err["type"], err.get("ctx") or {}
     if kind == "missing":
@@ -109,6 +124,9 @@ def _message(err: Any, root: Any, loc: tuple[str | int, ...], data: Any) -> str:
         hint = getattr(model, "UNKNOWN_KEY_HINTS", {}).get(key)
         if hint:
             return hint
+        nested = _nested_key(model, key)
+        if nested:
+            return f"unknown key; did you mean {nested!r}?"
         close = difflib.get_close_matches(key, list(model.model_fields), n=1, cutoff=0.6)
         return f"unknown key; did you mean {close[0]!r}?" if close else "unknown key"
     if kind in ("value_error", "assertion_error"):

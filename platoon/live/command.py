@@ -92,7 +92,7 @@ def start_run(cfg: RunConfig, out: Path, **build: Any) -> tuple[LiveRun, LiveRun
                                     pool=pool_rows(live.policy.pool), keep=cfg.checkpoint.keep_recovery,
                                     steps=live.policy.driver.steps)
     except FileExistsError as exc:
-        raise TrainError(f"{exc}; pass --resume {out} to go on with it, or another --out") from None
+        raise TrainUsageError(f"{exc}; pass --resume {out} to go on with it, or another --out") from None
     return live, run_dir
 
 

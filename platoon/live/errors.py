@@ -15,4 +15,4 @@ class TrainError(RuntimeError):
 
 
 class TrainUsageError(TrainError):
-    """A ``--resume`` used as it cannot be (exit 64): the run directory was left as it was."""
+    """A ``--resume`` or ``--out`` used as it cannot be (exit 64): the run directory was left as it was."""

@@ -36,7 +36,7 @@ from platoon.runs.resume import (
     check_steps,
     commit_resume,
 )
-from platoon.runs.rundir import LOCK_BASE_KEYS
+from platoon.runs.rundir import LOCK_BASE_KEYS, NotARunDirectory
 
 __all__ = ["V040_RESUME_KEYS", "is_v040", "resume_run", "resume_v040_run"]
 
@@ -54,6 +54,8 @@ def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
     log = log or (lambda level, message: None)
     try:
         run_dir = LiveRunDir.claim(path)
+    except NotARunDirectory as exc:
+        raise TrainUsageError(f"--resume {exc}") from None
     except CorruptFileError as exc:
         raise TrainError(f"cannot resume {path}: {exc}") from None
     try:

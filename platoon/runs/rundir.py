@@ -48,6 +48,13 @@ LOGS = ("metrics.jsonl", "tasks/events.jsonl", "trace.json")
 NEEDED_LOGS = ("metrics.jsonl", "tasks/events.jsonl")
 
 
+class NotARunDirectory(CorruptFileError):
+    """A path given as a run that is none: it holds no ``lock.json`` (or does not exist)."""
+
+    def __init__(self, path: PathLike) -> None:
+        super().__init__(path, "not a run directory (no lock.json)" if Path(path).is_dir() else "no such directory")
+
+
 class RunDir:
     """Paths and readers/writers of one run directory. Constructing one touches nothing on disk."""
 
@@ -81,9 +88,12 @@ class RunDir:
         existed = root.exists()
         root.mkdir(parents=True, exist_ok=True)
         run = cls(root)
+        had_lock_file = (root / WRITER_FILE).exists()
         run.writer = WriterLock.acquire(root, command=command)
         try:
             if not exist_ok and any(p.name != WRITER_FILE for p in root.iterdir()):
+                if not had_lock_file:  # a directory that is no run is left as it was (unlinked while held)
+                    (root / WRITER_FILE).unlink(missing_ok=True)
                 raise FileExistsError(f"{root}: the run directory exists and is not empty")
             run._created, run._made = True, (made if not existed else None)
             run.tasks_dir.mkdir(exist_ok=True)
@@ -128,9 +138,12 @@ class RunDir:
     @classmethod
     def claim(cls, path: PathLike, *, command: str | None = None) -> RunDir:
         """The existing run directory ``path``, for writing: its writer lock taken (RunBusyError when another
-        process holds it). A directory that holds no ``lock.json`` raises CorruptFileError and is left untouched."""
+        process holds it). A directory that holds no ``lock.json`` raises NotARunDirectory (a CorruptFileError) and
+        is left untouched."""
         run = cls(path)
-        run.read_lock()  # not a run: say so before a writer.lock is made in it
+        if not run.lock_path.exists():  # not a run: say so before a writer.lock is made in it
+            raise NotARunDirectory(run.path)
+        run.read_lock()
         run.writer = WriterLock.acquire(run.path, command=command)
         return run
 
@@ -347,4 +360,4 @@ def as_run_dir(run_dir: RunDir | PathLike) -> RunDir:
     return run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
 
 
-__all__ = ["LOCK_BASE_KEYS", "LOCK_LISTS", "LOGS", "NEEDED_LOGS", "RunDir", "as_run_dir", "checkpoint_name", "metrics_row"]
+__all__ = ["LOCK_BASE_KEYS", "LOCK_LISTS", "LOGS", "NEEDED_LOGS", "NotARunDirectory", "RunDir", "as_run_dir", "checkpoint_name", "metrics_row"]

@@ -173,7 +173,7 @@ def _new(config: Path | None, overrides: Sequence[str], out: Path | None, steps:
     try:
         rd = RunDir.create(path, command="platoon sft")
     except FileExistsError as exc:
-        raise TrainError(f"{exc}; pass --resume {path} to go on with it, or another --out") from None
+        raise TrainUsageError(f"{exc}; pass --resume {path} to go on with it, or another --out") from None
     with rd.undone_on_failure():
         rd.write_lock(cfg.model_dump(mode="json"), [], {"runtime": "sft", "steps": cfg.sft.steps})
     return _Start(cfg, envs, renderer, model, SFTTrainer.from_config(model, cfg), rd, 0, cfg.sft.steps)
