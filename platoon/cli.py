@@ -255,13 +255,13 @@ def evaluate(
                           ".jsonl).")] = None,
 ) -> None:
     """Held-out pass@1, with a 95% confidence interval, of the initial or a trained policy."""
-    from platoon.live.command import TrainError
+    from platoon.live.command import TrainError, TrainUsageError
     from platoon.live.command import evaluate as run_eval
     from platoon.runs.export import write_csv, write_jsonl
 
     if by_task is not None and by_task.suffix not in (".csv", ".jsonl"):
         fail(f"--by-task writes .csv or .jsonl, got {by_task}", EXIT_USAGE)
-    with exits(CONFIG, (TrainError, EXIT_RUNTIME)):
+    with exits(CONFIG, (TrainUsageError, EXIT_USAGE), (TrainError, EXIT_RUNTIME)):
         report = run_eval(target, n=n)
     typer.echo(report.line())
     if by_task is not None:

@@ -73,3 +73,10 @@ def test_a_key_written_outside_its_section_names_the_section():
     assert result.returncode == 78
     assert "model_name: unknown key; did you mean 'train.model_name'?" in result.stderr
     assert "learning_rate: unknown key; did you mean 'train.optimizer.learning_rate'?" in result.stderr
+
+
+def test_eval_of_a_simulated_run_says_it_has_no_policy(tmp_path):
+    assert platoon("simulate", "--steps", "1", "--out", str(tmp_path / "sim")).returncode == 0
+    result = platoon("eval", str(tmp_path / "sim"))
+    assert result.returncode == 64
+    assert "a simulated run has no policy to play" in result.stderr and "Traceback" not in result.stderr

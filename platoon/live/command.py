@@ -173,8 +173,15 @@ def evaluate(target: str | os.PathLike[str], *, n: int = EVAL_EPISODES) -> EvalR
     path = Path(target)
     if path.is_dir():
         rd = RunDir(path)
+        if not rd.lock_path.exists():
+            raise TrainUsageError(f"cannot evaluate {path}: not a run directory (no lock.json)")
         try:
-            cfg = config_from_lock(rd.read_lock(), str(rd.lock_path))
+            lock = rd.read_lock()
+            if lock.get("runtime") == "sim":
+                raise TrainUsageError(f"cannot evaluate {path}: a simulated run has no policy to play (its "
+                                      "eval/pass@1 in metrics.jsonl is the learning model's estimate); evaluate a "
+                                      "live run, an sft run or a config")
+            cfg = config_from_lock(lock, str(rd.lock_path))
             point = LiveRunDir(path).resume_point()
         except (CorruptFileError, CheckpointError) as exc:
             raise TrainError(f"cannot evaluate {path}: {exc}") from None

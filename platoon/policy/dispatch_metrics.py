@@ -108,13 +108,16 @@ class StaleWatch:
         held = (f"what held the dispatcher back most was {top} ({mean[top]:.0%} of the time)"
                 if mean[top] > 0 else "nothing held the dispatcher back")
         if mean["horizon"] < 0.05:
-            fix = (f"the horizon had room, so max_staleness: {k + 1} changes only the stale filter")
+            fix = (f"the horizon had room, so train.max_staleness: {k + 1} changes only the stale filter and keeps "
+                   "these groups")
         else:
-            fix = f"max_staleness: {k + 1} also lets rollouts run one more step ahead"
+            fix = (f"the horizon held rollouts back, so a larger train.max_staleness also lets them run further "
+                   "ahead, which can make more of them stale, not fewer: compare before you change it, e.g. "
+                   f"platoon simulate --like RUN --sweep train.max_staleness={k},{k + 1},{k + 2}")
         return (f"{stale_total / groups:.1%} of the groups the last {STALE_WINDOW_STEPS} steps consumed went stale "
-                f"({stale_total} of {groups}); {held}; raise train.max_staleness by one: {fix}. A stale filter per "
-                f"datum, which would drop only a group's stale datums, is planned; until then dropping long groups "
-                f"biases what trains toward short rollouts.")
+                f"({stale_total} of {groups}); {held}; {fix}. A stale filter per datum, which would drop only a "
+                f"group's stale datums, is planned; until then dropping long groups biases what trains toward short "
+                f"rollouts.")
 
     def state_dict(self) -> dict:
         return {"window": [[c, s, b] for c, s, b in self.window], "warned": self.warned}

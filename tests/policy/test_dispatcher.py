@@ -330,7 +330,13 @@ def test_the_stale_warning_names_what_held_the_dispatcher_back_and_closes_on_the
     assert said[:9] == [None] * 9  # from the 10th step on
     assert said[9] == (
         "10.0% of the groups the last 10 steps consumed went stale (10 of 100); what held the dispatcher back most "
-        "was permits (50% of the time); raise train.max_staleness by one: max_staleness: 2 also lets rollouts run "
-        "one more step ahead. A stale filter per datum, which would drop only a group's stale datums, is planned; "
-        "until then dropping long groups biases what trains toward short rollouts.")
+        "was permits (50% of the time); the horizon held rollouts back, so a larger train.max_staleness also lets "
+        "them run further ahead, which can make more of them stale, not fewer: compare before you change it, e.g. "
+        "platoon simulate --like RUN --sweep train.max_staleness=1,2,3. A stale filter per datum, which would drop "
+        "only a group's stale datums, is planned; until then dropping long groups biases what trains toward short "
+        "rollouts.")
+    roomy = StaleWatch()
+    room = {**blocked, "horizon": 0.0}
+    said = [roomy.note_step(10, 1, room, 1) for _ in range(10)][9]
+    assert "the horizon had room, so train.max_staleness: 2 changes only the stale filter and keeps these groups" in said
     assert watch.note_step(10, 10, blocked, 1) is None  # once per start
