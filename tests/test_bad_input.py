@@ -303,8 +303,8 @@ def test_a_lock_without_a_config_or_with_an_invalid_one_is_refused(sim_run: Path
         else:
             lock["config"] = config
         for args in (("simulate", "--resume", sim_run), ("train", "--resume", sim_run), ("eval", sim_run)):
-            # train refuses another runtime's run first (exit 64): the lock says live for it, so its config is read
-            lock["runtime"] = "live" if args[0] == "train" else "sim"
+            # train and eval refuse a simulated run first (exit 64): the lock says live for them, so its config is read
+            lock["runtime"] = "sim" if args[0] == "simulate" else "live"
             (sim_run / "lock.json").write_text(json.dumps(lock))
             result = invoke(*args)
             assert result.exit_code == 78 and needle in result.output, (args, result.output)

@@ -394,7 +394,7 @@ def test_schema_checks_against_the_users_class(tmp_path: Path, monkeypatch: pyte
     assert result.exit_code == 78
     assert result.stdout.splitlines()[1].startswith("  --schema 'no_such_mod_for_schema:X' cannot be imported")
     result = invoke("config", "validate", "--schema", "platoon.config:RunConfig", path)
-    assert result.exit_code == 78 and "  steps: unknown key; did you mean 'stats'?" in result.stdout.splitlines()
+    assert result.exit_code == 78 and "  steps: unknown key; did you mean 'sft.steps'?" in result.stdout.splitlines()
 
 
 def test_resolve_is_on_by_default_and_can_be_named(tmp_path: Path) -> None:

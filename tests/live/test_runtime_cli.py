@@ -31,10 +31,10 @@ def test_train_with_a_bad_override_exits_78(tmp_path):
     assert "train.permit_release" in result.output
 
 
-def test_train_resume_of_a_directory_without_a_run_exits_1(tmp_path):
+def test_train_resume_of_a_directory_without_a_run_is_a_usage_error(tmp_path):
     result = runner.invoke(app, ["train", "--resume", str(tmp_path)])
-    assert result.exit_code == 1
-    assert "cannot resume" in result.output
+    assert result.exit_code == 64
+    assert "--resume" in result.output and "not a run directory (no lock.json)" in result.output
 
 
 def test_train_resume_and_out_together_is_a_usage_error(tmp_path):

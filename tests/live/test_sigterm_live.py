@@ -43,12 +43,18 @@ def test_sigterm_during_a_live_checkpoint_write_loses_nothing(tmp_path, nth_writ
     assert steps == list(range(8))
 
 
+def hear_ctrl_c() -> None:
+    """A terminal's Ctrl-C reaches the child even where this test runs as a background job (``make test`` starts
+    its parts with ``&``), whose shell left SIGINT ignored, an ignoring every child inherits."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_ctrl_c_says_what_was_saved_and_how_to_go_on(tmp_path):
     config, run = tmp_path / "run.yaml", tmp_path / "run"
     config.write_text(CONFIG)
     proc = subprocess.Popen([sys.executable, "-m", "platoon", "train", str(config), "--out", str(run)], env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=hear_ctrl_c)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if len(read_jsonl(run / "metrics.jsonl")) >= 2 if (run / "metrics.jsonl").exists() else False:

@@ -61,7 +61,7 @@ def test_exit_codes(monkeypatch, capsys, tmp_path):
     code, err = exit_code(monkeypatch, capsys, "simulate", "--resume", str(tmp_path), "train.max_training_steps=3")
     assert code == 64 and "drop overrides" in err
     code, err = exit_code(monkeypatch, capsys, "simulate", "--resume", str(tmp_path))
-    assert code == 1 and "lock.json" in err
+    assert code == 64 and "not a run directory (no lock.json)" in err
     code, err = exit_code(monkeypatch, capsys, "simulate", "--preset", "math", "--similar-by", "range")
     assert code == 64 and "--similar-by goes with --like" in err
 
