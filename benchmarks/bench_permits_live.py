@@ -78,10 +78,11 @@ def run(release: str) -> dict[str, float]:
     cfg = load_config(None, [f"train.max_training_steps={STEPS}", f"train.batch_size={BATCH}",
                              f"train.permit_release={release}", f"train.max_concurrent_rollouts={PERMITS}",
                              "train.max_staleness=null", f"environments.0.workflow_config.group_size={GROUP_SIZE}",
-                             f"train.seed={SEED}"])
+                             f"train.seed={SEED}", "eval.at_start=false", "eval.every=null",
+                             "checkpoint.recovery_every=null", "checkpoint.keep_recovery=null"])
     envs = build_environments(cfg)
     policy = build_policy(cfg, build_pool(cfg, envs), rolling=workflow_runs_on_lease(LognormalRollouts),
-                          clock=time.perf_counter)
+                          runtime="live")
     runtime = LiveRuntime(policy.driver, LognormalRollouts(), SleepTrainer(), NoService())
     t0 = time.perf_counter()
     asyncio.run(runtime.run())

@@ -394,16 +394,19 @@ def config_show(
     config: ConfigOption = None,
     overrides: SetOption = None,
     defaults: Annotated[
-        bool, typer.Option("--defaults", help="Every field with its description as a comment (loads back as is).")
+        bool, typer.Option("--defaults", help="Every field with its description as a comment, the keys with no effect in this release "
+                                       "commented out (loads back as is).")
     ] = False,
 ) -> None:
-    """Print a config as it loads (overrides applied, every default filled in) as YAML."""
+    """Print a config as it loads (overrides applied, every default filled in) as YAML: with no CONFIG, what train,
+    simulate and sft run without one, as a file to copy (its runs go to log_path: runs)."""
     from platoon.config.loader import load_config
     from platoon.config.show import shown
 
     config, overrides = config_and_overrides(arguments, config, overrides)
+    as_file = ["log_path=runs"] if config is None else []  # a config file names where its runs go
     with exits(CONFIG):
-        cfg = load_config(config, overrides)
+        cfg = load_config(config, [*as_file, *overrides])
     typer.echo(shown(cfg, defaults=defaults), nl=False)
 
 

@@ -244,9 +244,11 @@ def test_show_defaults_round_trips(tmp_path: Path) -> None:
     assert "# Groups per step.\n  batch_size: 32\n" in result.stdout
     assert "task_order" not in result.stdout
     assert "# Rollouts per task (a group); an entry may set its own.\n    group_size: 8\n" in result.stdout
+    assert "  # (no effect in this release; kept for platoon 0.4.0 configs)\n  # lora_rank: 32\n" in result.stdout
     path = tmp_path / "defaults.yaml"
     path.write_text(result.stdout)
-    assert load_config(path) == default_config()
+    assert load_config(path) == default_config().model_copy(update={"log_path": "runs"})  # a file names log_path
+    assert invoke("config", "validate", "--strict", str(path)).exit_code == 0
 
 
 def test_show_prints_the_config_as_loaded(tmp_path: Path) -> None:

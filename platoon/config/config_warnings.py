@@ -25,12 +25,7 @@ def config_warnings(cfg: RunConfig) -> list[str]:
     does not have, and the rollout-worker keys); a 0.4.0 renderer name that the chat template renders here;
     in rule mode, a loss that is not zero at zero advantages; clip thresholds set for importance_sampling, which does
     not clip."""
-    out: list[str] = []
-    inert = no_effect_paths(cfg)
-    if inert:
-        out.append(f"{', '.join(inert)}: no effect here (platoon 0.4.0 keys of components this backend does not have; "
-                   "docs/migrating-from-0.4.md)")
-    out += preload_warnings(cfg) + ray_warnings(cfg)
+    out = _said(_zero_four_inert(cfg)) + preload_warnings(cfg) + _said(_ray_inert(cfg))
     if cfg.train.renderer_name in CHAT_TEMPLATE_ALIASES:
         out.append(f"train.renderer_name: {cfg.train.renderer_name!r} is 0.4.0's renderer for a model family; here "
                    "the checkpoint's own chat template renders it (chat_template), the tool-call parser following "
@@ -48,7 +43,22 @@ def config_warnings(cfg: RunConfig) -> list[str]:
     if loss.loss_fn == "importance_sampling" and changed:
         out.append(f"train.loss_fn_config: importance_sampling does not clip the ratio; {', '.join(changed)} "
                    "takes effect only under ppo or cispo")
-    return out + sim_warnings(cfg)
+    return out + _said(_sim_inert(cfg))
+
+
+def inert_paths(cfg: RunConfig) -> list[str]:
+    """Every key ``cfg`` sets that has no effect here, by its dotted path (the keys the warnings name as such: 0.4.0's
+    keys of components this backend does not have, the rollout-worker keys Ray replaces, the simulator's)."""
+    return [path for paths, _ in (*_zero_four_inert(cfg), *_ray_inert(cfg), *_sim_inert(cfg)) for path in paths]
+
+
+def _said(groups: list[tuple[list[str], str]]) -> list[str]:
+    return [f"{', '.join(paths)}: {why}" for paths, why in groups if paths]
+
+
+def _zero_four_inert(cfg: RunConfig) -> list[tuple[list[str], str]]:
+    return [(no_effect_paths(cfg), "no effect here (platoon 0.4.0 keys of components this backend does not have; "
+                                   "docs/migrating-from-0.4.md)")]
 
 
 def preload_warnings(cfg: RunConfig) -> list[str]:
@@ -75,17 +85,17 @@ RAY_INERT = ("worker_start_method", "worker_rss_soft_limit_bytes", "worker_mem_a
 ``train.ray``'s resources, and Ray ends its actors)."""
 
 
-def ray_warnings(cfg: RunConfig) -> list[str]:
+def _ray_inert(cfg: RunConfig) -> list[tuple[list[str], str]]:
     """The rollout-worker keys a config sets to no effect under ``rollout_isolation: ray`` (``RAY_INERT``)."""
     w = cfg.train.workflow_config
     if w.rollout_isolation != "ray":
         return []
     inert = [f"train.workflow_config.{k}" for k in RAY_INERT if k in w.model_fields_set]
-    return [f"{', '.join(inert)}: no effect under rollout_isolation: ray (Ray places and ends the rollout actors, each "
-            "holding train.ray's resources)"] if inert else []
+    return [(inert, "no effect under rollout_isolation: ray (Ray places and ends the rollout actors, each holding "
+                    "train.ray's resources)")]
 
 
-def sim_warnings(cfg: RunConfig) -> list[str]:
+def _sim_inert(cfg: RunConfig) -> list[tuple[list[str], str]]:
     """The simulator's keys that a config sets to no effect: under ``rollout.turns`` the keys it replaces
     (``TURNS_REPLACE``; ``length_sigma`` too when no ``env_step_s`` is there to stretch), and ``sim.service`` and
     ``sim.trainer.service_slowdown`` where no entry's rollouts have turns. A run-level key is named when it has no effect in every entry that reads it (a
@@ -106,21 +116,19 @@ def sim_warnings(cfg: RunConfig) -> list[str]:
                 continue
             idle = rollout.turns is not None and (key != "length_sigma" or rollout.env_step_s is None)
             inert[path] = inert.get(path, True) and idle
-    out = []
-    named = [p for p, idle in inert.items() if idle]
-    if named:
-        out.append(f"{', '.join(named)}: no effect under sim.rollout.turns (a rollout's time is its turns' model "
-                   "calls and environment steps; a task's length stretches env_step_s)")
-    if "service" in cfg.sim.model_fields_set and not any_turns:
-        out.append("sim.service: no effect without sim.rollout.turns (only turns queue model calls at the service)")
     service_set = cfg.sim.service.model_fields_set
-    if cfg.train.inference.engine == "builtin" and "pause_s" in service_set:
-        out.append("sim.service.pause_s: no effect under train.inference.engine: builtin (the builtin service takes "
-                   "new weights without pausing)")
-    if cfg.train.inference.engine == "vllm" and "handoff_s" in service_set:
-        out.append("sim.service.handoff_s: no effect under train.inference.engine: vllm (its servers batch "
-                   "continuously, with no hand-off between batches)")
-    if "service_slowdown" in cfg.sim.trainer.model_fields_set and not any_turns:
-        out.append("sim.trainer.service_slowdown: no effect without sim.rollout.turns (no model service runs "
-                   "batches beside the trainer)")
-    return out
+    engine = cfg.train.inference.engine
+    return [
+        ([p for p, idle in inert.items() if idle],
+         "no effect under sim.rollout.turns (a rollout's time is its turns' model calls and environment steps; a "
+         "task's length stretches env_step_s)"),
+        (["sim.service"] if "service" in cfg.sim.model_fields_set and not any_turns else [],
+         "no effect without sim.rollout.turns (only turns queue model calls at the service)"),
+        (["sim.service.pause_s"] if engine == "builtin" and "pause_s" in service_set else [],
+         "no effect under train.inference.engine: builtin (the builtin service takes new weights without pausing)"),
+        (["sim.service.handoff_s"] if engine == "vllm" and "handoff_s" in service_set else [],
+         "no effect under train.inference.engine: vllm (its servers batch continuously, with no hand-off between "
+         "batches)"),
+        (["sim.trainer.service_slowdown"] if "service_slowdown" in cfg.sim.trainer.model_fields_set and not any_turns
+         else [], "no effect without sim.rollout.turns (no model service runs batches beside the trainer)"),
+    ]

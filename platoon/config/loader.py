@@ -76,6 +76,7 @@ def load_config(
     """
     source = DEFAULT_SOURCE if path is None else str(path)
     problems: list[Problem] = []
+    recorded = data is not None
     if data is not None:
         data = copy.deepcopy(dict(data))
         drop_recorded_defaults(data, RunConfig)
@@ -93,6 +94,8 @@ def load_config(
         for text in overrides:
             apply_override(data, text, applied, problems)
         cfg, best, covered = _validate(data, problems)
+        if best is not None and not recorded:  # a recorded run took its weights at its start
+            problems += _init_from_problems(best)
         if needs_log_path and data.get("log_path") is None and not any(p.path == "log_path" for p in problems):
             problems.append(Problem("log_path", f"{MISSING_KEY} (where runs go; train --out DIR names the run "
                                                 "directory instead)", ("log_path",)))
@@ -217,6 +220,14 @@ def _absolute_files(data: dict[str, Any], base: Path) -> None:
         local = base / Path(train["model_name"]).expanduser()
         if local.is_dir():
             train["model_name"] = str(local)
+
+
+def _init_from_problems(cfg: RunConfig) -> list[Problem]:
+    """``train.init_from`` naming no run directory (the weights it holds are checked as the run loads them)."""
+    source = cfg.train.init_from
+    if source is None or (Path(source).expanduser() / "lock.json").is_file():
+        return []
+    return [Problem("train.init_from", "not a run directory (no lock.json)", ("train", "init_from"))]
 
 
 def _merge_preset(data: dict[str, Any], overrides: Sequence[str], problems: list[Problem]) -> None:

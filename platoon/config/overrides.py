@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from platoon.config.models import default_config
+from platoon.config.models import schema_defaults
 from platoon.config.problems import Problem
 from platoon.config.yaml_loader import describe_yaml_error, load_yaml, read_yaml
 
@@ -85,7 +85,7 @@ def apply_override(
         return
     parts = key.split(".")
     if defaults is None:
-        defaults = default_config().model_dump(mode="json")
+        defaults = schema_defaults().model_dump(mode="json")
     if append:
         value = _appended(data, defaults, parts, value, text, problems)
         if value is _REFUSED:

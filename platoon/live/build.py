@@ -64,28 +64,7 @@ TINY_CONTEXT = 256
 EVAL_EPISODES = 1024
 """Held-out episodes of one ``eval/pass@1`` measurement (shared among the entries)."""
 
-EMBEDDED_DEFAULT: list[str] = [
-    "train.max_training_steps=300",
-    "train.batch_size=32",
-    "train.max_staleness=1",
-    "eval.every=50",
-    "eval.at_start=true",
-    "checkpoint.recovery_every=50",
-    "checkpoint.keep_recovery=3",
-    "train.optimizer.learning_rate=0.003",
-    "train.loss_fn=ppo",
-    "train.loss_fn_config={clip_low_threshold: 0.8, clip_high_threshold: 1.28, entropy_coef: 0.003}",
-    "environments.0.service_kwargs={show_range: true}",
-]
-"""Overrides of the config defaults that make ``platoon train`` with no config the CPU demo: the tiny model on
-``platoon-number-search`` (groups of 8; each answer shows the range still open), 300 steps of 32 groups, and a
-learning rate, loss and clip range for the tiny model (0.4.0's defaults, cispo at learning rate 3e-5, are tuned for
-LoRA on large models): ppo with the ratio clipped to [0.8, 1.28] and an entropy bonus of 0.003. Through the
-tool-calling harness and ``role_colon`` (seed 0, shared cores): held-out pass@1 0.000 at step 0 (it has to learn to
-call the tool first), 0.535 at step 200 and 0.652 at the end, where the token-level game it replaced gave 0.155,
-0.516 and 0.626 (docs/live-backend.md, "Does it learn?")."""
-
-__all__ = ["EMBEDDED_DEFAULT", "EVAL_EPISODES", "TINY_CONTEXT", "LiveRun", "build_environments", "build_live",
+__all__ = ["EVAL_EPISODES", "TINY_CONTEXT", "LiveRun", "build_environments", "build_live",
            "build_model", "build_pool", "build_renderer", "context_window", "entry_splits", "entry_tasks",
            "evaluate_policy", "evaluate_service", "listed_tasks", "load_init_from", "pool_rows",
            "rollout_workers"]

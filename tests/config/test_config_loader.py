@@ -9,7 +9,7 @@ import pytest
 from config_kit import complete
 
 from platoon.config import ConfigError, load_config, load_config_warnings, to_yaml
-from platoon.config.models import EMBEDDED_DEFAULT, default_config
+from platoon.config.models import EMBEDDED_DEFAULT, default_config, schema_defaults
 from platoon.config.overrides import is_override, split_arguments
 
 
@@ -38,7 +38,25 @@ def test_a_file_sets_its_model_and_renderer_and_the_rest_is_default(tmp_path: Pa
         "train.renderer_name: missing required key",
     ]
     text = "train: {model_name: tiny, renderer_name: role_colon, max_training_steps: 100}"
-    assert load_config(write(tmp_path, text, raw=True)) == default_config()
+    # a file starts from the schema's defaults (0.4.0's), not from the embedded demo
+    loaded = load_config(write(tmp_path, text, raw=True))
+    assert loaded == schema_defaults().model_copy(update={"train": schema_defaults().train.model_copy(
+        update={"max_training_steps": 100})})
+    assert loaded.train.optimizer.learning_rate != default_config().train.optimizer.learning_rate
+
+
+def test_the_shown_default_trains_as_the_embedded_default(tmp_path: Path) -> None:
+    """``config show`` with no config writes a file that loads to the embedded default (its log_path aside), and passes
+    ``config validate --strict``: no key it writes is warned about."""
+    from platoon.config.config_warnings import config_warnings
+    from platoon.config.show import shown
+
+    for defaults in (False, True):
+        path = tmp_path / f"shown-{defaults}.yaml"
+        path.write_text(shown(load_config(None, ["log_path=runs"]), defaults=defaults))
+        cfg = load_config(path, needs_log_path=True, strict_resolve=True)
+        assert cfg.model_copy(update={"log_path": None}) == default_config(), defaults
+        assert config_warnings(cfg) == [], defaults
 
 
 def test_log_path_is_required_where_asked_for(tmp_path: Path) -> None:
@@ -302,7 +320,7 @@ def test_an_override_sets_only_its_own_key(tmp_path: Path) -> None:
         "train.renderer_name: missing required key",
     ]
     cfg = load_config(None, ["environments.0.workflow_config.group_size=4", "train.workflow_config.group_size=2"])
-    assert cfg.environments[0].model_fields_set == {"workflow_config"}
+    assert cfg.environments[0].model_fields_set == {"service_kwargs", "workflow_config"}  # the first: the demo's
     assert cfg.train.workflow_config.model_fields_set == {"group_size"}
     assert load_config_warnings(cfg) == []
     # a distribution's field keeps the default distribution it belongs to
@@ -443,20 +461,25 @@ def test_relative_files_are_relative_to_the_config(tmp_path: Path) -> None:
 # --- warnings and strict resolution ----------------------------------------------------------------------------
 
 
-def test_rule_mode_warns_of_a_loss_not_zero_at_zero_advantages() -> None:
-    cfg = load_config(None, ["train.group_admission=informative", "train.loss_fn_config.kl_coef=0.1"])
+def test_rule_mode_warns_of_a_loss_not_zero_at_zero_advantages(tmp_path: Path) -> None:
+    path = write(tmp_path, "")
+    cfg = load_config(path, ["train.group_admission=informative", "train.loss_fn_config.kl_coef=0.1"])
     [warning] = load_config_warnings(cfg)
     assert warning.startswith("train.loss_fn_config: kl_coef 0.1 and entropy_coef 0 train terms")
-    assert load_config_warnings(load_config(None, ["train.loss_fn_config.kl_coef=0.1"])) == []
-    assert load_config_warnings(load_config(None, ["train.group_admission=informative"])) == []
+    assert load_config_warnings(load_config(path, ["train.loss_fn_config.kl_coef=0.1"])) == []
+    assert load_config_warnings(load_config(path, ["train.group_admission=informative"])) == []
+    # the embedded default's entropy bonus is such a term
+    [warning] = load_config_warnings(load_config(None, ["train.group_admission=informative"]))
+    assert warning.startswith("train.loss_fn_config: kl_coef 0 and entropy_coef 0.003 train terms")
 
 
-def test_clip_thresholds_changed_for_importance_sampling_are_warned_of() -> None:
-    cfg = load_config(None, ["train.loss_fn=importance_sampling", "train.loss_fn_config.clip_high_threshold=1.2"])
+def test_clip_thresholds_changed_for_importance_sampling_are_warned_of(tmp_path: Path) -> None:
+    path = write(tmp_path, "")
+    cfg = load_config(path, ["train.loss_fn=importance_sampling", "train.loss_fn_config.clip_high_threshold=1.2"])
     assert load_config_warnings(cfg) == [
         "train.loss_fn_config: importance_sampling does not clip the ratio; clip_high_threshold 1.2 takes effect "
         "only under ppo or cispo"]
-    assert load_config_warnings(load_config(None, ["train.loss_fn=importance_sampling"])) == []
+    assert load_config_warnings(load_config(path, ["train.loss_fn=importance_sampling"])) == []
 
 
 def test_strict_resolve_adds_stage_two(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from platoon.config.models import (
     TrainConfig,
     WorkflowConfig,
     default_config,
+    schema_defaults,
 )
 from platoon.config.problems import describe_errors
 from platoon.config.sections import DatasetKwargs
@@ -38,10 +39,20 @@ def _models(root: type[BaseModel]) -> set[type[BaseModel]]:
     return seen
 
 
+def test_the_embedded_default_is_the_cpu_demo() -> None:
+    t = (cfg := default_config()).train
+    assert (t.max_training_steps, t.batch_size, t.max_staleness, t.loss_fn, t.optimizer.learning_rate) == (
+        300, 32, 1, "ppo", 0.003)
+    assert t.loss_fn_config == {"clip_low_threshold": 0.8, "clip_high_threshold": 1.28, "entropy_coef": 0.003}
+    assert (cfg.eval.every, cfg.eval.at_start, cfg.checkpoint.recovery_every, cfg.checkpoint.keep_recovery) == (
+        50, True, 50, 3)
+    assert [e.service_kwargs for e in cfg.environments] == [{"show_range": True}]
+
+
 def test_defaults_are_the_documented_ones() -> None:
-    cfg = default_config()
+    cfg = schema_defaults()  # what a config file starts from: 0.4.0's defaults
     t = cfg.train
-    assert (t.model_name, t.renderer_name, t.max_training_steps, t.num_epochs) == ("tiny", "role_colon", 100, None)
+    assert (t.model_name, t.renderer_name, t.max_training_steps, t.num_epochs) == ("tiny", "role_colon", None, None)
     assert (t.batch_size, t.max_concurrent_rollouts, t.permit_release) == (32, None, "rollout")
     assert (t.max_staleness, t.max_starting_rollouts, t.task_sampler, t.group_admission) == (
         None,

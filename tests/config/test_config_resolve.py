@@ -339,7 +339,7 @@ def test_default_config_records_its_run_sampler_and_environment() -> None:
         "core": "platoon-number-search",
         "level": "entry",
         "environments": ["default"],
-        "options": {"default": NumberSearchOptions().model_dump(mode="json")},
+        "options": {"default": NumberSearchOptions(show_range=True).model_dump(mode="json")},  # the demo's
     }
 
 

@@ -4,8 +4,8 @@ its pool and its evaluation tasks (platoon.live.build)."""
 from __future__ import annotations
 
 import pytest
+from config_kit import schema_config
 
-from platoon.config import load_config
 from platoon.config.errors import ConfigError
 from platoon.live.agent.harness import default_renderer
 from platoon.live.build import build_environments, build_pool, entry_tasks, evaluate_policy
@@ -15,7 +15,7 @@ SMALL = {"ranges": [4, 8]}
 
 
 def config(*overrides):
-    return load_config(None, ["environments.0.service_kwargs={ranges: [4, 8]}", *overrides])
+    return schema_config(["environments.0.service_kwargs={ranges: [4, 8]}", *overrides])
 
 
 def pool_ids(cfg):
@@ -40,7 +40,7 @@ def test_limit_and_shuffle_seed_pick_the_training_tasks_and_exclude_tasks_leaves
 def test_a_mixtures_pool_names_each_task_by_its_entry_and_its_keys_name_the_environments_ids():
     train = NumberSearch(**SMALL).task_ids("train")
     entry = "{env: platoon-number-search@1, service_kwargs: {ranges: [4, 8]}, dataset_kwargs: {limit: 3}"
-    cfg = load_config(None, [f"environments=[{entry}, name: easy}}, {entry}, name: hard, "
+    cfg = schema_config([f"environments=[{entry}, name: easy}}, {entry}, name: hard, "
                              f"exclude_tasks: [{train[0]}]}}]"])
     pool = build_pool(cfg, build_environments(cfg))
     # both entries list the same environment tasks: each entry's are its own tasks of the pool (platoon 0.4.0)

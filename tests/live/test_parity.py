@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from config_kit import schema_config
 from live_harness import (
     AsyncTrainer,
     Outcome,
@@ -27,7 +28,6 @@ from live_harness import (
     run_virtual,
 )
 
-from platoon.config import load_config
 from platoon.live.runtime import LiveRuntime
 from platoon.policy.assemble import build_policy
 from platoon.policy.dispatcher import StartGroup
@@ -139,7 +139,7 @@ class GradedSim(SimRuntime):
 @pytest.mark.parametrize("release", ["rollout", "group"])
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_live_and_simulator_make_the_same_decisions(scenario, release):
-    cfg = load_config(None, BASE + SCENARIOS[scenario] + [f"train.permit_release={release}"])
+    cfg = schema_config(BASE + SCENARIOS[scenario] + [f"train.permit_release={release}"])
     tasks = build_tasks(cfg)
     sim_policy = build_policy(cfg, tasks.pool)
     sim_decisions, sim_calls = tap(sim_policy.dispatcher)
@@ -203,7 +203,7 @@ def test_rollout_and_group_at_max_staleness_0_train_the_same_datums_in_the_same_
 
     trained = {}
     for release in ("rollout", "group"):
-        cfg = load_config(None, ["train.max_training_steps=3", "train.batch_size=4", "train.max_staleness=0",
+        cfg = schema_config(["train.max_training_steps=3", "train.batch_size=4", "train.max_staleness=0",
                                  f"train.permit_release={release}", "environments.0.workflow_config.group_size=4",
                                  "environments.0.service_kwargs={ranges: [4, 8, 16]}"])
         assert cfg.train.max_concurrent_rollouts is None  # the default budget

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from config_kit import schema_config
 
 from platoon.live.build import evaluate_service
 from platoon.live.envs.number_search import NumberSearch
@@ -89,9 +90,8 @@ def test_evaluation_during_training_warns_for_its_own_rollouts():
         def warn(self, message):
             self.warnings.append(message)
 
-    from platoon.config.loader import load_config
 
-    cfg = load_config(None, ["environments.0.service_kwargs={ranges: [8]}"])
+    cfg = schema_config(["environments.0.service_kwargs={ranges: [8]}"])
     slots, routing = Slots(), RoutingIdWatch("eval")
     metrics = asyncio.run(evaluate_service(FakeModelService(lambda p, s: [5]), cfg, {cfg.environments[0].label: ENV},
                                            12, slots=slots, routing=routing))

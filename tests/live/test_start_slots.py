@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from config_kit import schema_config
 from live_harness import (
     FakeService,
     FakeTrainer,
@@ -139,11 +140,10 @@ def test_evaluation_as_rollouts_scores_as_evaluation_in_batches(one_torch_thread
 
 @pytest.mark.parametrize(("limit", "never_binds"), [(40, False), (48, True)])
 def test_the_announcement_counts_evaluations_rollouts_among_those_that_can_run_at_once(limit, never_binds):
-    from platoon.config.loader import load_config
     from platoon.live.build import build_environments, build_pool
     from platoon.policy.assemble import build_policy
 
-    cfg = load_config(None, ["train.batch_size=4", "environments.0.workflow_config.group_size=8",
+    cfg = schema_config(["train.batch_size=4", "environments.0.workflow_config.group_size=8",
                              "train.max_concurrent_rollouts=32", "eval.every=5", "eval.max_concurrent_rollouts=16",
                              f"train.max_starting_rollouts={limit}", "train.max_training_steps=2"])
     policy = build_policy(cfg, build_pool(cfg, build_environments(cfg)), runtime="live")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from config_kit import schema_config
 from live_harness import (
     FakeService,
     FakeTrainer,
@@ -187,12 +188,11 @@ def test_a_live_run_cuts_each_group_by_its_labels_policy_else_its_entrys_else_th
     50 s; entry b's task (label "plain" too, no policy) its entry's own 5 s."""
     import re
 
-    from platoon.config import load_config
     from platoon.live.runtime import LiveRuntime
     from platoon.policy.assemble import build_policy
     from platoon.policy.pool import EntrySpec, TaskPool
 
-    cfg = load_config(None, [
+    cfg = schema_config([
         "train.max_training_steps=6", "train.batch_size=1", "train.max_concurrent_rollouts=4", "train.label_by=kind",
         "train.workflow_config.group_size=4", "train.workflow_config.straggler_timeout_seconds=50.0",
         "train.workflow_config.straggler_policies={slow: {timeout_seconds: 2.0}}",

@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from config_kit import schema_config
 from live_harness import trajectory
 
 from platoon.live.lease import background_teardown, first_model_call
@@ -78,11 +79,10 @@ def fake_service(model, cfg, version):
 def train(overrides):
     """A run of the built-in environment on the fake service (seeded tokens: the scripted outcomes): its draw and
     fate events and the datums of each step."""
-    from platoon.config import load_config
     from platoon.live.build import build_live
     from platoon.live.runtime import LiveRuntime
 
-    cfg = load_config(None, [*SMALL, *overrides])
+    cfg = schema_config([*SMALL, *overrides])
     live = build_live(cfg, service_factory=fake_service, eval_episodes=8)
     steps = []
     record = live.trainer.train_step

@@ -12,7 +12,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from platoon.config.loader import load_config
+from config_kit import schema_config
+
 from platoon.policy import (
     CYCLE_DECISIONS,
     Abort,
@@ -63,7 +64,7 @@ def overrides(*, steps: int, permits: int, release: str, staleness: int | None, 
 
 
 def build_driver(ov: list[str]):
-    cfg = load_config(None, ov)
+    cfg = schema_config(ov)
     pool = TaskPool.from_entries([EntrySpec(cfg.environments[0].label, TASKS, group_size=GROUP_SIZE)])
     return build_policy(cfg, pool)
 

@@ -1,9 +1,9 @@
 """Literal-time unit tests of the dispatcher's rules (docs/group-admission.md, docs/dispatch.md)."""
 
 import pytest
+from config_kit import schema_config
 from dispatch_harness import Script, build, output_of
 
-from platoon.config import load_config
 from platoon.policy.dispatch_records import dispatch_config
 from platoon.policy.dispatcher import StartGroup, StepPhase
 from platoon.policy.permits import GrantPermit
@@ -245,8 +245,8 @@ def test_a_step_of_only_uniform_groups_keeps_the_version_unless_the_loss_trains_
 
 
 def test_dispatch_config_reads_the_loss():
-    assert dispatch_config(load_config(None, []), steps=10).uniform_groups_update is False
-    cfg = load_config(None, ["train.loss_fn_config.entropy_coef=0.01"])
+    assert dispatch_config(schema_config([]), steps=10).uniform_groups_update is False
+    cfg = schema_config(["train.loss_fn_config.entropy_coef=0.01"])
     assert dispatch_config(cfg, steps=10).uniform_groups_update is True
 
 

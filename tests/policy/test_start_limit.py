@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from config_kit import schema_config
 
 from platoon.policy.start_limit import (
     PREFIX,
@@ -310,11 +311,10 @@ def test_the_guide_example_runs(capsys):
 
 
 def announced(overrides, **build):
-    from platoon.config.loader import load_config
     from platoon.policy.assemble import build_policy
     from platoon.policy.pool import EntrySpec, TaskPool
 
-    cfg = load_config(None, ["train.batch_size=2", "environments.0.workflow_config.group_size=4", *overrides])
+    cfg = schema_config(["train.batch_size=2", "environments.0.workflow_config.group_size=4", *overrides])
     pool = TaskPool.from_entries([EntrySpec("default", ["a", "b", "c"], group_size=4)])
     driver = build_policy(cfg, pool, **build).driver
     driver.start(now=0.0)  # the launch save, then the start itself

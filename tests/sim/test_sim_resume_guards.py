@@ -141,7 +141,7 @@ def test_config_show_defaults_lists_the_retention():
     result = runner.invoke(app, ["config", "show", "--defaults"])
     assert result.exit_code == 0
     lines = result.output.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.strip() == "keep_recovery: null")
+    at = next(i for i, line in enumerate(lines) if line.strip() == "keep_recovery: 3")
     assert lines[at - 1].strip().startswith("# Recovery checkpoints to keep, the newest")
 
 

@@ -30,7 +30,6 @@ from platoon.config.loader import config_from_lock, load_config
 from platoon.config.models import RunConfig
 from platoon.config.steps import run_directory
 from platoon.live.build import (
-    EMBEDDED_DEFAULT,
     EVAL_EPISODES,
     build_environments,
     build_model,
@@ -160,7 +159,7 @@ def sft(config: Path | None = None, overrides: Sequence[str] = (), *, out: Path 
 
 
 def _new(config: Path | None, overrides: Sequence[str], out: Path | None, steps: int | None) -> _Start:
-    extra = list(EMBEDDED_DEFAULT) if config is None else []
+    extra: list[str] = []
     if steps is not None:
         extra.append(f"sft.steps={steps}")
     cfg = load_config(config, [*extra, *overrides], strict_resolve=True,

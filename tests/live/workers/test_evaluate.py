@@ -10,6 +10,7 @@ import re
 import time
 
 import pytest
+from config_kit import schema_config
 
 from platoon.live.agent.harness import default_renderer
 from platoon.live.envs import NumberSearch
@@ -136,14 +137,13 @@ def test_a_failing_episode_fails_the_evaluation_from_its_worker(tmp_path):
 
 
 def test_training_evaluates_in_the_rollout_workers(tmp_path, monkeypatch):
-    from platoon.config import load_config
     from platoon.live.build import build_live
 
     monkeypatch.setenv("PLATOON_NODE_SCRATCH", str(tmp_path))
     small = ["environments.0.service_kwargs={ranges: [8, 16]}", "model.d_model=16", "model.n_layers=1"]
 
     def evaluated(overrides):
-        live = build_live(load_config(None, [*small, *overrides]), eval_episodes=12)
+        live = build_live(schema_config([*small, *overrides]), eval_episodes=12)
         tok = live.renderer.tokenizer
         live.service = FakeModelService(
             lambda prompt, seed: tok.encode(f"guess {binary_guess(tok.decode(prompt)) if seed % 4 else 1} <eot>"))

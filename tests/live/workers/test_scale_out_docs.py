@@ -5,8 +5,8 @@ import re
 from pathlib import Path
 
 import yaml
+from config_kit import schema_config
 
-from platoon.config import load_config
 from platoon.config.config_warnings import config_warnings
 
 DOC = Path(__file__).parents[3] / "docs" / "scale-out.md"
@@ -15,7 +15,7 @@ DOC = Path(__file__).parents[3] / "docs" / "scale-out.md"
 def test_the_config_example_loads_and_every_key_acts():
     (block,) = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), re.S)
     train = yaml.safe_load(block)["train"]
-    cfg = load_config(None, [f"train.workflow_config={json.dumps(train['workflow_config'])}",
+    cfg = schema_config([f"train.workflow_config={json.dumps(train['workflow_config'])}",
                              f"train.ray={json.dumps(train['ray'])}"])
     assert cfg.train.workflow_config.rollout_isolation == "ray"
     assert (cfg.train.ray.actor_cpus, cfg.train.ray.max_actors, cfg.train.ray.start_timeout_seconds) == (1, None, 300)

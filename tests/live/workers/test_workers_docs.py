@@ -5,8 +5,8 @@ import re
 from pathlib import Path
 
 import yaml
+from config_kit import schema_config
 
-from platoon.config import load_config
 from platoon.config.config_warnings import config_warnings
 
 DOC = Path(__file__).parents[3] / "docs" / "rollout-workers.md"
@@ -15,7 +15,7 @@ DOC = Path(__file__).parents[3] / "docs" / "rollout-workers.md"
 def test_the_config_example_loads_and_every_key_acts():
     (block,) = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), re.S)
     workers = yaml.safe_load(block)["train"]["workflow_config"]
-    cfg = load_config(None, [f"train.workflow_config={json.dumps(workers)}"])
+    cfg = schema_config([f"train.workflow_config={json.dumps(workers)}"])
     w = cfg.train.workflow_config
     assert (w.rollout_isolation, w.worker_start_method, w.worker_preload) == ("process", "forkserver",
                                                                               ["my_env.renderer"])
