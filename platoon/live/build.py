@@ -541,5 +541,6 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
                             step_timeout=run.rollout_config.step_timeout)
     if workers is not None:
         workflow.rollout_workers = workers
+    told = getattr(getattr(workflow, "routing", None), "told", None)  # one notice a start, training's or evaluation's
     return LiveRun(cfg, envs, policy, model, trainer, service, workflow, eval_episodes, clock_start_s,
-                   staging=staging, workers=workers, renderer=renderer)
+                   staging=staging, workers=workers, renderer=renderer, eval_routing=RoutingIdWatch("eval", told))

@@ -59,6 +59,7 @@ def default_out(root: Path = Path("runs")) -> Path:
 def _runtime(live: LiveRun, run_dir: LiveRunDir, console: Console | None, checkpoint: str | None) -> LiveRuntime:
     if console is not None and hasattr(live.workflow, "warn"):
         live.workflow.warn = lambda message: console.log("warning", message)
+        live.workflow.inform = lambda message: console.log("info", message)
     log = console.log if console is not None else (lambda level, message: None)
     # staged since the start was built, on while the runtime saves at launch; no rollout starts before it is done
     staging = (live.staging or Staging([]).start()).attach(log)

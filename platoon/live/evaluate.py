@@ -109,6 +109,9 @@ class EvalSlots(Protocol):
     def warn(self, message: str) -> None:
         ...
 
+    def inform(self, message: str) -> None:
+        ...
+
 
 @dataclass(frozen=True)
 class EvalEpisode:
@@ -143,6 +146,7 @@ async def evaluate_rollouts(service: Any, env: Any, tasks: str | Sequence[str], 
     plan = eval_plan(env, tasks, n, seed)
     gate = asyncio.Semaphore(concurrency)
     warn: Callable[[str], None] = slots.warn if slots is not None else (lambda message: None)
+    inform: Callable[[str], None] = slots.inform if slots is not None else (lambda message: None)
     sent_renderer = workers.pickled(renderer) if workers is not None else b""
 
     async def play(counted: _FirstCall, first_call: Callable[[], None], task_id: str, episode_seed: int) -> Any:
@@ -168,9 +172,9 @@ async def evaluate_rollouts(service: Any, env: Any, tasks: str | Sequence[str], 
             if slots is not None:
                 slots.release(index, "end")
         if routing is not None:
-            for warning in routing.rollout_ended(f"rollout {index} (task {task_id})", calls=counted.calls,
-                                                 present=counted.routed):
-                warn(warning)
+            for level, message in routing.rollout_ended(f"rollout {index} (task {task_id})", calls=counted.calls,
+                                                        present=counted.routed):
+                (inform if level == "info" else warn)(message)
         return trajectory.success
 
     runs = [asyncio.ensure_future(one(j, t, s)) for j, (t, s) in enumerate(plan)]

@@ -165,5 +165,8 @@ class EvalSlots:
     def warn(self, message: str) -> None:
         self._log("warning", message)
 
+    def inform(self, message: str) -> None:
+        self._log("info", message)
+
 
 __all__ = ["EvalSlots", "LeaseHost"]

@@ -165,6 +165,7 @@ class GroupRolloutWorkflow:
         self.straggler_timeout_s = straggler_timeout_s
         self.quorum = quorum
         self.warn = warn or log.warning
+        self.inform = log.info  # the run's info lines (platoon train points it at its console)
         self.leave_one_out_baseline = leave_one_out_baseline
         self.min_successful_group_size = min_successful_group_size
         self.routing = RoutingIdWatch("train")  # one per workflow, so per start of training
@@ -247,10 +248,14 @@ class GroupRolloutWorkflow:
         service = _FirstCall(self.service)
         trajectory = await play_episode(service, env, task, temperature=self.temperature,
                                         seed=seed, renderer=self.renderer, limits=self.limits)
-        for warning in self.routing.rollout_ended(f"rollout {row.member} of task {row.task_id} (group {row.key})",
-                                                  calls=service.calls, present=service.routed):
-            self.warn(warning)
+        self.say(self.routing.rollout_ended(f"rollout {row.member} of task {row.task_id} (group {row.key})",
+                                            calls=service.calls, present=service.routed))
         return Rollout(trajectory)
+
+    def say(self, said: list[tuple[str, str]]) -> None:
+        """Pass on ``(level, message)`` pairs (a ``RoutingIdWatch``'s): ``info`` to ``inform``, the rest to ``warn``."""
+        for level, message in said:
+            (self.inform if level == "info" else self.warn)(message)
 
     def step_metrics(self) -> dict[str, float]:
         """The workflow's own metrics since the last call (``train/rollout_worker_routing_id_coverage``; under

@@ -9,8 +9,12 @@ Per rollout that made ``calls`` model calls, ``present`` of them with a routing 
   warning names the first three rollouts without them ("and N more");
 - ``0 < present < calls``: the rollout's coverage is partial;
 - ``present == 0`` after ids were seen: this rollout got none;
-- ``present == 0``, none seen, and it is the first such rollout: once, the service sends no routing ids (expected
-  for a dense model; for a mixture-of-experts model it means no routing replay).
+- ``present == 0``, none seen, and it is the first such rollout: once per start (the watches of one start share
+  ``told``, so training and evaluation say it once between them), a notice at level ``info``, not a warning: the
+  service sends no routing ids, as expected for a dense model (for a mixture-of-experts model it means no routing
+  replay).
+
+``rollout_ended`` answers what to say as ``(level, message)`` pairs, ``info`` or ``warning``.
 
 A rollout that made no model call tells nothing and is not counted. ``metrics()`` gives
 ``<scope>/rollout_worker_routing_id_coverage``: the share of the model calls, of the rollouts that ended since the
@@ -28,18 +32,18 @@ __all__ = ["RoutingIdWatch"]
 class RoutingIdWatch:
     """The routing-id bookkeeping of one scope for one start (see the module docstring)."""
 
-    def __init__(self, scope: str = "train") -> None:
+    def __init__(self, scope: str = "train", told: set[str] | None = None) -> None:
         self.scope = scope
+        self.told = told if told is not None else set()  # the once-per-start notices said, shared by a start's watches
         self.seen = False
         self.without = 0
         self.without_names: list[str] = []
-        self._warned_none = False
         self._calls = 0
         self._present = 0
 
-    def rollout_ended(self, rollout: str, *, calls: int, present: int) -> list[str]:
-        """Rollout ``rollout`` ended having made ``calls`` model calls, ``present`` of them with a routing id; the
-        warnings it calls for."""
+    def rollout_ended(self, rollout: str, *, calls: int, present: int) -> list[tuple[str, str]]:
+        """Rollout ``rollout`` ended having made ``calls`` model calls, ``present`` of them with a routing id; what it
+        calls for saying, as ``(level, message)``."""
         if not 0 <= present <= calls:
             raise ValueError(f"routing ids: {present} of {calls} calls is not a count of them")
         if calls == 0:
@@ -47,22 +51,22 @@ class RoutingIdWatch:
         self._calls += calls
         self._present += present
         what = "training" if self.scope == "train" else "evaluation"
-        out: list[str] = []
+        out: list[tuple[str, str]] = []
         if present > 0 and not self.seen and self.without:
             named = ", ".join(self.without_names)
             more = f" and {self.without - len(self.without_names)} more" if self.without > len(self.without_names) else ""
-            out.append(f"{what} {rollout} is the first to get routing ids from the model service, after "
-                       f"{self.without} without them ({named}{more})")
+            out.append(("warning", f"{what} {rollout} is the first to get routing ids from the model service, after "
+                                   f"{self.without} without them ({named}{more})"))
         if 0 < present < calls:
-            out.append(f"{what} {rollout} got routing ids for {present} of its {calls} model calls: rollout routing "
-                       "replay cannot replay the others")
+            out.append(("warning", f"{what} {rollout} got routing ids for {present} of its {calls} model calls: "
+                                   "rollout routing replay cannot replay the others"))
         if present == 0 and self.seen:
-            out.append(f"{what} {rollout} got no routing id for its {calls} model calls, after the service had sent "
-                       "some: rollout routing replay cannot replay it")
-        if present == 0 and not self.seen and not self._warned_none:
-            self._warned_none = True
-            out.append(f"the model service sends no routing ids for {what} rollouts ({rollout} got none): expected "
-                       "for a dense model; for a mixture-of-experts model it means no rollout routing replay (R3)")
+            out.append(("warning", f"{what} {rollout} got no routing id for its {calls} model calls, after the service "
+                                   "had sent some: rollout routing replay cannot replay it"))
+        if present == 0 and not self.seen and "none" not in self.told:
+            self.told.add("none")
+            out.append(("info", "the model service sends no routing ids, as expected for a dense model (a "
+                                "mixture-of-experts model's would mean no rollout routing replay, R3)"))
         if present > 0:
             self.seen = True
         elif not self.seen:

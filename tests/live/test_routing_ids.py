@@ -1,5 +1,5 @@
 """Routing ids through the model service: a ``Sample`` carries one when the service sends it, and the training
-workflow and evaluation during training warn as docs/live-runtime.md says ("Routing ids")."""
+workflow and evaluation during training say what docs/live-runtime.md says ("Routing ids")."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ ENV = NumberSearch(ranges=[8])  # every episode here: three model calls (prompts
 TASKS = ENV.task_ids("train")
 
 
-def play(groups, service, warnings):
+def play(groups, service, warnings, notices=None):
     wf = GroupRolloutWorkflow({"e": ENV}, service, warn=warnings.append)
+    wf.inform = (warnings if notices is None else notices).append
 
     async def main():
         for n, g in enumerate(groups):
@@ -40,13 +41,13 @@ def test_a_sample_carries_the_routing_id_the_service_sent():
     assert with_id.routing_id == "rid-7" and without.routing_id is None
 
 
-def test_a_service_that_sends_none_is_warned_about_once_per_start_of_training():
-    warnings = []
-    wf = play([4, 4, 4], FakeModelService(lambda p, s: [5]), warnings)
-    assert len(warnings) == 1 and "sends no routing ids for training rollouts" in warnings[0]
+def test_a_service_that_sends_none_is_noted_once_per_start_of_training():
+    warnings, notices = [], []
+    wf = play([4, 4, 4], FakeModelService(lambda p, s: [5]), warnings, notices)
+    assert warnings == [] and len(notices) == 1 and "sends no routing ids, as expected for a dense model" in notices[0]
     assert wf.step_metrics() == {"train/rollout_worker_routing_id_coverage": 0.0}
-    play([4], FakeModelService(lambda p, s: [5]), warnings)  # a new start: a new workflow, warned again
-    assert len(warnings) == 2
+    play([4], FakeModelService(lambda p, s: [5]), warnings, notices)  # a new start: a new workflow, noted again
+    assert warnings == [] and len(notices) == 2
 
 
 def test_rollouts_with_some_ids_or_none_after_some_are_warned_about_each():
@@ -59,6 +60,7 @@ def test_rollouts_with_some_ids_or_none_after_some_are_warned_about_each():
     warnings = []
     wf = GroupRolloutWorkflow({"e": ENV}, FakeModelService(lambda p, s: [5], routing_ids=routing),
                               warn=warnings.append)
+    wf.inform = warnings.append  # the notice first, then the warnings, in order
 
     async def group(n, size, mode):
         sends["mode"] = mode
@@ -90,11 +92,14 @@ def test_evaluation_during_training_warns_for_its_own_rollouts():
         def warn(self, message):
             self.warnings.append(message)
 
+        def inform(self, message):
+            self.warnings.append(message)
+
 
     cfg = schema_config(["environments.0.service_kwargs={ranges: [8]}"])
     slots, routing = Slots(), RoutingIdWatch("eval")
     metrics = asyncio.run(evaluate_service(FakeModelService(lambda p, s: [5]), cfg, {cfg.environments[0].label: ENV},
                                            12, slots=slots, routing=routing))
     assert metrics["eval/episodes"] == 12.0 and metrics["eval/rollout_worker_routing_id_coverage"] == 0.0
-    assert len(slots.warnings) == 1 and "for evaluation rollouts" in slots.warnings[0]
+    assert len(slots.warnings) == 1 and "sends no routing ids, as expected for a dense model" in slots.warnings[0]
     assert sorted(slots.released) == sorted([(j, r) for j in range(12) for r in ("first_call", "end")])

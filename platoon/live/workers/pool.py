@@ -56,7 +56,7 @@ __all__ = ["WorkerDied", "WorkerPool", "node_scratch"]
 
 Logger = Callable[[str, str], None]
 
-_NOT_SENT = ("envs", "service", "warn", "rollout_workers", "routing")
+_NOT_SENT = ("envs", "service", "warn", "inform", "rollout_workers", "routing")
 """A workflow's attributes a worker gets its own of (the rest travel pickled)."""
 
 KILL_WAIT_S = 5.0
@@ -165,9 +165,8 @@ class WorkerPool:
         service = _FirstCall(workflow.service, on_first_call=lambda: None)  # the worker signals its own first call
         rollout = await self.run_job(episode, workflow.envs, service, warn=workflow.warn, group=row.key)
         # routing ids are counted here, where every call of the rollout is served (the worker's watch is mute)
-        for warning in workflow.routing.rollout_ended(f"rollout {row.member} of task {row.task_id} (group {row.key})",
-                                                      calls=service.calls, present=service.routed):
-            workflow.warn(warning)
+        workflow.say(workflow.routing.rollout_ended(f"rollout {row.member} of task {row.task_id} (group {row.key})",
+                                                    calls=service.calls, present=service.routed))
         return rollout
 
     async def run_job(self, episode: worker.Episode, envs: Mapping[str, Any], service: Any, *,

@@ -85,6 +85,7 @@ class WorkflowEpisode:
         workflow.service = service
         workflow.warn = warn
         workflow.routing = _RoutingCountedByTrainer()
+        workflow.inform = warn  # no notice comes from a worker: the trainer counts routing ids
         return workflow.arun_episode_single(pickle.loads(self.row))
 
 
@@ -284,7 +285,7 @@ class _RoutingCountedByTrainer:
     """The worker's routing-id watch says nothing: the trainer counts a rollout's calls as it serves them
     (``WorkerPool.run``), so its warnings fire once per run, not once per worker."""
 
-    def rollout_ended(self, rollout: str, *, calls: int, present: int) -> list[str]:
+    def rollout_ended(self, rollout: str, *, calls: int, present: int) -> list[tuple[str, str]]:
         return []
 
     def metrics(self) -> dict[str, float]:

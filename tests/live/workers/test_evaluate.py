@@ -57,6 +57,9 @@ class Slots:
     def warn(self, message: str) -> None:
         self.warnings.append(message)
 
+    def inform(self, message: str) -> None:
+        self.warnings.append(message)
+
 
 def pool(tmp_path, **kwargs) -> WorkerPool:
     return WorkerPool(env_specs=SPECS, plan=preload_plan(SPECS, {"e": ENV}), scratch=tmp_path / "scratch", **kwargs)
@@ -90,7 +93,7 @@ def test_evaluation_in_workers_scores_and_samples_as_in_process(tmp_path):
     assert sorted(w_slots.released) == sorted(slots.released) == [(j, r) for j in range(24)
                                                                    for r in ("end", "first_call")]
     assert w_coverage == coverage == {"eval/rollout_worker_routing_id_coverage": 0.0}
-    assert len(w_slots.warnings) == len(slots.warnings) == 1 and "for evaluation rollouts" in w_slots.warnings[0]
+    assert len(w_slots.warnings) == len(slots.warnings) == 1 and "as expected for a dense model" in w_slots.warnings[0]
     assert list((tmp_path / "scratch").iterdir()) == []
 
 
