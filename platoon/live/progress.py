@@ -1,6 +1,6 @@
 """What ``platoon train`` shows while it runs: a rich progress bar over the run's steps and a line per step (reward,
 pass rate, informative share, staleness, permits busy, and held-out pass@1 when measured); warnings and infos above
-the bar."""
+the bar. All of it on stderr: what a command prints on stdout is its result (the run directory)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class Console:
 
         from platoon.console import make_console
 
-        self.console = make_console(highlight=False)
+        self.console = make_console(highlight=False, stderr=True)  # messages: the results go to stdout
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                  console=self.console, disable=not enabled, transient=False)
         self.task = self.progress.add_task(title, total=total, completed=done)

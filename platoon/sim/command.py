@@ -146,7 +146,8 @@ class Outcome:
 def simulate(req: Request, console: Console | None = None) -> Outcome:
     """Carry out ``req``. Raises UsageError, ConfigError, FileExistsError, RunBusyError, ResumeRefused,
     CheckpointError (LogsLost among them); a new run that fails before its first step leaves no directory behind."""
-    console = console or make_console()
+    console = console or make_console()  # results (the caller prints the summary there)
+    notes = make_console(stderr=True)  # progress, infos and warnings: messages go to stderr
     if req.permit_release not in (None, "rollout", "group"):
         raise UsageError(f"--permit-release must be rollout or group, got {req.permit_release!r}")
     if req.resume is not None:
@@ -158,11 +159,11 @@ def simulate(req: Request, console: Console | None = None) -> Outcome:
             raise UsageError(f"--resume goes on with the run's own config: drop {', '.join(given)}")
         _refuse_v040(req.resume)
         try:
-            run = SimRun.resume(req.resume, steps=req.steps, log=_logger(console))
+            run = SimRun.resume(req.resume, steps=req.steps, log=_logger(notes))
         except RunFinished as done:
             console.print(str(done), highlight=False)
             return Outcome(req.resume)
-        _run_with_progress(run, console, f"resuming {req.resume}")
+        _run_with_progress(run, notes, f"resuming {req.resume}")
         return Outcome(req.resume)
     if req.on_ray() and not req.sweep:
         raise UsageError("--ray runs a sweep's points on Ray: give --sweep KEY=V1,V2,...")
@@ -170,16 +171,16 @@ def simulate(req: Request, console: Console | None = None) -> Outcome:
         from platoon.sim.ray_sweep import import_ray
 
         import_ray()  # without Ray, refused before anything is read or written
-    source = source_of(req, console)
+    source = source_of(req, notes)
     if req.sweep:
-        return sweep(req, source, console)
+        return sweep(req, source, notes)
     cfg = source.load(req.all_overrides())
     check_plan(cfg, str(source.config) if source.config is not None else "<default>")
     # a live run's recorded log_path names the live run's own directory: its twin goes elsewhere
     out = req.out or (run_directory(cfg) if req.like is None else None) or next_run_dir(Path("runs"), _name(req))
-    run = SimRun.create(cfg, out, log=_logger(console))
+    run = SimRun.create(cfg, out, log=_logger(notes))
     with discarded_unless_stepped(run):
-        _run_with_progress(run, console, f"simulating {out}")
+        _run_with_progress(run, notes, f"simulating {out}")
     return Outcome(out)
 
 
@@ -272,6 +273,7 @@ def _run_point(source: Source, overrides: list[str], out: str) -> list[str]:
 
 
 def sweep(req: Request, source: Source, console: Console) -> Outcome:
+    """Run ``req``'s sweep, its progress and its points' warnings on ``console`` (stderr, under ``simulate``)."""
     axes = parse_sweep(req.sweep)
     points = grid(axes)
     base = req.all_overrides()

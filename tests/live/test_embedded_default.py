@@ -33,3 +33,15 @@ def test_the_shown_default_changed_in_one_key_trains_as_the_embedded_default(tmp
     assert "no effect" not in from_file.output  # nothing of the file is warned about
     ours = curve(tmp_path / "file")
     assert ours == curve(tmp_path / "embedded") and len(ours) == 4 and ours[-1][3] is not None
+
+
+def test_train_says_its_messages_on_stderr_and_its_result_on_stdout(tmp_path):
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "platoon", "train", "--out", str(run), *SMALL[:2], SMALL[3]],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == f"run directory: {run}\n"
+    assert "info: the model service sends no routing ids" in proc.stderr and "step    0" in proc.stderr

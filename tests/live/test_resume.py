@@ -134,8 +134,8 @@ def test_sigkill_mid_training_then_resume(tmp_path):
                              capture_output=True, text=True, env=env, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     said = re.search(r"resuming \S+ from checkpoint (\d{6}) \(step (\d+)\)(; steps? (\d+)(?:-(\d+))?, done after "
-                     r"it, run again)?", resumed.stdout)
-    assert said, resumed.stdout[-2000:]
+                     r"it, run again)?", resumed.stderr)
+    assert said, resumed.stderr[-2000:]
     start = int(said.group(2))
     assert said.group(1) == f"{start:06d}" and start % 3 == 0
     redone = sorted({s for s in done if s >= start})  # the rows the kill left past the checkpoint

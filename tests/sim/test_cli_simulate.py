@@ -112,3 +112,13 @@ def test_the_hash_seed_changes_nothing(tmp_path):
         outs.append(out)
     for name in ("metrics.jsonl", "tasks/events.jsonl"):
         assert deterministic(outs[0] / name) == deterministic(outs[1] / name)
+
+
+def test_messages_go_to_stderr_and_the_result_to_stdout(tmp_path):
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "platoon", "simulate", "--steps", "2", "--out", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "info: " in proc.stderr and "info: " not in proc.stdout and "warning: " not in proc.stdout
+    assert "platoon simulate" in proc.stdout and "throughput" in proc.stdout  # the summary is the result
