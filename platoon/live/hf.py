@@ -68,7 +68,7 @@ def resolve_model(name: str | Path) -> Path:
 
 def model_name_problem(name: str) -> str | None:
     """What is wrong with ``train.model_name`` for training (a ``ConfigError`` line), or None: ``tiny``, a local
-    directory and a cached model id are right."""
+    directory and a cached model id are right, the last two with the ``hf`` extra installed."""
     if name == "tiny":
         return None
     try:
@@ -76,6 +76,11 @@ def model_name_problem(name: str) -> str | None:
     except FileNotFoundError as exc:
         return (f"train.model_name: {exc}; nor is it tiny (the built-in model). The simulator takes any name; "
                 "training needs the weights here (docs/live-backend.md)")
+    try:
+        require_transformers()
+    except ImportError:
+        return ("train.model_name: a Hugging Face checkpoint needs the transformers package, which is not installed "
+                "here: pip install 'platoon[hf]'")
     return None
 
 

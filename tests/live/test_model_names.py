@@ -5,6 +5,7 @@ the cache. No test here may open a network connection. Skipped without transform
 from __future__ import annotations
 
 import socket
+import sys
 
 import pytest
 
@@ -111,4 +112,16 @@ def test_train_refuses_a_name_that_is_neither_with_exit_78(cache, tmp_path):
     assert result.exit_code == 78, result.output
     assert "train.model_name: 'tiny-org/missing' is neither a local directory" in result.output
     assert f"Hugging Face cache {cache} " in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_without_the_hf_extra_is_a_config_error_naming_it(cache, checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as if not installed: importing it raises ImportError
+    config = tmp_path / "run.yaml"
+    config.write_text(f"train:\n  model_name: {checkpoint}\n  renderer_name: chat_template\n"
+                      "  max_training_steps: 1\nenvironments:\n  - name: ns\n    env: platoon-number-search\n")
+    result = CliRunner().invoke(app, ["train", str(config), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 78, result.output
+    assert "train.model_name: a Hugging Face checkpoint needs the transformers package, which is not installed " \
+           "here: pip install 'platoon[hf]'" in result.output and "internal error" not in result.output
     assert not (tmp_path / "run").exists()
