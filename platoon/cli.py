@@ -314,6 +314,26 @@ def report(
 
 
 @app.command()
+def trace(
+    run: Annotated[Path, typer.Argument(help="A run directory (its trace.json), or a trace.json file.")],
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="Where to write it (default: RUN-NAME.trace.json "
+                                                                 "in the current directory).")] = None,
+) -> None:
+    """Write a run's trace.json as a closed, valid JSON array (the live file leaves its ] off, so that it loads at any
+    moment), for tools that want strict JSON; open it in Perfetto (https://ui.perfetto.dev) or chrome://tracing."""
+    from platoon.runs.atomic import write_atomic
+    from platoon.runs.trace import closed_trace
+
+    source = run / "trace.json" if run.is_dir() else run
+    if not source.is_file():
+        fail(f"{run}: no trace.json there (a run with trace.enabled: false, or no run)", EXIT_USAGE)
+    target = out if out is not None else Path(f"{run.resolve().name if run.is_dir() else run.stem}.trace.json")
+    with exits((OSError, EXIT_RUNTIME)):
+        write_atomic(target, closed_trace(source))
+    typer.echo(str(target))
+
+
+@app.command()
 def calibrate(
     run: Annotated[Path, typer.Argument(help="A live run directory (trained with the trace on).")],
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Write the workload here (YAML); default: print it.")] = None,

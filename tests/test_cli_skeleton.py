@@ -6,7 +6,8 @@ import os
 import subprocess
 import sys
 
-COMMANDS = ("simulate", "train", "sft", "eval", "prestage", "config", "tasks", "env", "report")
+COMMANDS = ("simulate", "train", "sft", "eval", "prestage", "config", "tasks", "env", "report", "trace",
+            "calibrate")
 
 
 def platoon(*args: str) -> subprocess.CompletedProcess[str]:

@@ -243,10 +243,17 @@ def read_trace(path: PathLike) -> list[dict]:
     return list(iter_trace(path))
 
 
+def closed_trace(path: PathLike) -> bytes:
+    """The trace at ``path`` as one valid JSON array (what ``platoon trace`` writes): its events that parse, one a
+    line, and the ``]`` the live file leaves off; a torn last line is left out."""
+    lines = [_ENCODE(event) for event in iter_trace(path)]
+    return ("[" + "\n,".join(lines) + "]\n").encode()
+
+
 def track_names(events: list[dict]) -> dict[int, str]:
     """``tid -> name`` from the trace's ``thread_name`` metadata events."""
     return {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
 
 
-__all__ = ["LANE", "SERVICE", "TRAINER", "TraceWriter", "iter_trace", "mend", "read_trace", "rollout_status",
+__all__ = ["LANE", "SERVICE", "TRAINER", "TraceWriter", "closed_trace", "iter_trace", "mend", "read_trace", "rollout_status",
            "track_names"]

@@ -109,3 +109,26 @@ def test_a_resumed_writer_goes_on_with_the_lanes_and_names_of_its_state(tmp_path
     lost.span("rollout", b, 0.0, 2.0)
     lost.close()
     assert [e["name"] for e in loads_closed(path)] == ["thread_name", "rollout"]
+
+
+def test_platoon_trace_writes_a_closed_copy_that_strict_json_reads(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from platoon.cli import app
+
+    run = tmp_path / "run"
+    run.mkdir()
+    w = TraceWriter(run / "trace.json")
+    w.span("train", TRAINER, 0.0, 1.0, datums=4)
+    w.close()
+    (run / "trace.json").write_bytes((run / "trace.json").read_bytes() + b',{"name":"tr')  # a torn last line
+    with pytest.raises(json.JSONDecodeError):
+        json.loads((run / "trace.json").read_text())  # the live file is an unterminated array
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["trace", str(run)])
+    assert result.exit_code == 0 and result.stdout == "run.trace.json\n"
+    assert json.loads((tmp_path / "run.trace.json").read_text()) == read_trace(run / "trace.json")
+    assert CliRunner().invoke(app, ["trace", str(run), "-o", str(tmp_path / "x.json")]).exit_code == 0
+    assert [e["name"] for e in json.loads((tmp_path / "x.json").read_text())] == ["thread_name", "train"]
+    refused = CliRunner().invoke(app, ["trace", str(tmp_path)])
+    assert refused.exit_code == 64 and "no trace.json there" in refused.output
