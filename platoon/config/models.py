@@ -511,8 +511,8 @@ EMBEDDED_DEFAULT: dict[str, Any] = {
     "checkpoint": {"recovery_every": 50, "keep_recovery": 3},
     "environments": [{"service_kwargs": {"show_range": True}}],
 }
-"""The config every command runs without a file (``train``, ``simulate``, ``sft``, ``eval``, ``config show``): the
-CPU demo. The tiny model on ``platoon-number-search`` (groups of 8; each answer shows the range still open), 300 steps
+"""The config a command runs without a file (``train``, ``sft``, ``eval``, ``config show``; ``simulate`` takes a
+preset instead): the CPU demo. The tiny model on ``platoon-number-search`` (groups of 8; each answer shows the range still open), 300 steps
 of 32 groups at most one version stale, held-out pass@1 every 50 steps, and a learning rate, loss and clip range for
 the tiny model (0.4.0's defaults, cispo at learning rate 3e-5, are tuned for LoRA on large models): ppo with the ratio
 clipped to [0.8, 1.28] and an entropy bonus of 0.003. Through the tool-calling harness and ``role_colon`` (seed 0,
