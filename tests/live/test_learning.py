@@ -4,7 +4,7 @@ tool-calling harness and ``role_colon``, as the CPU demo plays it.
 A plain synchronous loop, no dispatcher: each step draws 32 training tasks, plays a group of 8 rollouts of each
 (all 256 in lockstep, one batched model call per turn) through the harness, builds the groups' datums (advantages:
 reward minus the group mean) and trains one GRPO step with the CPU demo's settings
-(``platoon.live.build.EMBEDDED_DEFAULT``: each answer shows the range still open, ppo with the ratio clipped to
+(``platoon.config.models.EMBEDDED_DEFAULT``: each answer shows the range still open, ppo with the ratio clipped to
 [0.8, 1.28], learning rate 3e-3, an entropy bonus of 0.003), the model built as a run builds it (the tiny tokenizer's
 vocabulary and prior, ``TINY_CONTEXT`` positions, ``TINY_SHIFT`` taps). Every 25 steps it measures held-out pass@1 on
 480 episodes, and stops once that passes ``TARGET`` or the CPU budget is spent; the final claim is measured afresh,

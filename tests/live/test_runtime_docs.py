@@ -16,7 +16,7 @@ def test_the_workflow_example_runs(capsys):
 def test_the_names_it_documents_exist():
     import platoon.experimental as experimental
     import platoon.live as live
-    from platoon.live.build import EMBEDDED_DEFAULT
+    from platoon.config.models import EMBEDDED_DEFAULT
 
     text = DOC.read_text()
     for name in ("rollout_lease", "RolloutLease"):
