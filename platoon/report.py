@@ -6,11 +6,14 @@ which grows to hundreds of MB in a long simulated run) and writes, into one dire
 - ``summary.md``: a markdown table with a column per run and a row per quantity of ``summarize``; given a live run
   and then a simulated one (``platoon report LIVE SIM``, its twin: ``platoon simulate --like LIVE``), an ``error``
   column too, the simulated value's relative error against the live one (a share's: the difference);
-- ``permits.png``: ``rollout_client/permits_held_mean`` over the run's (simulated or wall) hours, a line per run;
-- ``staleness.png``: how many policy versions behind each trained or stale group was, summed over the run
-  (``train/staleness/<k>``; a run that logged none is named in the plot as such);
-- ``learning.png``: ``train/sampler/informative_share`` and ``eval/pass@1`` per step;
-- ``blocked.png``: the stack of ``train/dispatch/blocked_share/<reason>`` per step, a panel per run.
+- ``permits.png`` (are the permits busy?): ``rollout_client/rollouts_in_flight_mean`` over the run's (simulated or
+  wall) hours, a line per run, and its capacity (``train.max_concurrent_rollouts``) as a dashed line;
+- ``staleness.png`` (how stale were the groups a step took?): how many policy versions behind each trained or stale
+  group was, summed over the run (``train/staleness/<k>``; a run that logged none is named in the plot as such);
+- ``learning.png`` (does the policy learn?): ``train/sampler/informative_share`` and ``eval/pass@1`` per step, a
+  legend on each panel, a run without pass@1 named as such;
+- ``blocked.png`` (why could no group start?): the stack of ``train/dispatch/blocked_share/<reason>`` per step, a
+  panel per run, each reason in words in a legend below the panels.
 
 ``summarize`` is also the summary table of ``platoon simulate`` (``summary_table``) and of its sweeps
 (``sweep_table``, ``sweep_markdown``: a row per point, each quantity with its ratio to the first point's;
@@ -219,13 +222,48 @@ def write_report(runs: Sequence[Run], out: Path) -> list[Path]:
     names = _names(runs)
     written = [write_text_file(out / "summary.md", summary_markdown(runs, names))]
 
+    _permits_plot(plt, runs, names, out, written)
+    _staleness_plot(plt, runs, names, out, written)
+    _learning_plot(plt, runs, names, out, written)
+    _blocked_plot(plt, runs, names, out, written)
+    return written
+
+
+
+
+def capacity(run: Run) -> int | None:
+    """The run's rollout permits (``train.max_concurrent_rollouts``, by default B x G), from its lock; None when the
+    lock records no config this release reads."""
+    from platoon.config.effective import max_concurrent_rollouts
+    from platoon.config.errors import ConfigError
+    from platoon.config.loader import config_from_lock
+
+    try:
+        return max_concurrent_rollouts(config_from_lock(run.lock, str(run.path / "lock.json")))
+    except ConfigError:
+        return None
+
+
+def _permits_plot(plt, runs: Sequence[Run], names: Sequence[str], out: Path, written: list[Path]) -> None:
     fig, ax = plt.subplots(figsize=(8, 4))
     for run, name in zip(runs, names, strict=True):
         s = step_rows(run)
-        if "rollout_client/permits_held_mean" in s.columns:
-            ax.step(s["dt"].cumsum() / 3600.0, _col(s, "rollout_client/permits_held_mean"), where="pre", label=name)
-    ax.set(xlabel="time (h)", ylabel="permits held (mean over the step)", title="Rollout permits held")
+        if "rollout_client/rollouts_in_flight_mean" not in s.columns:
+            continue
+        (line,) = ax.step(s["dt"].cumsum() / 3600.0, _col(s, "rollout_client/rollouts_in_flight_mean"), where="pre",
+                          label=f"{name}: busy (rollouts running)")
+        limit = capacity(run)
+        if limit is not None:
+            ax.axhline(limit, color=line.get_color(), linestyle="--", linewidth=1,
+                       label=f"{name}: capacity ({limit} permits)")
+    ax.set(xlabel="time since the run began (h)", ylabel="permits busy (mean over each step)",
+           title="Are the rollout permits busy?")
+    ax.set_ylim(bottom=0)
     _finish(fig, ax, out / "permits.png", written)
+
+
+def _staleness_plot(plt, runs: Sequence[Run], names: Sequence[str], out: Path, written: list[Path]) -> None:
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.8 / max(1, len(runs))
@@ -237,34 +275,60 @@ def write_report(runs: Sequence[Run], out: Path) -> list[Path]:
         if not lags:
             missing.append(name)
             continue
-        ax.bar([k + j * width for k, _ in lags], [v for _, v in lags], width=width, label=name)
-    ax.set(xlabel="versions behind (oldest rollout)", ylabel="groups", title="Staleness of trained and stale groups")
+        ax.bar([k + (j - (len(runs) - 1) / 2) * width for k, _ in lags], [v for _, v in lags], width=width, label=name)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # versions are whole numbers
+    ax.set(xlabel="policy versions behind when trained (its oldest rollout)", ylabel="groups (whole run)",
+           title="How stale were the groups a step took?")
     if missing:
         ax.text(0.98, 0.95, "no staleness logged: " + ", ".join(missing), transform=ax.transAxes, ha="right",
                 va="top", fontsize=8)
     _finish(fig, ax, out / "staleness.png", written)
 
+
+def _learning_plot(plt, runs: Sequence[Run], names: Sequence[str], out: Path, written: list[Path]) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    without = []
     for run, name in zip(runs, names, strict=True):
         s = step_rows(run)
         top.plot(s["step"], _col(s, "train/sampler/informative_share"), label=name)
         ev = run.metrics[["step"]].assign(v=_col(run.metrics, "eval/pass@1")).dropna()
-        bottom.plot(ev["step"], ev["v"], marker="o", label=name)
-    top.set(ylabel="informative share", title="Informative groups and held-out pass@1")
-    bottom.set(xlabel="step", ylabel="eval/pass@1")
-    top.legend(fontsize=8)
+        if ev.empty:
+            without.append(name)
+        else:
+            bottom.plot(ev["step"], ev["v"], marker="o", label=name)
+    top.set(ylabel="informative groups (share)", ylim=(0, 1.02),
+            title="Does the policy learn? Groups with signal, and held-out pass@1")
+    bottom.set(xlabel="step", ylabel="held-out pass@1", ylim=(0, 1.02))
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if without:
+        bottom.text(0.02, 0.95, "no held-out pass@1 measured: " + ", ".join(without), transform=bottom.transAxes,
+                    ha="left", va="top", fontsize=8)
+    for ax in (top, bottom):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     _save(fig, out / "learning.png", written)
 
-    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 2.5 * len(runs) + 0.5), sharex=True, squeeze=False)
+
+def _blocked_plot(plt, runs: Sequence[Run], names: Sequence[str], out: Path, written: list[Path]) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    from platoon.policy.driver import BLOCKED_WORDS  # the words the run's own warnings use
+
+    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.5 * len(runs) + 1.2), sharex=True, squeeze=False)
     for ax, run, name in zip(axes[:, 0], runs, names, strict=True):
         s = step_rows(run)
         stack = [_col(s, f"train/dispatch/blocked_share/{r}").fillna(0.0) for r in BLOCKED]
-        ax.stackplot(s["step"], *stack, labels=BLOCKED)
-        ax.set(ylabel="share", ylim=(0, 1), title=f"{name}: what kept groups from starting")
-    axes[0, 0].legend(fontsize=8, loc="upper right")
+        ax.stackplot(s["step"], *stack, labels=[f"{r}: {BLOCKED_WORDS[r]}" for r in BLOCKED])
+        ax.set(ylabel="share of the step's time", ylim=(0, 1), title=f"{name}: why could no group start?")
     axes[-1, 0].set_xlabel("step")
-    _save(fig, out / "blocked.png", written)
-    return written
+    axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)  # below the panels, off the data
+    fig.tight_layout(rect=(0, 0.7 / (2.5 * len(runs) + 1.2), 1, 1))
+    written.append(write_figure(out / "blocked.png", fig))
+    plt.close(fig)
 
 
 def _finish(fig, ax, path: Path, written: list[Path]) -> None:

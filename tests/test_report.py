@@ -22,6 +22,7 @@ def both(step: int, *, busy: float, rollouts: float, dt: float) -> dict:
     """A step's metrics that both runtimes write (docs/metrics.md)."""
     return {
         "rollout_client/permits_held_mean": 10.0 * (step + 1),
+        "rollout_client/rollouts_in_flight_mean": 8.0 * (step + 1),
         "rollout_client/concurrency_achieved_fraction": busy,
         "rollout_client/permit_busy_share": busy,
         "train/trainer_idle_share": 0.25,
@@ -41,7 +42,8 @@ def both(step: int, *, busy: float, rollouts: float, dt: float) -> dict:
 def simulated(path):
     """Two steps at simulated seconds 100 and 400, under a group admission rule; the final evaluation at 420."""
     rd = RunDir.create(path)
-    rd.write_lock({"train": {"steps": 2}}, [], {"runtime": "sim"})
+    rd.write_lock({"train": {"model_name": "tiny", "renderer_name": "role_colon", "max_training_steps": 2,
+                             "max_concurrent_rollouts": 16}}, [], {"runtime": "sim"})
     with rd.metrics_writer() as w:
         for step, t, dt, busy in ((0, 100.0, 100.0, 0.5), (1, 400.0, 300.0, 1.0)):
             w.write(metrics_row(step, t, {
@@ -167,6 +169,51 @@ def test_report_writes_a_table_and_four_plots(tmp_path):
     assert "| permit busy share | 0.875 | 0.667 |" in table
     assert "| GPU-hours | 0.9 | sim only |" in table
     assert summary_markdown(runs).count("\n") == 2 + len(SUMMARY)
+
+
+def test_each_plot_asks_its_question_in_words_with_its_limit_and_a_legend_per_panel(tmp_path, monkeypatch):
+    import platoon.report as report
+
+    figures = {}
+    real = report.write_figure
+
+    def keep(path, fig):
+        figures[path.name] = fig
+        return real(path, fig)
+
+    monkeypatch.setattr(report, "write_figure", keep)
+    runs = [load_run(simulated(tmp_path / "sim")), load_run(live(tmp_path / "live"))]
+    write_report(runs, tmp_path / "out")
+    permits = figures["permits.png"].axes[0]
+    assert permits.get_title() == "Are the rollout permits busy?" and "busy" in permits.get_ylabel()
+    assert "(h)" in permits.get_xlabel()
+    assert "sim: capacity (16 permits)" in permits.get_legend_handles_labels()[1]  # the lock's max_concurrent_rollouts
+    assert [ln.get_ydata()[0] for ln in permits.get_lines() if ln.get_linestyle() == "--"] == [16]
+    staleness = figures["staleness.png"].axes[0]
+    assert staleness.get_title().endswith("?")
+    assert all(float(t).is_integer() for t in staleness.get_xticks())  # whole versions, no 0.5
+    top, bottom = figures["learning.png"].axes
+    assert bottom.get_ylabel() == "held-out pass@1" and top.get_legend() and bottom.get_legend()
+    blocked = figures["blocked.png"]
+    assert all(ax.get_ylabel() == "share of the step's time" and ax.get_title().endswith("why could no group start?")
+               for ax in blocked.axes)
+    [legend] = blocked.legends  # one legend, below the panels, every term defined
+    assert [t.get_text() for t in legend.get_texts()][:2] == ["permits: every permit is held",
+                                                               "horizon: the horizon (max_staleness) has no room"]
+
+
+def test_a_run_without_pass_at_1_is_named_in_the_learning_plot(tmp_path, monkeypatch):
+    import platoon.report as report
+
+    figures = {}
+    monkeypatch.setattr(report, "write_figure", lambda path, fig: figures.setdefault(path.name, fig) and path)
+    rd = RunDir.create(tmp_path / "twin")
+    rd.write_lock({"train": {"steps": 1}}, [], {"runtime": "sim"})
+    with rd.metrics_writer() as w:
+        w.write(metrics_row(0, 10.0, both(0, busy=0.5, rollouts=8.0, dt=10.0)))
+    write_report([load_run(tmp_path / "twin")], tmp_path / "out")
+    bottom = figures["learning.png"].axes[1]
+    assert [t.get_text() for t in bottom.texts] == ["no held-out pass@1 measured: twin"]
 
 
 def test_the_command(tmp_path):
