@@ -409,8 +409,8 @@ def test_tasks_lists_the_plan_and_warns_of_a_lopsided_mixture(tmp_path: Path) ->
     path = write(tmp_path, """
         train: {max_training_steps: 100, batch_size: 32}
         environments:
-          - {name: a, weight: 1}
-          - {name: b, weight: 20}
+          - {name: a, env: platoon-number-search, weight: 1}
+          - {name: b, env: platoon-number-search, weight: 20}
     """)
     result = invoke("config", "validate", "--tasks", path)
     assert result.exit_code == 0, result.stdout
@@ -433,7 +433,7 @@ def test_tasks_lists_the_plan_and_warns_of_a_lopsided_mixture(tmp_path: Path) ->
 
 
 def test_tasks_fails_on_what_listing_them_finds(tmp_path: Path) -> None:
-    path = write(tmp_path, "environments: [{name: a, tasks: [no-such-task]}]")
+    path = write(tmp_path, "environments: [{name: a, env: platoon-number-search, tasks: [no-such-task]}]")
     assert invoke("config", "validate", path).exit_code == 0  # only listing the split finds it
     result = invoke("config", "validate", "--tasks", path)
     assert result.exit_code == 78

@@ -52,12 +52,18 @@ def no_effect_paths(model: ConfigModel, prefix: str = "") -> list[str]:
     return out
 
 
+KEPT_WHEN_RECORDED = frozenset({"env"})
+"""Keys a recorded config keeps at their defaults: whether a config set them is warned about (an entry's ``env``)."""
+
+
 def drop_recorded_defaults(data: dict[str, Any], cls: type[BaseModel]) -> None:
     """Remove from ``data`` (to be validated as ``cls``) every key that holds its default, in place, at any depth: a
     run's recorded config (``lock.json``) names every key, and what depends on whether a config set a key (the
     no-effect warnings, the simulator's) should see only what the run's config set."""
     for name, field in cls.model_fields.items():
         if name not in data:
+            continue
+        if name in KEPT_WHEN_RECORDED:
             continue
         if not field.is_required():
             default = field.get_default(call_default_factory=True)

@@ -25,7 +25,7 @@ def config_warnings(cfg: RunConfig) -> list[str]:
     does not have, and the rollout-worker keys); a 0.4.0 renderer name that the chat template renders here;
     in rule mode, a loss that is not zero at zero advantages; clip thresholds set for importance_sampling, which does
     not clip."""
-    out = _said(_zero_four_inert(cfg)) + preload_warnings(cfg) + _said(_ray_inert(cfg))
+    out = _said(_zero_four_inert(cfg)) + preload_warnings(cfg) + _said(_ray_inert(cfg)) + unnamed_env_warnings(cfg)
     if cfg.train.renderer_name in CHAT_TEMPLATE_ALIASES:
         out.append(f"train.renderer_name: {cfg.train.renderer_name!r} is 0.4.0's renderer for a model family; here "
                    "the checkpoint's own chat template renders it (chat_template), the tool-call parser following "
@@ -44,6 +44,20 @@ def config_warnings(cfg: RunConfig) -> list[str]:
         out.append(f"train.loss_fn_config: importance_sampling does not clip the ratio; {', '.join(changed)} "
                    "takes effect only under ppo or cispo")
     return out + _said(_sim_inert(cfg))
+
+
+def unnamed_env_warnings(cfg: RunConfig) -> list[str]:
+    """The entries a config lists without ``env``, which train the built-in game by default: a newcomer's entry meant
+    for another environment would otherwise train platoon-number-search without a word."""
+    if "environments" not in cfg.model_fields_set:
+        return []  # no entries written: the default entry is the built-in game, as documented
+    unnamed = [f"environments.{i}" for i, e in enumerate(cfg.environments) if "env" not in e.model_fields_set]
+    if not unnamed:
+        return []
+    default = type(cfg.environments[0]).model_fields["env"].default
+    return [f"{', '.join(unnamed)}: no env given, so {'it trains' if len(unnamed) == 1 else 'they train'} {default}, "
+            f"the built-in game; name the environment (env: NAME; platoon env list shows them), or env: {default} "
+            "to say so"]
 
 
 def inert_paths(cfg: RunConfig) -> list[str]:

@@ -509,7 +509,7 @@ EMBEDDED_DEFAULT: dict[str, Any] = {
     },
     "eval": {"every": 50, "at_start": True},
     "checkpoint": {"recovery_every": 50, "keep_recovery": 3},
-    "environments": [{"service_kwargs": {"show_range": True}}],
+    "environments": [{"env": "platoon-number-search", "service_kwargs": {"show_range": True}}],
 }
 """The config a command runs without a file (``train``, ``sft``, ``eval``, ``config show``; ``simulate`` takes a
 preset instead): the CPU demo. The tiny model on ``platoon-number-search`` (groups of 8; each answer shows the range still open), 300 steps

@@ -13,6 +13,10 @@ from platoon.config.models import EMBEDDED_DEFAULT, default_config, schema_defau
 from platoon.config.overrides import is_override, split_arguments
 
 
+def to_dict(cfg):
+    return cfg.model_dump(mode="json")
+
+
 def write(tmp_path: Path, text: str, name: str = "run.yaml", *, raw: bool = False) -> Path:
     """Write ``text`` as a config: completed by ``complete`` unless ``raw``."""
     path = tmp_path / name
@@ -43,6 +47,15 @@ def test_a_file_sets_its_model_and_renderer_and_the_rest_is_default(tmp_path: Pa
     assert loaded == schema_defaults().model_copy(update={"train": schema_defaults().train.model_copy(
         update={"max_training_steps": 100})})
     assert loaded.train.optimizer.learning_rate != default_config().train.optimizer.learning_rate
+
+
+def test_an_entry_without_env_is_warned_of_and_names_the_game_it_trains(tmp_path: Path) -> None:
+    [warning] = load_config_warnings(load_config(write(tmp_path, "environments: [{name: a}, {name: b, env: "
+                                                                 "platoon-number-search}]")))
+    assert warning.startswith("environments.0: no env given, so it trains platoon-number-search, the built-in game")
+    assert load_config_warnings(load_config(write(tmp_path, "log_path: runs"))) == []  # no entries written: the default
+    recorded = load_config(None, data=to_dict(load_config(write(tmp_path, "environments: [{env: platoon-number-search}]"))))
+    assert load_config_warnings(recorded) == []  # a run's lock keeps the env its config named
 
 
 def test_the_shown_default_trains_as_the_embedded_default(tmp_path: Path) -> None:
@@ -320,7 +333,7 @@ def test_an_override_sets_only_its_own_key(tmp_path: Path) -> None:
         "train.renderer_name: missing required key",
     ]
     cfg = load_config(None, ["environments.0.workflow_config.group_size=4", "train.workflow_config.group_size=2"])
-    assert cfg.environments[0].model_fields_set == {"service_kwargs", "workflow_config"}  # the first: the demo's
+    assert cfg.environments[0].model_fields_set == {"env", "service_kwargs", "workflow_config"}  # the first two: the demo's
     assert cfg.train.workflow_config.model_fields_set == {"group_size"}
     assert load_config_warnings(cfg) == []
     # a distribution's field keeps the default distribution it belongs to

@@ -435,7 +435,7 @@ def test_keys_of_absent_components_load_with_one_warning_naming_each(tmp_path: P
         stats: {wandb: {project: p}}
         watchdog: {enabled: false}
         checkpoint: {load_checkpoint_path: 'tinker://x'}
-        environments: [{harness: h, workflow_config: {filter_errors: false}}]
+        environments: [{env: platoon-number-search, harness: h, workflow_config: {filter_errors: false}}]
     """
     cfg = loads(tmp_path, text)
     (warning,) = config_warnings(cfg)
