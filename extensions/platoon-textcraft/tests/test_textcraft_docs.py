@@ -21,8 +21,9 @@ def blocks(lang: str) -> list[str]:
 def test_the_listing_it_shows_is_what_env_list_prints() -> None:
     [shown] = blocks("text")
     printed = CliRunner().invoke(app, ["env", "list"]).output
-    ours = [line for line in shown.splitlines() if line.startswith(("NAME", "textcraft"))]
-    assert ours == [line for line in printed.splitlines() if line.startswith(("NAME", "textcraft"))]
+    listed = ("NAME", "textcraft", "platoon-number-search")  # the whole listing, the built-in's row too
+    ours = [line for line in shown.splitlines() if line.startswith(listed)]
+    assert ours == [line for line in printed.splitlines() if line.startswith(listed)] and len(ours) == 4
 
 
 def test_its_config_and_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
