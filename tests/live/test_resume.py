@@ -88,7 +88,7 @@ def test_a_corrupt_newest_checkpoint_is_passed_over_with_a_note(tmp_path, capsys
     newest.write_bytes(b"not the trainer")
     path = command.train(resume=run, steps=6, progress=False, service_factory=fake_service, eval_episodes=64)
     assert path == run
-    assert "passed over checkpoint 000004" in capsys.readouterr().out
+    assert "passed over checkpoint 000004" in capsys.readouterr().err
     metrics = read_jsonl(run / "metrics.jsonl")
     assert [r["step"] for r in metrics] == [0, 1, 2, 3, 4, 5, 6]  # from 000002: steps 2 and 3 again, once each
     check_event_log(read_jsonl(run / "tasks" / "events.jsonl"), steps=6, batch_size=4)
