@@ -314,7 +314,7 @@ def _learning_plot(plt, runs: Sequence[Run], names: Sequence[str], out: Path, wr
 def _blocked_plot(plt, runs: Sequence[Run], names: Sequence[str], out: Path, written: list[Path]) -> None:
     from matplotlib.ticker import MaxNLocator
 
-    from platoon.policy.driver import BLOCKED_WORDS  # the words the run's own warnings use
+    from platoon.policy import BLOCKED_WORDS  # the words the run's own warnings use
 
     fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.5 * len(runs) + 1.2), sharex=True, squeeze=False)
     for ax, run, name in zip(axes[:, 0], runs, names, strict=True):

@@ -40,6 +40,7 @@ from platoon.policy.dispatcher import (
     StartGroup,
 )
 from platoon.policy.driver import (
+    BLOCKED_WORDS,
     DRIVER_STATE_FORMAT,
     AwaitTeardowns,
     Driver,
@@ -134,6 +135,7 @@ from platoon.policy.workflow_flags import (
 )
 
 __all__ = [
+    "BLOCKED_WORDS",
     "DRIVER_STATE_FORMAT",
     "Abort",
     "accept",

@@ -152,8 +152,9 @@ def test_keys_turns_replaces_and_a_service_without_turns_are_warned_about(tmp_pa
     assert load_config_warnings(load_sim_config(None)) == []
     # one entry with turns: the run's duration still acts for the other, the entry's own duration does not
     (tmp_path / "run.yaml").write_text(
-        TRAIN + "environments:\n  - {name: a}\n"
-        "  - {name: b, sim: {rollout: {turns: {passing: 2, failing: 4}, duration: {dist: fixed, value_s: 1}}}}\n"
+        TRAIN + "environments:\n  - {name: a, env: platoon-number-search}\n"
+        "  - {name: b, env: platoon-number-search, sim: {rollout: {turns: {passing: 2, failing: 4}, "
+        "duration: {dist: fixed, value_s: 1}}}}\n"
         "sim: {service: {base_s: 1}, rollout: {duration: {dist: fixed, value_s: 5}}}\n")
     assert load_config_warnings(load_sim_config(tmp_path / "run.yaml")) == [
         "environments.1.sim.rollout.duration: no effect under sim.rollout.turns (a rollout's time is its turns' "
