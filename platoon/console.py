@@ -21,3 +21,9 @@ def make_console(*, stderr: bool = False, **kwargs: Any) -> Console:
     if "width" not in kwargs and not stream.isatty() and "COLUMNS" not in os.environ:
         kwargs["width"] = LOG_WIDTH
     return Console(stderr=stderr, **kwargs)
+
+
+def say(console: Console, level: str, message: str) -> None:
+    """A message line as every command prints one: ``level: message``, a warning in yellow, the rest dim."""
+    style = "yellow" if level == "warning" else "dim"
+    console.print(f"[{style}]{level}: {message}[/{style}]", markup=True, highlight=False)

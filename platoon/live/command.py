@@ -115,8 +115,11 @@ def train(config: Path | None = None, overrides: Sequence[str] = (), *, out: Pat
             live, run_dir, name = resume_run(resume, steps=steps, log=lambda level, m: notes.append((level, m)),
                                              **build)
         except RunFinished as done:
-            from platoon.console import make_console
+            from platoon.console import make_console, say
 
+            messages = make_console(stderr=True)
+            for level, message in notes:  # the trackers' catch-up (platoon.runs.trackers.catch_up)
+                say(messages, level, message)
             make_console(highlight=False).print(str(done))
             return Path(resume)
         path = resume

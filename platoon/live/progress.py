@@ -45,8 +45,9 @@ class Console:
             self.progress.remove_task(task)
 
     def log(self, level: str, message: str) -> None:
-        style = "yellow" if level == "warning" else "dim"
-        self.progress.console.print(f"[{style}]{level}: {message}[/{style}]", markup=True, highlight=False)
+        from platoon.console import say
+
+        say(self.progress.console, level, message)
 
     def step(self, row: dict) -> None:
         self.progress.console.print(self.line(row), highlight=False)

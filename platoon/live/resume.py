@@ -30,6 +30,7 @@ from platoon.runs import CheckpointError, CorruptFileError
 from platoon.runs.checkpoints import stats_file_name
 from platoon.runs.resume import (
     ResumeRefused,
+    RunFinished,
     check_finished,
     check_logs,
     check_runtime,
@@ -37,6 +38,7 @@ from platoon.runs.resume import (
     commit_resume,
 )
 from platoon.runs.rundir import LOCK_BASE_KEYS, NotARunDirectory
+from platoon.runs.trackers import catch_up
 
 __all__ = ["V040_RESUME_KEYS", "is_v040", "resume_run", "resume_v040_run"]
 
@@ -83,7 +85,11 @@ def _resume(run_dir: LiveRunDir, path: Path, steps: int | None, log: Any,
         check_steps(steps, point.step, point.name)
     except ResumeRefused as exc:
         raise TrainUsageError(str(exc)) from None
-    check_finished(lock, steps, "live", path)
+    try:
+        check_finished(lock, steps, "live", path)
+    except RunFinished:
+        catch_up(run_dir.rd, cfg.stats, runtime="live", log=log)
+        raise
     if point.trainer_state is None:
         raise TrainError(f"cannot resume {path}: checkpoint {point.name} holds no trainer state (trainer.pt)")
     try:

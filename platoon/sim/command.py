@@ -36,7 +36,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from platoon.config.loader import load_config
 from platoon.config.models import RunConfig
 from platoon.config.steps import check_plan, run_directory
-from platoon.console import make_console
+from platoon.console import make_console, say
 from platoon.lifeline import die_with_parent
 from platoon.runs.atomic import CorruptFileError
 from platoon.runs.checkpoints import CheckpointError
@@ -203,8 +203,7 @@ def next_run_dir(parent: Path, name: str) -> Path:
 
 def _logger(console: Console):
     def log(level: str, message: str) -> None:
-        style = "yellow" if level == "warning" else "dim"
-        console.print(f"[{style}]{level}: {message}[/{style}]", highlight=False)
+        say(console, level, message)
 
     return log
 

@@ -41,6 +41,7 @@ from platoon.runs import RunDir, load_latest_checkpoint
 from platoon.runs.checkpoints import stats_file_name
 from platoon.runs.resume import (
     ResumeRefused,
+    RunFinished,
     check_finished,
     check_logs,
     check_runtime,
@@ -49,7 +50,7 @@ from platoon.runs.resume import (
 )
 from platoon.runs.session import RunSession, python_log
 from platoon.runs.timing import measured_call
-from platoon.runs.trackers import open_trackers
+from platoon.runs.trackers import catch_up, open_trackers
 from platoon.sim.runtime import STATE_FORMAT, SimRuntime
 from platoon.sim.setup import build_tasks
 
@@ -122,7 +123,11 @@ class SimRun:
         ckpt = load_latest_checkpoint(rd)
         done = ckpt.step
         check_steps(steps, done, ckpt.name)
-        check_finished(lock, steps, "sim", path)
+        try:
+            check_finished(lock, steps, "sim", path)
+        except RunFinished:
+            catch_up(rd, cfg.stats, runtime="sim", log=log)
+            raise
         name = ckpt.name
         sim_state = ckpt.files.get(f"sim-{name}.json")
         dispatch = ckpt.files.get(f"tasks/dispatch-{name}.json")

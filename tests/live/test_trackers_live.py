@@ -66,3 +66,25 @@ def test_a_killed_and_resumed_live_run_logs_each_step_once_to_the_same_tracker_r
                            if w is not None) for s, v in got), name
     rows = len(read_jsonl(run / "metrics.jsonl"))
     assert {after[k]["rows"] for k in ("tensorboard", "wandb", "mlflow")} == {rows}
+
+
+def test_a_resume_of_a_finished_live_run_sends_a_tracker_the_rows_it_lacks(tmp_path):
+    # a run whose tracker lacks rows at its end (its close timed out, or a kill came while it caught up) is finished:
+    # train --resume runs no step, says what it sent, and the tracker holds every row. Here the event files are lost.
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    train = [sys.executable, "-m", "platoon", "train"]
+    done = subprocess.run([*train, "--steps", "2", "--out", str(run), "--set", "train.batch_size=8",
+                           "--set", "stats.loggers=[tensorboard]"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import shutil
+
+    shutil.rmtree(run / "tensorboard")
+    (run / "trackers.json").write_text(json.dumps({"format": 1, "group": None}))
+    metrics = (run / "metrics.jsonl").read_bytes()
+    resumed = subprocess.run([*train, "--resume", str(run)], capture_output=True, text=True, env=env, timeout=300)
+    assert resumed.returncode == 0 and "is finished: its 2 steps are done" in resumed.stdout, resumed.stderr[-3000:]
+    assert (run / "metrics.jsonl").read_bytes() == metrics
+    tb, _ = readback.tensorboard(run)
+    assert [s for s, _ in tb["time"]] == [s for s, _ in readback.expected(run)["time"]]
+    assert json.loads((run / "trackers.json").read_text())["tensorboard"]["rows"] == len(read_jsonl(run / "metrics.jsonl"))

@@ -1,6 +1,6 @@
 """Trackers (``stats.loggers``, ``platoon.runs.trackers``): every row of ``metrics.jsonl`` reaches TensorBoard, W&B
 (offline) and MLflow, read back with each one's own library; a SIGKILL and a resume log each step once; a sweep's
-points are one group; a tracker that fails is said once and the run goes on; a logger without its package is
+points are one group; a finished run's resume sends a tracker the rows it lacks; a tracker that fails is said once and the run goes on; a logger without its package is
 refused at validation, naming its extra."""
 
 from __future__ import annotations
@@ -96,7 +96,9 @@ def test_a_sigkill_and_a_resume_log_each_step_once_and_leave_no_tracker_process(
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
-            tree.update(tree_of(proc.pid))
+            # a process seen alive keeps its command line (an exited, unreaped one reads as ''): under load a slow
+            # tracker may still be catching up when the others have ended, after the run's last step
+            tree.update({pid: cmd for pid, cmd in tree_of(proc.pid).items() if cmd or pid not in tree})
             state = json.loads((run / "trackers.json").read_text()) if (run / "trackers.json").exists() else {}
             if all(state.get(k, {}).get("rows", 0) >= 60 for k in ("tensorboard", "wandb", "mlflow")):
                 break
@@ -115,6 +117,30 @@ def test_a_sigkill_and_a_resume_log_each_step_once_and_leave_no_tracker_process(
     assert {k: v["run_id"] for k, v in after.items() if k in ("wandb", "mlflow")} == {
         k: v["run_id"] for k, v in before.items() if k in ("wandb", "mlflow")}  # the same tracker runs, continued
     same_as_metrics(run, replayed=True)  # a simulated replay writes the same rows: each step once, the same values
+
+
+def test_a_resume_of_a_finished_run_sends_a_tracker_the_rows_it_lacks_and_runs_no_step(tmp_path):
+    # a run killed (or whose close timed out) while a slow tracker caught up after the last step is finished: its
+    # resume runs nothing, but the tracker still gets its rows. Here MLflow's store is lost after the run ends.
+    run = tmp_path / "run"
+    simulate("stats.loggers=[tensorboard,mlflow]", "train.max_training_steps=12", "--out", str(run))
+    (run / "mlflow.db").unlink()
+    state = json.loads((run / "trackers.json").read_text())
+    del state["mlflow"]
+    (run / "trackers.json").write_text(json.dumps(state))
+    metrics = (run / "metrics.jsonl").read_bytes()
+    proc = simulate("--resume", str(run))
+    assert "is finished: its 12 steps are done" in proc.stdout, proc.stdout + proc.stderr
+    assert (run / "metrics.jsonl").read_bytes() == metrics  # no step run again
+    state = json.loads((run / "trackers.json").read_text())
+    rows = len(read_jsonl(run / "metrics.jsonl"))
+    assert state["mlflow"]["rows"] == state["tensorboard"]["rows"] == rows
+    got = readback.mlflow_history(run, state["mlflow"]["run_id"])
+    assert got.keys() == {readback._mlflow_name(k) for k in readback.expected(run)}
+    assert [s for s, _ in got["time"]] == [s for s, _ in readback.expected(run)["time"]]
+    # once every tracker holds every row, a resume of the finished run opens none of them
+    simulate("--resume", str(run))
+    assert json.loads((run / "trackers.json").read_text()) == state
 
 
 def test_a_sweep_s_points_are_one_group_named_by_the_sweep(tmp_path):

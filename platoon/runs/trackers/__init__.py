@@ -21,7 +21,9 @@ the run (``close``). Rules it keeps:
   warning naming it and the error) and left alone for the rest of this start: training goes on, ``metrics.jsonl``
   loses nothing, and the next start sends it the rows it missed;
 - ``close`` waits at most ``stats.close_timeout_seconds`` for the trackers to take their rows and end their runs;
-  a tracker still busy then is said, with the rows it has not taken.
+  a tracker still busy then is said, with the rows it has not taken. A resume sends them: a ``--resume`` of a run
+  that is finished (killed or timed out while its trackers caught up after its last step) runs no step but sends
+  each tracker the rows it lacks (``catch_up``).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import Any, Protocol
 from platoon.config.tracking import chosen_loggers
 from platoon.runs.atomic import write_json_atomic
 
-__all__ = ["STATE_FILE", "TrackedRun", "Tracker", "Trackers", "open_trackers"]
+__all__ = ["STATE_FILE", "TrackedRun", "Tracker", "Trackers", "catch_up", "open_trackers"]
 
 STATE_FILE = "trackers.json"
 Logger = Callable[[str, str], None]
@@ -112,6 +114,20 @@ def open_trackers(rd: Any, stats: Any, *, runtime: str, log: Logger, group: str 
                      stats.trial_name if group is None else rd.path.name, group, rd.read_lock().get("config", {}))
     backlog = [_metrics(row) for row in rd.read_metrics()]
     return Trackers(run, trackers, kept, backlog, log=log, close_timeout_s=stats.close_timeout_seconds)
+
+
+def catch_up(rd: Any, stats: Any, *, runtime: str, log: Logger) -> None:
+    """Send the trackers of a finished run the rows of ``metrics.jsonl`` they lack, and end their runs: a run
+    killed while its trackers caught up after its last step, or whose ``close`` timed out, is finished, so no
+    resume runs it again. Opens none when ``RUN/trackers.json`` counts every row taken by every tracker chosen."""
+    names = chosen_loggers(stats.loggers, stats.wandb)
+    kept = _read_state(rd.path / STATE_FILE)
+    rows = len(rd.read_metrics())
+    if all(isinstance(kept.get(n), dict) and kept[n].get("rows") == rows for n in names):
+        return
+    trackers = open_trackers(rd, stats, runtime=runtime, log=log)
+    if trackers is not None:
+        trackers.close()
 
 
 class Trackers:
