@@ -10,7 +10,8 @@ share this machine's cores; the rollouts wait rather than compute, so the figure
 the cores'. Each configuration runs ``--rollouts`` rollouts in groups of 4 after a warm-up that starts every actor,
 ``--repeats`` times; printed: the median rollouts per second, the two-node to one-node ratio of those medians (goal
 at least 1.8), and the median start-to-first-model-call of rollouts on reused actors (goal under 0.05 s; the fork
-server's figure in process is 0.03 s). Run: ``python benchmarks/bench_ray_rollouts.py``. Figures:
+server's figure in process is 0.03 s), and the median start-up of a new actor (Ray placing it, its process
+started, the worker stack and the environments imported and built: paid once per actor). Run: ``python benchmarks/bench_ray_rollouts.py``. Figures:
 docs/scale-out.md.
 """
 
@@ -42,17 +43,18 @@ def main() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; Ray {ray.__version__}; "
           f"{args.rollouts} rollouts of 3 turns (50-500 ms tool waits), {args.repeats} repeats")
-    print(f"{'nodes':>5}{'actors':>8}{'rollouts/s (median)':>21}{'runs':>30}{'reused start->call s':>22}")
+    print(f"{'nodes':>5}{'actors':>8}{'rollouts/s (median)':>21}{'runs':>30}{'reused start->call s':>22}"
+          f"{'new actor start-up s':>22}")
     medians = {}
     for nodes in (1, 2):
-        rates, reused = _measure(nodes, args.cpus, args.rollouts, args.repeats)
+        rates, reused, startups = _measure(nodes, args.cpus, args.rollouts, args.repeats)
         medians[nodes] = statistics.median(rates)
         print(f"{nodes:>5}{nodes * args.cpus:>8}{medians[nodes]:>21.2f}{', '.join(f'{r:.2f}' for r in rates):>30}"
-              f"{statistics.median(reused):>22.4f}")
+              f"{statistics.median(reused):>22.4f}{statistics.median(startups):>22.2f}")
     print(f"two nodes / one node: {medians[2] / medians[1]:.2f}x (goal at least 1.8x)")
 
 
-def _measure(nodes: int, cpus: int, rollouts: int, repeats: int) -> tuple[list[float], list[float]]:
+def _measure(nodes: int, cpus: int, rollouts: int, repeats: int) -> tuple[list[float], list[float], list[float]]:
     import ray
     from ray.cluster_utils import Cluster
 
@@ -91,7 +93,7 @@ def _measure(nodes: int, cpus: int, rollouts: int, repeats: int) -> tuple[list[f
             return rates
 
         rates = asyncio.run(run())
-        return rates, list(pool.reused_startup_s)
+        return rates, list(pool.reused_startup_s), list(pool.actor_startup_s)
     finally:
         ray.shutdown()
         cluster.shutdown()

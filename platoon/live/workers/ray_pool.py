@@ -241,6 +241,7 @@ class RayPool(WorkerPool):
         self._full_until = 0.0
         self.rollouts_by_node: dict[str, int] = {}
         self.reused_startup_s: list[float] = []  # start to first model call of each rollout on a reused actor
+        self.actor_startup_s: list[float] = []  # each actor's, from the ask to its imports and environments done
         self.actor_starts_by_node: dict[str, int] = {}
 
     # ------------------------------------------------------------------------------------------------ opening
@@ -408,6 +409,7 @@ class RayPool(WorkerPool):
             resources=dict(self.cfg.actor_resources) or None, scheduling_strategy="SPREAD", max_restarts=0,
             max_concurrency=1)
         builds = [s.to_json() for s in self.env_specs.values()]
+        asked = time.perf_counter()
         handle = remote.remote(builds, self.modules)
         try:
             node = await asyncio.wait_for(asyncio.wrap_future(handle.node.remote().future()),
@@ -420,6 +422,7 @@ class RayPool(WorkerPool):
                    f"{self.cfg.actor_cpus:g} CPU{self._held()})" if isinstance(exc, TimeoutError)
                    else f"it failed to start: {type(exc).__name__}: {exc}")
             raise WorkerDied(f"no rollout actor: {why}") from None
+        self.actor_startup_s.append(time.perf_counter() - asked)
         self.actor_starts_by_node[node] = self.actor_starts_by_node.get(node, 0) + 1
         return _Member(handle, node, f"actor-{sum(self.actor_starts_by_node.values())}")
 
