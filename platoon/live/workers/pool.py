@@ -246,8 +246,15 @@ class WorkerPool:
             await _unwound(_Worker(proc, None, files, started).stop(0.0))
             raise
         theirs.close()
-        w = _Worker(proc, await Channel.open(ours), files, started)
-        self._alive.add(w)
+        w = _Worker(proc, None, files, started)
+        self._alive.add(w)  # before the connection's await: a cancel there still ends the worker and its files
+        try:
+            w.chan = await Channel.open(ours)
+        except BaseException:
+            ours.close()
+            await _unwound(w.stop(0.0))
+            self._gone(w)
+            raise
         return w
 
     def _spawn(self, theirs: socket.socket, job: bytes) -> Any:

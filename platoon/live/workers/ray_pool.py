@@ -45,7 +45,7 @@ from platoon.live.errors import TrainError
 from platoon.live.workers import worker
 from platoon.live.workers.channel import Channel
 from platoon.live.workers.envs import EnvSpec
-from platoon.live.workers.pool import KILL_WAIT_S, WorkerDied, WorkerPool, _Worker
+from platoon.live.workers.pool import KILL_WAIT_S, WorkerDied, WorkerPool, _unwound, _Worker
 from platoon.ray_connect import connect
 
 __all__ = ["RayPool", "RolloutActor", "cluster_summary", "distributions_of", "installed"]
@@ -156,7 +156,7 @@ class _NoProcess:
 class _ActorWorker(_Worker):
     """A rollout running on an actor: ``_Worker``'s ending, cancelling and killing, in Ray's terms."""
 
-    def __init__(self, member: _Member, ref: Any, chan: Channel, files: tuple[Path, Path], started: float) -> None:
+    def __init__(self, member: _Member, ref: Any, chan: Channel | None, files: tuple[Path, Path], started: float) -> None:
         super().__init__(_NoProcess(), chan, files, started)
         self.member, self.ref = member, ref
         self.reused: list[float] = []  # the pool's reused_startup_s
@@ -336,9 +336,16 @@ class RayPool(WorkerPool):
             self._release(member, ref)
             raise WorkerDied(f"rollout actor on node {member.node} ended before its rollout began: {why}")
         ended.cancel()
-        w = _ActorWorker(member, ref, await Channel.open(connected.result()), files, started)
+        w = _ActorWorker(member, ref, None, files, started)
         w.reused = self.reused_startup_s
-        self._alive.add(w)
+        self._alive.add(w)  # before the connection's await: a cancel there still ends the rollout and frees its actor
+        try:
+            w.chan = await Channel.open(connected.result())
+        except BaseException:
+            connected.result().close()
+            await _unwound(w.stop(0.0))
+            self._gone(w)
+            raise
         self.rollouts_by_node[member.node] = self.rollouts_by_node.get(member.node, 0) + 1
         return w
 

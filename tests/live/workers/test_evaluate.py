@@ -165,3 +165,42 @@ def test_training_evaluates_in_the_rollout_workers(tmp_path, monkeypatch):
     assert len(live.workers.startup_s) == 12
     assert w_metrics == metrics and 0.0 < metrics["eval/pass@1"] < 1.0
     assert list((tmp_path / f"platoon-workers-{os.getuid()}").iterdir()) == []
+
+
+def test_a_cancel_while_a_worker_s_connection_opens_ends_that_worker_and_its_files(tmp_path, monkeypatch):
+    # the window between a worker's start and its connection: a cancel there (a failing group's, a stop) used to
+    # leave the worker untracked, running, its readiness and diagnostics files in scratch
+    from platoon.live.workers import pool as pool_module
+
+    workers, opening, started = pool(tmp_path), asyncio.Event(), []
+    real_open, real_spawn = pool_module.Channel.open, workers._spawn
+
+    def spawn(theirs, job):
+        proc = real_spawn(theirs, job)
+        started.append(proc)
+        return proc
+
+    async def slow_open(sock):
+        started.append(sock)  # held: the worker sees no end of its connection from the socket's collection
+        opening.set()
+        await asyncio.sleep(600)
+        return await real_open(sock)
+
+    monkeypatch.setattr(pool_module.Channel, "open", slow_open)
+    monkeypatch.setattr(workers, "_spawn", spawn)
+
+    async def run():
+        task = asyncio.ensure_future(evaluate_rollouts(scripted(), ENV, "val", 1, seed=5, workers=workers, entry="e"))
+        await opening.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        alive = set(workers._alive)
+        await workers.aclose()
+        return alive
+
+    assert asyncio.run(run()) == set()
+    proc, sock = started
+    assert proc.exitcode is not None  # the worker was ended, not left running
+    assert list((tmp_path / "scratch").iterdir()) == []
+    sock.close()
