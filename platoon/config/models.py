@@ -447,6 +447,9 @@ class ModelConfig(_Config):
     d_model: int = Field(64, ge=1, le=MAX_MODEL["d_model"], description="tiny: width of the transformer; a multiple of n_heads.")
     n_layers: int = Field(2, ge=1, le=MAX_MODEL["n_layers"], description="tiny: transformer layers.")
     n_heads: int = Field(4, ge=1, le=MAX_MODEL["n_heads"], description="tiny: attention heads.")
+    copying: bool = Field(False, description="tiny: a copying read-out beside the vocabulary's (a pointer over the "
+                       "context), so the model can write a token it has only read, such as an item name no training "
+                       "task wrote (docs/live-backend.md).")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available, else cpu.")
     max_batch: int = Field(256, ge=1, le=MAX_MODEL["max_batch"], description="The model service's largest batch of sequences.")
 

@@ -27,6 +27,7 @@ the one a ``ModelConfig`` names.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -320,15 +321,16 @@ class CausalPolicy:
         """``policy_logprobs(sequences, masks)`` at the masked positions only, flattened row by row (temperature 1),
         the read-out computed at those positions alone: over a vocabulary of thousands of words it is most of the
         cost where few tokens are masked (supervised fine-tuning's prompts and tool results). A model without the
-        hooks ``_features`` and ``_read_out`` computes every position's. Differentiable."""
+        hook ``_logits_at(tokens, chosen)`` (logits at the positions ``chosen`` sets) computes every position's.
+        Differentiable."""
         seq, mask = sequences.to(self.device), masks.to(self.device) > 0
-        features, read_out = getattr(self, "_features", None), getattr(self, "_read_out", None)
-        if features is None or read_out is None:
+        logits_at = getattr(self, "_logits_at", None)
+        if logits_at is None:
             return self.policy_logprobs(seq, mask.float())[mask]
         if seq.shape[1] and bool(mask[:, 0].any()):
             raise ValueError("masked_logprobs: position 0 has no prediction; its mask must be 0")
         chosen = mask[:, 1:]
-        logits = read_out(features(seq)[:, :-1][chosen]).float()
+        logits = logits_at(seq[:, :-1], chosen).float()
         return torch.log_softmax(logits, dim=-1).gather(-1, seq[:, 1:][chosen][:, None]).squeeze(-1)
 
     # --- weights -----------------------------------------------------------------------------------------------
@@ -361,6 +363,12 @@ class TinyConfig:
     having learnt to attend to them (a "canon" layer; it let the tiny model learn a multi-turn game through chat
     markup, where the decision sits a few marker tokens after what it depends on)."""
 
+    copying: bool = False
+    """A copying read-out beside the vocabulary's (a pointer-generator): a pointer head attends from each position
+    over the tokens so far, and the next token's distribution is a gated mixture of the vocabulary's softmax and the
+    pointer's attention on each token's occurrences. So the model can write a token it has only read (an item name
+    no training task ever wrote) and copy a count exactly. The gate starts nearly shut (``COPY_GATE_START``)."""
+
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} must be a multiple of n_heads {self.n_heads}")
@@ -368,6 +376,10 @@ class TinyConfig:
             raise ValueError(f"shift must be at least 0, got {self.shift}")
         if self.vocab_size < 2 or self.max_len < 2:
             raise ValueError("vocab_size and max_len must be at least 2")
+
+
+COPY_GATE_START = -6.0
+"""The copying read-out's gate bias at initialisation: ``sigmoid(-6)``, a 0.25% share for the pointer."""
 
 
 class _Block(nn.Module):
@@ -412,23 +424,72 @@ class TinyTransformer(nn.Module):
         self.shift = nn.Parameter(torch.zeros(cfg.shift, cfg.d_model)) if cfg.shift else None
         self.ln = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size)
+        if cfg.copying:
+            self.copy_q = nn.Linear(cfg.d_model, cfg.d_model)
+            self.copy_k = nn.Linear(cfg.d_model, cfg.d_model)
+            self.copy_gate = nn.Linear(cfg.d_model, 1)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
                 attn_mask: torch.Tensor | None = None, cache: list | None = None) -> tuple[torch.Tensor, list]:
         """Logits of ``tokens`` at ``positions``; ``cache`` (from the previous call) holds each block's keys and
-        values, then the last ``shift`` input embeddings."""
+        values, then the last ``shift`` input embeddings, then the copying read-out's keys and token ids."""
         if positions is None:
             positions = torch.arange(tokens.shape[1], device=tokens.device)[None]
+        n = len(self.blocks)
         x = self.tok(tokens)
         recent = None
         if self.shift is not None:
-            x, recent = self._shifted(x, attn_mask, None if cache is None else cache[-1])
+            x, recent = self._shifted(x, attn_mask, None if cache is None else cache[n])
         x = x + self.pos(positions)
         new_cache: list = []
         for i, block in enumerate(self.blocks):
             x, kv = block(x, attn_mask, None if cache is None else cache[i])
             new_cache.append(kv)
-        return self.head(self.ln(x)), [*new_cache, recent]
+        h = self.ln(x)
+        if not self.cfg.copying:
+            return self.head(h), [*new_cache, recent, None]
+        keys, ids = self.copy_k(h), tokens
+        if cache is not None:
+            keys, ids = torch.cat([cache[n + 1][0], keys], 1), torch.cat([cache[n + 1][1], ids], 1)
+        if attn_mask is None:
+            attn_mask = torch.ones((h.shape[1], keys.shape[1]), dtype=torch.bool, device=h.device).tril(
+                keys.shape[1] - h.shape[1])[None, None]
+        logits = self._mixed(self.head(h), h, self._copied(h, keys, ids, attn_mask[:, 0]))
+        return logits, [*new_cache, recent, (keys, ids)]
+
+    def _copied(self, h: torch.Tensor, keys: torch.Tensor, ids: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        """The pointer's attention ``[B, T, V]`` on each token: from each of the ``T`` positions whose features are
+        ``h`` ``[B, T, D]`` over the ``K`` positions whose keys and token ids are ``keys`` ``[B, K, D]`` and ``ids``
+        ``[B, K]``, where ``allowed`` ``[B, T, K]`` (or broadcast), summed over each token's occurrences."""
+        attention = self._pointer(h, keys, allowed)
+        return self._on_tokens(attention, ids[:, None, :].expand(-1, h.shape[1], -1))
+
+    def _pointer(self, h: torch.Tensor, keys: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        scores = self.copy_q(h) @ keys.transpose(1, 2) / math.sqrt(h.shape[-1])
+        return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+
+    def _on_tokens(self, attention: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """``attention`` ``[..., K]`` over positions holding ``ids`` ``[..., K]``, summed by token: ``[..., V]``."""
+        out = torch.zeros((*attention.shape[:-1], self.cfg.vocab_size), dtype=attention.dtype, device=attention.device)
+        return out.scatter_add_(-1, ids, attention)
+
+    def _mixed(self, logits: torch.Tensor, h: torch.Tensor, copied: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities of the mixture ``(1 - g) softmax(logits) + g copied``, ``g`` the gate read from ``h``."""
+        gate = self.copy_gate(h)
+        return torch.logaddexp(F.logsigmoid(-gate) + torch.log_softmax(logits.float(), -1),
+                               F.logsigmoid(gate) + copied.float().clamp_min(1e-30).log())
+
+    def logits_at(self, tokens: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        """Logits ``[N, V]`` predicting the token after each position where ``chosen`` ``[B, T]`` is set, of
+        right-padded ``tokens`` ``[B, T]``: the vocabulary's read-out computed at those positions alone."""
+        h = self.features(tokens)
+        if not self.cfg.copying:
+            return self.head(h[chosen])
+        t = tokens.shape[1]
+        causal = torch.ones((t, t), dtype=torch.bool, device=h.device).tril()[None]
+        attention = self._pointer(h, self.copy_k(h), causal)[chosen]  # [N, T]: the chosen positions' alone
+        copied = self._on_tokens(attention, tokens[chosen.nonzero()[:, 0]])
+        return self._mixed(self.head(h[chosen]), h[chosen], copied)
 
     def features(self, tokens: torch.Tensor) -> torch.Tensor:
         """What the read-out (``head``) reads at each position of right-padded ``tokens``."""
@@ -479,6 +540,8 @@ class TinyPolicy(CausalPolicy):
                     p.zero_()
             if module.shift is not None:  # gains of the order of the token's own: the taps are read from the start
                 module.shift.normal_(0.0, 0.5, generator=gen)
+            if config.copying:  # the pointer's share starts at 0.25%: the first policy is, all but, the prior's
+                module.copy_gate.bias.fill_(COPY_GATE_START)
             if logit_prior is not None:
                 if len(logit_prior) != config.vocab_size:
                     raise ValueError(f"logit_prior has {len(logit_prior)} entries for {config.vocab_size} tokens")
@@ -491,11 +554,8 @@ class TinyPolicy(CausalPolicy):
     def _logits(self, tokens):
         return self.module(tokens)[0]
 
-    def _features(self, tokens):
-        return self.module.features(tokens)
-
-    def _read_out(self, features):
-        return self.module.head(features)
+    def _logits_at(self, tokens, chosen):
+        return self.module.logits_at(tokens, chosen)
 
     def save(self, path: str | Path) -> None:
         torch.save({"config": asdict(self.config), "state": self.state_dict()}, Path(path))

@@ -30,5 +30,6 @@ def build_causal_policy(model_name: str, model_config: Any, *, vocab_size: int, 
     if model_name != "tiny":
         return HFPolicy.from_pretrained(model_name, device=model_config.device)
     cfg = TinyConfig(vocab_size=vocab_size, max_len=max(int(max_len), 2), d_model=model_config.d_model,
-                     n_layers=model_config.n_layers, n_heads=model_config.n_heads, shift=TINY_SHIFT)
+                     n_layers=model_config.n_layers, n_heads=model_config.n_heads, shift=TINY_SHIFT,
+                     copying=model_config.copying)
     return TinyPolicy(cfg, device=model_config.device, seed=seed, logit_prior=logit_prior)
