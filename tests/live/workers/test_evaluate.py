@@ -97,24 +97,31 @@ def test_evaluation_in_workers_scores_and_samples_as_in_process(tmp_path):
     assert list((tmp_path / "scratch").iterdir()) == []
 
 
+async def left_alive_after_a_cancel(evaluation, moment, workers) -> set:
+    """Run ``evaluation``, cancel it once ``moment`` is awaited, and return the workers the pool still counted alive
+    before its shutdown (``aclose``)."""
+    task = asyncio.ensure_future(evaluation)
+    await moment
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    alive = set(workers._alive)
+    await workers.aclose()
+    return alive
+
+
 def test_a_cancelled_evaluation_ends_its_workers_and_gives_back_their_slots(tmp_path):
     workers = pool(tmp_path, grace_s=5.0)
     service, slots = scripted(delay_s=120.0), Slots()
 
-    async def run():
-        task = asyncio.ensure_future(evaluate_rollouts(service, ENV, "val", 6, seed=5, concurrency=3, slots=slots,
-                                                       workers=workers, entry="e"))
+    async def three_called():
         while len(service.calls) < 3:  # each of the three running has made its first model call
             await asyncio.sleep(0.05)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        alive = set(workers._alive)
-        await workers.aclose()
-        return alive
 
     began = time.perf_counter()
-    assert asyncio.run(run()) == set()  # none left to the pool's shutdown
+    evaluation = evaluate_rollouts(service, ENV, "val", 6, seed=5, concurrency=3, slots=slots, workers=workers,
+                                   entry="e")
+    assert asyncio.run(left_alive_after_a_cancel(evaluation, three_called(), workers)) == set()  # none left to aclose
     assert time.perf_counter() - began < 60  # not the service's 120 s
     assert sorted(slots.taken) == [0, 1, 2]
     assert sorted(slots.released) == [(j, r) for j in range(3) for r in ("cancelled", "first_call")]
@@ -189,17 +196,8 @@ def test_a_cancel_while_a_worker_s_connection_opens_ends_that_worker_and_its_fil
     monkeypatch.setattr(pool_module.Channel, "open", slow_open)
     monkeypatch.setattr(workers, "_spawn", spawn)
 
-    async def run():
-        task = asyncio.ensure_future(evaluate_rollouts(scripted(), ENV, "val", 1, seed=5, workers=workers, entry="e"))
-        await opening.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        alive = set(workers._alive)
-        await workers.aclose()
-        return alive
-
-    assert asyncio.run(run()) == set()
+    evaluation = evaluate_rollouts(scripted(), ENV, "val", 1, seed=5, workers=workers, entry="e")
+    assert asyncio.run(left_alive_after_a_cancel(evaluation, opening.wait(), workers)) == set()
     proc, sock = started
     assert proc.exitcode is not None  # the worker was ended, not left running
     assert list((tmp_path / "scratch").iterdir()) == []
