@@ -365,8 +365,9 @@ class TinyConfig:
 
     copying: bool = False
     """A copying read-out beside the vocabulary's (a pointer-generator): a pointer head attends from each position
-    over the tokens so far, and the next token's distribution is a gated mixture of the vocabulary's softmax and the
-    pointer's attention on each token's occurrences. So the model can write a token it has only read (an item name
+    over the tokens so far (matching features, and the token just written against each position's previous token),
+    and the next token's distribution is a gated mixture of the vocabulary's softmax and the pointer's attention on
+    each token's occurrences. So the model can write a token it has only read (an item name
     no training task ever wrote) and copy a count exactly. The gate starts nearly shut (``COPY_GATE_START``)."""
 
     def __post_init__(self) -> None:
@@ -427,6 +428,10 @@ class TinyTransformer(nn.Module):
         if cfg.copying:
             self.copy_q = nn.Linear(cfg.d_model, cfg.d_model)
             self.copy_k = nn.Linear(cfg.d_model, cfg.d_model)
+            # the pointer also matches the token just written against each position's previous token (an induction
+            # head's rule: copy what followed the last time this token was read), so a copied list moves on
+            self.copy_q_token = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+            self.copy_k_previous = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
             self.copy_gate = nn.Linear(cfg.d_model, 1)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
@@ -448,24 +453,33 @@ class TinyTransformer(nn.Module):
         h = self.ln(x)
         if not self.cfg.copying:
             return self.head(h), [*new_cache, recent, None]
-        keys, ids = self.copy_k(h), tokens
-        if cache is not None:
-            keys, ids = torch.cat([cache[n + 1][0], keys], 1), torch.cat([cache[n + 1][1], ids], 1)
+        cached = None if cache is None else cache[n + 1]
         if attn_mask is None:
-            attn_mask = torch.ones((h.shape[1], keys.shape[1]), dtype=torch.bool, device=h.device).tril(
-                keys.shape[1] - h.shape[1])[None, None]
-        logits = self._mixed(self.head(h), h, self._copied(h, keys, ids, attn_mask[:, 0]))
-        return logits, [*new_cache, recent, (keys, ids)]
+            k = h.shape[1] + (0 if cached is None else cached[1].shape[1])
+            attn_mask = torch.ones((h.shape[1], k), dtype=torch.bool, device=h.device).tril(k - h.shape[1])[None, None]
+        # the last query is a real token: its row says which keys are (left padding is not)
+        queries, keys, ids = self._pointer_inputs(h, tokens, cached, attn_mask[:, 0, -1])
+        attention = self._pointer(queries, keys, attn_mask[:, 0])
+        copied = self._on_tokens(attention, ids[:, None, :].expand(-1, h.shape[1], -1))
+        return self._mixed(self.head(h), h, copied), [*new_cache, recent, (keys, ids)]
 
-    def _copied(self, h: torch.Tensor, keys: torch.Tensor, ids: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-        """The pointer's attention ``[B, T, V]`` on each token: from each of the ``T`` positions whose features are
-        ``h`` ``[B, T, D]`` over the ``K`` positions whose keys and token ids are ``keys`` ``[B, K, D]`` and ``ids``
-        ``[B, K]``, where ``allowed`` ``[B, T, K]`` (or broadcast), summed over each token's occurrences."""
-        attention = self._pointer(h, keys, allowed)
-        return self._on_tokens(attention, ids[:, None, :].expand(-1, h.shape[1], -1))
+    def _pointer_inputs(self, h: torch.Tensor, tokens: torch.Tensor, cached: tuple[torch.Tensor, torch.Tensor] | None,
+                        real: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The pointer's queries ``[B, T, D]`` at the ``T`` new positions (features ``h``, ids ``tokens``), and its
+        keys ``[B, K, D]`` and token ids ``[B, K]`` over every position so far (``cached``: the earlier ones');
+        ``real`` ``[B, K]`` (or broadcast): which positions hold a token, not padding."""
+        t = tokens.shape[1]
+        ids = tokens if cached is None else torch.cat([cached[1], tokens], 1)
+        previous = torch.cat([torch.zeros_like(ids[:, :1]), ids[:, :-1]], 1)[:, -t:]
+        follows = torch.cat([torch.zeros_like(real[:, :1]), real[:, :-1]], 1)[:, -t:, None]  # a token before it
+        keys = self.copy_k(h) + self.copy_k_previous(self.tok(previous)) * follows.to(h.dtype)
+        if cached is not None:
+            keys = torch.cat([cached[0], keys], 1)
+        return self.copy_q(h) + self.copy_q_token(self.tok(tokens)), keys, ids
 
-    def _pointer(self, h: torch.Tensor, keys: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-        scores = self.copy_q(h) @ keys.transpose(1, 2) / math.sqrt(h.shape[-1])
+    def _pointer(self, queries: torch.Tensor, keys: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        """Attention ``[B, T, K]`` from each query over the keys ``allowed`` ``[B, T, K]`` (or broadcast)."""
+        scores = queries @ keys.transpose(1, 2) / math.sqrt(queries.shape[-1])
         return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
 
     def _on_tokens(self, attention: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -487,7 +501,8 @@ class TinyTransformer(nn.Module):
             return self.head(h[chosen])
         t = tokens.shape[1]
         causal = torch.ones((t, t), dtype=torch.bool, device=h.device).tril()[None]
-        attention = self._pointer(h, self.copy_k(h), causal)[chosen]  # [N, T]: the chosen positions' alone
+        queries, keys, _ = self._pointer_inputs(h, tokens, None, causal[:, -1])
+        attention = self._pointer(queries, keys, causal)[chosen]  # [N, T]: the chosen positions' alone
         copied = self._on_tokens(attention, tokens[chosen.nonzero()[:, 0]])
         return self._mixed(self.head(h[chosen]), h[chosen], copied)
 

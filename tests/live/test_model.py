@@ -233,28 +233,30 @@ def test_derive_seed_and_pad_right():
     assert pad_right([[0.5], []], value=-1.0, dtype=torch.float32).tolist() == [[0.5], [-1.0]]
 
 
-def _copy_task_accuracy(copying: bool, steps: int = 120) -> float:
-    """Train to repeat, after a marker, the item read two tokens in (items 10-39), then ask for items 40-59, which no
-    training sequence held: the share written right, greedily."""
-    p = TinyPolicy(TinyConfig(vocab_size=60, max_len=16, d_model=32, n_layers=1, n_heads=4, copying=copying),
+def _copy_task_accuracy(copying: bool, steps: int = 200, length: int = 4) -> float:
+    """Train to repeat, after a marker, a list of ``length`` items read before it (items 10-39), then an end token;
+    then ask for lists of items 40-59, which no training sequence held: the share of lists written right, greedily."""
+    p = TinyPolicy(TinyConfig(vocab_size=60, max_len=24, d_model=32, n_layers=1, n_heads=4, copying=copying),
                    device="cpu", seed=0)
     opt = torch.optim.Adam(p.module.parameters(), lr=3e-3)
     gen = torch.Generator().manual_seed(0)
     for _ in range(steps):
-        items, noise = torch.randint(10, 40, (32, 1), generator=gen), torch.randint(3, 10, (32, 3), generator=gen)
-        seq = torch.cat([torch.ones_like(items), noise[:, :1], items, noise[:, 1:], torch.full_like(items, 2), items], 1)
+        items = torch.stack([torch.randperm(30, generator=gen)[:length] + 10 for _ in range(32)])
+        one, two, three = (torch.full((32, 1), k) for k in (1, 2, 3))
+        seq = torch.cat([one, items, two, items, three], 1)
         mask = torch.zeros_like(seq)
-        mask[:, -1] = 1
+        mask[:, length + 2:] = 1  # the copy and its end
         loss = -p.masked_logprobs(seq, mask).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
-    held_out = range(40, 60)
-    gens = p.sample([[1, 5, i, 6, 7, 2] for i in held_out], max_new_tokens=1, temperature=0.0, seeds=list(held_out))
-    return sum(g.tokens == (i,) for g, i in zip(gens, held_out, strict=True)) / len(held_out)
+    lists = [(torch.randperm(20, generator=gen)[:length] + 40).tolist() for _ in range(20)]
+    gens = p.sample([[1, *items, 2] for items in lists], max_new_tokens=length + 1, temperature=0.0,
+                    seeds=list(range(20)))
+    return sum(list(g.tokens) == [*items, 3] for g, items in zip(gens, lists, strict=True)) / len(lists)
 
 
-def test_the_copying_read_out_writes_tokens_no_training_sequence_wrote():
+def test_the_copying_read_out_writes_lists_of_tokens_no_training_sequence_wrote():
     assert _copy_task_accuracy(copying=True) >= 0.9
     assert _copy_task_accuracy(copying=False) == 0.0  # the vocabulary's read-out learnt them unlikely
 
