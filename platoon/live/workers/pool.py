@@ -246,12 +246,16 @@ class WorkerPool:
             await _unwound(_Worker(proc, None, files, started).stop(0.0))
             raise
         theirs.close()
-        w = _Worker(proc, None, files, started)
-        self._alive.add(w)  # before the connection's await: a cancel there still ends the worker and its files
+        return await self._connected(_Worker(proc, None, files, started), ours)
+
+    async def _connected(self, w: _Worker, sock: socket.socket) -> _Worker:
+        """``w``, alive, with its connection over ``sock``. It counts alive before the connection's await, so that a
+        cancel there still ends it (and removes its files, frees its actor)."""
+        self._alive.add(w)
         try:
-            w.chan = await Channel.open(ours)
+            w.chan = await Channel.open(sock)
         except BaseException:
-            ours.close()
+            sock.close()
             await _unwound(w.stop(0.0))
             self._gone(w)
             raise

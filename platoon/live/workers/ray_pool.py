@@ -45,7 +45,7 @@ from platoon.live.errors import TrainError
 from platoon.live.workers import worker
 from platoon.live.workers.channel import Channel
 from platoon.live.workers.envs import EnvSpec
-from platoon.live.workers.pool import KILL_WAIT_S, WorkerDied, WorkerPool, _unwound, _Worker
+from platoon.live.workers.pool import KILL_WAIT_S, WorkerDied, WorkerPool, _Worker
 from platoon.ray_connect import connect
 
 __all__ = ["RayPool", "RolloutActor", "cluster_summary", "distributions_of", "installed"]
@@ -338,14 +338,7 @@ class RayPool(WorkerPool):
         ended.cancel()
         w = _ActorWorker(member, ref, None, files, started)
         w.reused = self.reused_startup_s
-        self._alive.add(w)  # before the connection's await: a cancel there still ends the rollout and frees its actor
-        try:
-            w.chan = await Channel.open(connected.result())
-        except BaseException:
-            connected.result().close()
-            await _unwound(w.stop(0.0))
-            self._gone(w)
-            raise
+        await self._connected(w, connected.result())
         self.rollouts_by_node[member.node] = self.rollouts_by_node.get(member.node, 0) + 1
         return w
 
