@@ -1,8 +1,10 @@
 """Totals over settled groups: of the run, an entry, a label, a task; and the per-task reads built from them.
 
 What this module owns: ``GroupTotals`` (the counts one settled group adds, and their JSON form in a statistics
-snapshot), ``TaskStats`` (a task's totals with its streaks, draws, fates, history and means: the full read, a
-copy), and the cheap reads ``TaskCounts`` and ``TaskCountArrays``. The store (``platoon.policy.stats``) keeps them.
+snapshot), ``TaskRecord`` (what the store keeps of a task beyond its array fields, with its limits ``MEANS``,
+``HISTORY`` and ``NO_EVIDENCE_LIMIT``), ``TaskStats`` (a task's totals with its streaks, draws, fates, history and
+means: the full read, a copy), and the cheap reads ``TaskCounts`` and ``TaskCountArrays``. The store
+(``platoon.policy.stats``) keeps them.
 
 Rules it keeps:
 - evidence is dated by a group's oldest datum version (the ``version`` given to ``add``), never by when it settled;
@@ -12,13 +14,21 @@ Rules it keeps:
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from platoon.policy.records import KINDS, DecayedCounts, DecayedMean, GroupRecord, GroupSummary
+from platoon.policy.records import FATES, KINDS, DecayedCounts, DecayedMean, GroupRecord, GroupSummary
+
+NO_EVIDENCE_LIMIT = 3
+"""A task whose last 3 groups had no valid member is "without evidence" (pass_rate reaches it by exploring only)."""
+HISTORY = 8
+"""How many newest group summaries each task keeps."""
+MEANS = ("steps", "output_tokens", "seconds", "reward")
+"""The decayed per-task means, by name."""
 
 
 class SettleCounts(NamedTuple):
@@ -138,6 +148,18 @@ TOTAL_FIELDS = (
     "uniform_mixed_groups",
 )
 """The count fields of ``GroupTotals``, all but ``decayed``, in order (a copy or a ``TaskStats`` is built from them)."""
+
+
+class TaskRecord:
+    """What the store keeps of a task beyond its array fields; built on the task's first settle, draw or fate."""
+
+    __slots__ = ("totals", "means", "history", "fates")
+
+    def __init__(self) -> None:
+        self.totals = GroupTotals()
+        self.means = {name: DecayedMean() for name in MEANS}
+        self.history: deque[GroupSummary] = deque(maxlen=HISTORY)
+        self.fates = dict.fromkeys(FATES, 0)
 
 
 @dataclass
