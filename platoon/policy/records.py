@@ -123,6 +123,7 @@ class MemberResult:
 
 
 _MEMBER_DEFAULTS = frozen.defaults(MemberResult)
+_UNSET = object()
 
 
 @dataclass(frozen=True)
@@ -165,8 +166,14 @@ class GroupRecord:
 
     def oldest_version(self) -> int | None:
         """The oldest ``main`` version any member's datums sampled; else ``drawn_at["main"]`` (or None)."""
-        spans = [m.versions[MAIN][0] for m in self.members if MAIN in m.versions]
-        return min(spans) if spans else self.drawn_at.get(MAIN)
+        # Asked of every settled group by the horizon, the recorder, the store and the step's metrics: the record is
+        # frozen, so the answer is kept in its __dict__ (not a field: equality, hash, repr and to_json ignore it).
+        found = self.__dict__.get("_oldest_version", _UNSET)
+        if found is _UNSET:
+            spans = [m.versions[MAIN][0] for m in self.members if MAIN in m.versions]
+            found = min(spans) if spans else self.drawn_at.get(MAIN)
+            self.__dict__["_oldest_version"] = found
+        return found
 
     def kind(self, threshold: float) -> str | None:
         """``trained`` -> informative; ``uniform`` -> all_pass / all_fail (valid > 0) or uniform_mixed; else None."""
@@ -304,6 +311,24 @@ class DecayedMean(DecayedCounts):
 
     def add_value(self, value: float, version: int) -> None:
         self.add(float(value), 1.0, version)
+
+    def add_values(self, values: Sequence[float], version: int) -> None:
+        """``add_value`` of each value, in order: the same float operations, with the same-version case (every value
+        after the first, unless the evidence is older) summed in one loop (a settle adds each member's)."""
+        if not values:
+            return
+        if version != self.version:
+            self.add(float(values[0]), 1.0, version)
+            if version != self.version:  # older evidence: each value is discounted on its own
+                for value in values[1:]:
+                    self.add(float(value), 1.0, version)
+                return
+            values = values[1:]
+        total, weight = self.passes, self.fails
+        for value in values:
+            total += float(value)
+            weight += 1.0
+        self.passes, self.fails = total, weight
 
     def mean(self) -> float | None:
         return None if self.fails == 0 else self.passes / self.fails

@@ -319,31 +319,18 @@ class TaskStatsStore(StoreArrays, StoreDraws, StoreSnapshot):
             else:
                 self._no_evidence.discard(i)
         members = record.members
+        steps = [m.steps for m in members if m.steps is not None]
+        seconds = [m.seconds for m in members if m.seconds is not None]
+        rewards = [m.reward for m in members if m.valid and m.reward is not None]
         if v is not None:
             means = rec.means
-            steps, tokens, secs, reward = means["steps"], means["output_tokens"], means["seconds"], means["reward"]
-            for m in members:  # ``add_value``'s own arithmetic, the calls unrolled (a settle does this per member)
-                if m.steps is not None:
-                    steps.add(float(m.steps), 1.0, v)
-                if m.output_tokens is not None:
-                    tokens.add(float(m.output_tokens), 1.0, v)
-                if m.seconds is not None:
-                    secs.add(float(m.seconds), 1.0, v)
-                if m.valid and m.reward is not None:
-                    reward.add(float(m.reward), 1.0, v)
-        seconds = [m.seconds for m in members if m.seconds is not None]
+            means["steps"].add_values(steps, v)
+            means["output_tokens"].add_values([m.output_tokens for m in members if m.output_tokens is not None], v)
+            means["seconds"].add_values(seconds, v)
+            means["reward"].add_values(rewards, v)
         rec.history.append(
-            GroupSummary(
-                record.start,
-                record.seq,
-                v,
-                valid,
-                passes,
-                _mean([m.reward for m in members if m.valid and m.reward is not None]),
-                record.verdict,
-                _mean([m.steps for m in members if m.steps is not None]),
-                max(seconds) if seconds else None,
-            )
+            GroupSummary(record.start, record.seq, v, valid, passes, _mean(rewards), record.verdict, _mean(steps),
+                         max(seconds) if seconds else None)
         )
         self._groups[i] = rec.totals.groups
         d = rec.totals.decayed

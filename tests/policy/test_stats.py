@@ -173,6 +173,20 @@ def test_decayed_mean():
     assert m.mean() == pytest.approx((2.0 * 0.5 + 4.0) / 1.5)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.floats(-1e6, 1e6) | st.integers(0, 1000), max_size=6), st.integers(0, 80)),
+                max_size=6))
+def test_decayed_mean_add_values_is_add_value_of_each(batches):
+    """A settle's batched add equals one ``add_value`` a value, float for float (newer, same and older versions:
+    an ``is`` of the equality would be float rounding, so the reprs are compared)."""
+    one, batched = DecayedMean(), DecayedMean()
+    for values, version in batches:
+        for value in values:
+            one.add_value(value, version)
+        batched.add_values(values, version)
+        assert repr(batched) == repr(one)
+
+
 # ----------------------------------------------------------------------------------------------- formulas
 
 
