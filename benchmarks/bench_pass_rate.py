@@ -19,6 +19,7 @@ from platoon.policy.pool import EntrySpec, TaskPool
 from platoon.policy.recorder import StatsRecorder
 from platoon.policy.samplers.runtime import SamplerSet
 from platoon.policy.stats import GroupRecord, MemberResult
+from platoon.runs.timing import measured_call
 
 SIZES = (10_000, 100_000, 1_000_000)
 DECISIONS = 201
@@ -75,7 +76,7 @@ def bench(n: int) -> tuple[float, float, float, float]:
         entry_samplers={},
         batch_size=64,
         seed=0,
-        clock=time.perf_counter,
+        measure=measured_call,
     )
     setup_s = time.perf_counter() - t0
     whole, inner = [], []
