@@ -82,8 +82,8 @@ async def _measure(urls: list[str], mode: str, args: argparse.Namespace) -> tupl
 
     from platoon.live.inference.vllm import VLLMService
     from platoon.live.inference.weights import WeightStore
+    from platoon.live.rollouts.workflow import _FirstCall
     from platoon.live.workers import WorkerPool
-    from platoon.live.workflow import _FirstCall
 
     class Relayed(VLLMService):
         direct_target = None  # the workers send their calls to the trainer, which posts them

@@ -83,11 +83,11 @@ def free_port() -> int:
 
 async def run(args: argparse.Namespace, model_dir: Path, scratch: Path) -> None:
     from platoon.config.inference import LaunchConfig
-    from platoon.live.hf import HFPolicy
+    from platoon.live.inference.hf import HFPolicy
     from platoon.live.inference.launch import Launched
+    from platoon.live.inference.service import BatchingModelService
     from platoon.live.inference.vllm import VLLMService
     from platoon.live.inference.weights import WeightStore
-    from platoon.live.service import BatchingModelService
 
     policy = HFPolicy.from_pretrained(model_dir, device="cpu")
     builtin = BatchingModelService(policy, max_batch=64)

@@ -21,8 +21,8 @@ import torch
 from platoon.live.agent.harness import default_renderer
 from platoon.live.envs import NumberSearch
 from platoon.live.envs.play import Limits, play_episode
-from platoon.live.model import TinyConfig, TinyPolicy
-from platoon.live.service import BatchingModelService
+from platoon.live.inference.model import TinyConfig, TinyPolicy
+from platoon.live.inference.service import BatchingModelService
 
 DEMO_LIMITS = Limits(max_new_tokens=2, context_window=256)
 """The demo's budgets (``platoon train`` with no config): two tokens a turn, the tiny model's 256 positions."""

@@ -23,10 +23,10 @@ import random
 import time
 
 from platoon.config import load_config
-from platoon.live.build import build_environments, build_pool
-from platoon.live.datums import Trajectory, Turn
+from platoon.live.launch.build import build_environments, build_pool
+from platoon.live.rollouts.workflow import GroupRolloutWorkflow, GroupRow, Rollout, workflow_runs_on_lease
 from platoon.live.runtime import LiveRuntime
-from platoon.live.workflow import GroupRolloutWorkflow, GroupRow, Rollout, workflow_runs_on_lease
+from platoon.live.training.datums import Trajectory, Turn
 from platoon.policy.assemble import build_policy
 
 GROUP_SIZE = 8

@@ -59,9 +59,9 @@ def _measure(nodes: int, cpus: int, rollouts: int, repeats: int) -> tuple[list[f
     from ray.cluster_utils import Cluster
 
     from platoon.config.ray import RayConfig
-    from platoon.live.service import FakeModelService
+    from platoon.live.inference.service import FakeModelService
+    from platoon.live.rollouts.workflow import GroupRow
     from platoon.live.workers.ray_pool import RayPool
-    from platoon.live.workflow import GroupRow
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": cpus, "include_dashboard": False})
     for _ in range(nodes - 1):

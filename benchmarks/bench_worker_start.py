@@ -72,8 +72,8 @@ async def _wave(pool, workflow_cls, env, n: int) -> dict[str, float]:
     import asyncio
     import statistics
 
-    from platoon.live.service import Sample
-    from platoon.live.workflow import GroupRow
+    from platoon.live.inference.service import Sample
+    from platoon.live.rollouts.workflow import GroupRow
 
     class Service:
         version = 0

@@ -18,7 +18,7 @@ import pandas  # noqa: F401
 
 from platoon.live.envs.base import Outcome, Task
 from platoon.live.envs.text import Tool, ToolCall, ToolResult
-from platoon.live.workflow import GroupRolloutWorkflow, GroupRow, Rollout
+from platoon.live.rollouts.workflow import GroupRolloutWorkflow, GroupRow, Rollout
 
 try:
     from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: F401

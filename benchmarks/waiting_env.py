@@ -7,8 +7,8 @@ from __future__ import annotations
 import random
 import time
 
-from platoon.live.datums import Trajectory, Turn
-from platoon.live.workflow import GroupRolloutWorkflow, GroupRow, Rollout
+from platoon.live.rollouts.workflow import GroupRolloutWorkflow, GroupRow, Rollout
+from platoon.live.training.datums import Trajectory, Turn
 
 TURNS = 3
 

@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from platoon.analysis import load_run  # noqa: E402
-from platoon.live.command import train  # noqa: E402
+from platoon.live.launch.command import train  # noqa: E402
 from platoon.report import SHARES, summarize, twin_error  # noqa: E402
 from platoon.runs.atomic import write_atomic  # noqa: E402
 from platoon.sim.calibrate import calibrate, workload_text  # noqa: E402

@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from platoon.config.loader import config_from_lock, load_config  # noqa: E402
-from platoon.live.command import evaluate  # noqa: E402
+from platoon.live.launch.command import evaluate  # noqa: E402
 from platoon.runs import RunDir, read_jsonl  # noqa: E402
 from platoon.sim.calibrate import calibrate  # noqa: E402
 from platoon.sim.fit_learning import fit_learning, observations  # noqa: E402

@@ -207,8 +207,8 @@ def train(
     steps: Annotated[int | None, typer.Option("--steps", min=1, help="train.max_training_steps (with --resume: the new total).")] = None,
 ) -> None:
     """Train a policy with the live asyncio + PyTorch backend (no CONFIG: the small model on platoon-number-search)."""
-    from platoon.live.command import TrainError, TrainUsageError
-    from platoon.live.command import train as run_train
+    from platoon.live.launch.command import TrainError, TrainUsageError
+    from platoon.live.launch.command import train as run_train
     from platoon.runs.writer import RunBusyError
 
     config, overrides = config_and_overrides(arguments, config, overrides)
@@ -232,7 +232,7 @@ def sft(
 ) -> None:
     """Fine-tune the policy on demonstrations (an environment's, or a JSONL file's); train.init_from: the run
     directory starts platoon train from its weights (docs/warm-start.md)."""
-    from platoon.live.command import TrainError, TrainUsageError
+    from platoon.live.launch.command import TrainError, TrainUsageError
     from platoon.live.sft.command import sft as run_sft
     from platoon.runs.writer import RunBusyError
 
@@ -255,8 +255,8 @@ def evaluate(
                           ".jsonl).")] = None,
 ) -> None:
     """Held-out pass@1, with a 95% confidence interval, of the initial or a trained policy."""
-    from platoon.live.command import TrainError, TrainUsageError
-    from platoon.live.command import evaluate as run_eval
+    from platoon.live.launch.command import TrainError, TrainUsageError
+    from platoon.live.launch.command import evaluate as run_eval
     from platoon.runs.export import write_csv, write_jsonl
 
     if by_task is not None and by_task.suffix not in (".csv", ".jsonl"):
@@ -282,8 +282,8 @@ def prestage(
     overrides: SetOption = None,
 ) -> None:
     """Stage the harness toolchains of a config's environments on this node, ahead of a run (docs/toolchains.md)."""
-    from platoon.live.command import prestage as run_prestage
-    from platoon.live.toolchain import ToolchainError
+    from platoon.live.agent.toolchain import ToolchainError
+    from platoon.live.launch.command import prestage as run_prestage
 
     config, overrides = config_and_overrides(arguments, config, overrides)
     if config is None:
@@ -396,7 +396,7 @@ def config_validate(
     files, positional = split_arguments(arguments or ())
     lister = None
     if tasks:  # the live layer builds each environment to list its tasks: imported only when asked
-        from platoon.live.build import listed_tasks as lister
+        from platoon.live.launch.build import listed_tasks as lister
     with exits(USAGE):
         checked = check_files([*(configs or ()), *map(Path, files)], [*(overrides or ()), *positional], kind=kind,
                               schema=schema, resolve=resolve, strict=strict, list_tasks=lister)

@@ -19,7 +19,7 @@ Every name platoon 0.4.0's ``platoon.experimental`` exports is here under the sa
 
 from platoon.config.registry import group_admission, task_sampler
 from platoon.config.resolve import SamplerCheckContext
-from platoon.live.lease import RolloutLease, rollout_lease
+from platoon.live.rollouts.lease import RolloutLease, rollout_lease
 from platoon.policy import (
     Admission,
     AdmissionCheckContext,

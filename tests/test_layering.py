@@ -273,7 +273,7 @@ def test_check_package_walks_every_module(tmp_path):
 # A module of platoon never imports, however indirectly, a module that imports it back: not at the top and not in
 # a function (a function-local import hides a cycle from the reader, it does not break it). A cycle is broken by
 # moving the piece both sides need to a module they can both import downward, as live/envs/resolve.py and
-# live/model_kinds.py were. An import under ``if TYPE_CHECKING:`` never runs, so it is no edge here (the layer
+# live/inference/model_kinds.py were. An import under ``if TYPE_CHECKING:`` never runs, so it is no edge here (the layer
 # check above still reads it).
 
 
@@ -425,12 +425,12 @@ PLANTED_CYCLES = [
         {"platoon/a.py": "import platoon.b\n", "platoon/b.py": "from platoon.a import f\n"},
         "platoon.a -> platoon.b -> platoon.a (platoon/a.py:1, platoon/b.py:1)",
     ),
-    (  # a function-local import, as live/model -> live/hf was
+    (  # a function-local import, as live/inference/model -> live/inference/hf was
         {
-            "platoon/live/model.py": "x = 1\n\n\ndef build():\n    from platoon.live.hf import HF\n",
-            "platoon/live/hf.py": "from platoon.live.model import PolicyModel\n",
+            "platoon/live/inference/model.py": "x = 1\n\n\ndef build():\n    from platoon.live.inference.hf import HF\n",
+            "platoon/live/inference/hf.py": "from platoon.live.inference.model import PolicyModel\n",
         },
-        "platoon.live.hf -> platoon.live.model -> platoon.live.hf (platoon/live/hf.py:1, platoon/live/model.py:5)",
+        "platoon.live.inference.hf -> platoon.live.inference.model -> platoon.live.inference.hf (platoon/live/inference/hf.py:1, platoon/live/inference/model.py:5)",
     ),
     (
         {
@@ -483,7 +483,7 @@ def test_the_cycle_check_allows_downward_imports():
 RULE_TIMING = ("quorum", "straggler", "deadline", "timeout")
 VERDICT_NAMES = {"trained", "uniform", "no_completed_root", "failed", "unknown"}
 RUNTIME_MODULES = ("sim/runtime.py", "sim/rollouts.py", "sim/trainer.py", "sim/clock.py", "live/runtime.py",
-                   "live/lease_host.py", "live/workflow.py", "live/lease.py")
+                   "live/rollouts/lease_host.py", "live/rollouts/workflow.py", "live/rollouts/lease.py")
 
 
 def _names_in(node: ast.AST) -> list[str]:

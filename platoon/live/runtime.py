@@ -7,8 +7,8 @@ whenever nothing of the cycle waits to be carried out, keeps one ``loop.call_at`
 hands the cycle's writes and the outbox to its run session (``platoon.runs.session``). Who carries out what:
 
 - ``StartGroup`` -> a task running the workflow's ``arun_episode(row)`` with the group's lease in its context
-  (``platoon.live.lease``); its end -> ``on_group_finished`` with what it returned, raised, or that it was cancelled;
-- the other rollout decisions -> the lease host (``platoon.live.lease_host``), where every lease's blocks wait;
+  (``platoon.live.rollouts.lease``); its end -> ``on_group_finished`` with what it returned, raised, or that it was cancelled;
+- the other rollout decisions -> the lease host (``platoon.live.rollouts.lease_host``), where every lease's blocks wait;
 - the cycle's decisions -> the trainer task, one at a time, in order: ``SaveCheckpoint`` (sealed at once; the
   trainer's state and the files written off the loop), ``Evaluate`` (a plain ``evaluate()`` off the loop, an
   ``async evaluate(slots)`` on it, taking start slots in scope ``eval``), ``Train`` (off the loop, while rollouts go
@@ -26,13 +26,13 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from platoon.live.checkpoint import TRAINER_FILE, LiveRunDir
-from platoon.live.datums import datum_tokens, step_datums
-from platoon.live.errors import TrainError
-from platoon.live.lease import RolloutLease, set_lease
-from platoon.live.lease_host import EvalSlots, LeaseHost
-from platoon.live.rollout_trace import GroupTrace, TrainerTrack
-from platoon.live.workflow import GroupRow
+from platoon.live.launch.errors import TrainError
+from platoon.live.rollouts.lease import RolloutLease, set_lease
+from platoon.live.rollouts.lease_host import EvalSlots, LeaseHost
+from platoon.live.rollouts.rollout_trace import GroupTrace, TrainerTrack
+from platoon.live.rollouts.workflow import GroupRow
+from platoon.live.training.checkpoint import TRAINER_FILE, LiveRunDir
+from platoon.live.training.datums import datum_tokens, step_datums
 from platoon.policy import (
     CYCLE_DECISIONS,
     Abort,

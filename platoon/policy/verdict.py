@@ -10,7 +10,7 @@ output and its record's verdict is ``failed`` (``platoon.policy.records``). A *v
 with a score: only those count toward ``min_successful`` and enter the baseline. The order of the checks is 0.4.0's.
 
 Rewards are compared with a tolerance of ``UNIFORM_TOLERANCE``, so that a graded reward that differs only in float
-rounding reads as alike, as the trainer's advantages do (``platoon.live.datums.group_advantages``).
+rounding reads as alike, as the trainer's advantages do (``platoon.live.training.datums.group_advantages``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ platoon 0.4.0 does, so that 0.4.0 reads a dispatch state this platoon wrote, kep
   own ``file`` is (the checkpoint's), which is where 0.4.0's reader looks for both.
 
 A group's ``output`` is ``{"type": "failed"}`` (its workflow raised), ``{"type": "group", "datums": [...], ...}`` when
-every datum is one of the live backend's (``platoon.live.datums``), written as the Tinker datums 0.4.0 trains
+every datum is one of the live backend's (``platoon.live.training.datums``), written as the Tinker datums 0.4.0 trains
 (``model_input`` the tokens but the last, ``loss_fn_inputs`` ``target_tokens``, ``logprobs``, ``advantages`` and
 ``mask``, shifted by one; floats as the bytes of their float32 values, float64 where a float32 does not hold them),
 else ``{"type": "platoon", verdict, members, datums}`` (the simulator's datums), which 0.4.0 does not take up: it

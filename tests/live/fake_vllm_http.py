@@ -21,7 +21,7 @@ from fake_vllm import FakeVLLM, tokens
 
 from platoon.live.inference.vllm import VLLMService
 from platoon.live.inference.weights import WeightStore
-from platoon.live.workflow import _FirstCall
+from platoon.live.rollouts.workflow import _FirstCall
 
 
 class ServedCluster:

@@ -22,9 +22,9 @@ from typing import Any
 
 import dispatch_harness  # noqa: F401  (tests/policy's scripted runtime, for comparisons; tests/conftest.py puts it on the path)
 
-from platoon.live.datums import Trajectory, Turn
-from platoon.live.lease import background_teardown, first_model_call
-from platoon.live.workflow import GroupRolloutWorkflow, GroupRow, Rollout
+from platoon.live.rollouts.lease import background_teardown, first_model_call
+from platoon.live.rollouts.workflow import GroupRolloutWorkflow, GroupRow, Rollout
+from platoon.live.training.datums import Trajectory, Turn
 
 
 class _VirtualSelector(selectors.BaseSelector):

@@ -11,9 +11,9 @@ from platoon.live.agent.role_colon import RoleColonRenderer
 from platoon.live.agent.tokenizer import TinyTokenizer
 from platoon.live.envs.base import Outcome, Task
 from platoon.live.envs.text import Tool, ToolResult
-from platoon.live.model import Generation, derive_seed
-from platoon.live.service import Sample
-from platoon.live.workflow import GroupRolloutWorkflow, GroupRow
+from platoon.live.inference.model import Generation, derive_seed
+from platoon.live.inference.service import Sample
+from platoon.live.rollouts.workflow import GroupRolloutWorkflow, GroupRow
 
 SAY = Tool("say", "say a word", {"type": "object", "properties": {"word": {"type": "string"}}})
 STOP = Tool("stop", "end the episode", terminal=True)

@@ -27,10 +27,10 @@ from platoon.live.agent.chat_template import ChatTemplateRenderer, message_dict 
 from platoon.live.agent.harness import play_text_episode  # noqa: E402
 from platoon.live.agent.messages import Message  # noqa: E402
 from platoon.live.agent.renderer import make_renderer  # noqa: E402
-from platoon.live.datums import trajectory_datums  # noqa: E402
 from platoon.live.envs.number_search import NumberSearch  # noqa: E402
 from platoon.live.envs.text import Tool  # noqa: E402
-from platoon.live.service import FakeModelService  # noqa: E402
+from platoon.live.inference.service import FakeModelService  # noqa: E402
+from platoon.live.training.datums import trajectory_datums  # noqa: E402
 
 SUPPORTED = [name for name, f in FAMILIES.items() if f.parser is not None or f.kwargs]
 NATIVE = [name for name, f in FAMILIES.items() if f.parser is not None]
@@ -224,7 +224,7 @@ def test_platoon_trains_a_tiny_random_model_through_the_family_s_template(name, 
     import yaml
     from live_harness import save_tiny_llama
 
-    from platoon.live import command
+    from platoon.live.launch import command
     from platoon.runs import read_jsonl
 
     family = FAMILIES[name]

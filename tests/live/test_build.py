@@ -1,5 +1,5 @@
 """What a live run trains and evaluates on: an entry's dataset_kwargs, eval_dataset_kwargs and exclude_tasks shape
-its pool and its evaluation tasks (platoon.live.build)."""
+its pool and its evaluation tasks (platoon.live.launch.build)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from config_kit import schema_config
 
 from platoon.config.errors import ConfigError
 from platoon.live.agent.harness import default_renderer
-from platoon.live.build import build_environments, build_pool, entry_tasks, evaluate_policy
 from platoon.live.envs import NumberSearch
+from platoon.live.launch.build import build_environments, build_pool, entry_tasks, evaluate_policy
 
 SMALL = {"ranges": [4, 8]}
 
@@ -58,7 +58,7 @@ def test_the_evaluation_tasks_are_the_eval_split_shaped_alike(monkeypatch):
     train_eval = config("environments.0.eval_dataset_kwargs={split_name: train, limit: 2}")
     assert entry_tasks(train_eval.environments[0], env, training=False) == env.task_ids("train")[:2]
 
-    import platoon.live.evaluate as evaluate_module
+    import platoon.live.rollouts.evaluate as evaluate_module
 
     asked = []
     real = evaluate_module.evaluate
@@ -69,7 +69,7 @@ def test_the_evaluation_tasks_are_the_eval_split_shaped_alike(monkeypatch):
 
     monkeypatch.setattr(evaluate_module, "evaluate", recording)
 
-    from platoon.live.model import TinyConfig, TinyPolicy
+    from platoon.live.inference.model import TinyConfig, TinyPolicy
 
     policy = TinyPolicy(TinyConfig(vocab_size=default_renderer([env]).tokenizer.vocab_size, max_len=128, d_model=16,
                                    n_heads=2, n_layers=1), device="cpu")
@@ -92,7 +92,7 @@ def test_an_entry_left_without_tasks_is_a_config_problem():
     (["eval.every=2", "eval.at_start=true"], [0, 2, 4, 5]),
 ])
 def test_eval_at_start_evaluates_step_0_and_every_the_steps_after(overrides, evaluated):
-    from platoon.live.build import build_live
+    from platoon.live.launch.build import build_live
 
     cfg = config("train.max_training_steps=5", "model.d_model=16", "model.n_layers=1", *overrides)
     driver = build_live(cfg).policy.driver
@@ -102,7 +102,7 @@ def test_eval_at_start_evaluates_step_0_and_every_the_steps_after(overrides, eva
 def test_the_renderer_and_the_harness_budgets_come_from_the_config():
     from platoon.live.agent.harness import Limits
     from platoon.live.agent.role_colon import RoleColonRenderer
-    from platoon.live.build import build_live
+    from platoon.live.launch.build import build_live
 
     cfg = config("train.workflow_config.rollout_config.max_steps=2", "train.context_window_length=96",
                  "train.workflow_config.rollout_config.inference_params.max_completion_tokens=3",

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from platoon.live.agent.harness import NUDGE, default_renderer
-from platoon.live.datums import trajectory_datums
 from platoon.live.envs import NumberSearch
 from platoon.live.envs.play import Limits, play_batch, play_episode
-from platoon.live.evaluate import EvalResult, evaluate, wilson_interval
-from platoon.live.model import Generation, TinyConfig, TinyPolicy
-from platoon.live.service import BatchingModelService, FakeModelService
+from platoon.live.inference.model import Generation, TinyConfig, TinyPolicy
+from platoon.live.inference.service import BatchingModelService, FakeModelService
+from platoon.live.rollouts.evaluate import EvalResult, evaluate, wilson_interval
+from platoon.live.training.datums import trajectory_datums
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

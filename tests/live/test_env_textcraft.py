@@ -20,14 +20,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from hf_kit import chat_tokenizer, save_chat_model  # noqa: E402
 
-from platoon.live import command  # noqa: E402
 from platoon.live.agent.chat_template import ChatTemplateRenderer  # noqa: E402
 from platoon.live.agent.harness import play_text_episode  # noqa: E402
-from platoon.live.build import default_service  # noqa: E402
-from platoon.live.datums import trajectory_datums  # noqa: E402
 from platoon.live.envs.resolve import resolve_environment  # noqa: E402
 from platoon.live.envs.text import ToolCall  # noqa: E402
-from platoon.live.service import FakeModelService  # noqa: E402
+from platoon.live.inference.service import FakeModelService  # noqa: E402
+from platoon.live.launch import command  # noqa: E402
+from platoon.live.launch.build import default_service  # noqa: E402
+from platoon.live.training.datums import trajectory_datums  # noqa: E402
 from platoon.runs import read_checkpoint_rows, read_jsonl  # noqa: E402
 
 END = "<|im_end|>"

@@ -26,14 +26,14 @@ import torch
 
 from platoon.config.models import ModelConfig
 from platoon.live.agent.harness import Limits, default_renderer
-from platoon.live.build import TINY_CONTEXT
-from platoon.live.datums import group_datums
 from platoon.live.envs import NumberSearch
 from platoon.live.envs.play import play_batch
-from platoon.live.evaluate import evaluate
-from platoon.live.model import derive_seed
-from platoon.live.model_kinds import build_causal_policy
-from platoon.live.trainer import GRPOTrainer
+from platoon.live.inference.model import derive_seed
+from platoon.live.inference.model_kinds import build_causal_policy
+from platoon.live.launch.build import TINY_CONTEXT
+from platoon.live.rollouts.evaluate import evaluate
+from platoon.live.training.datums import group_datums
+from platoon.live.training.trainer import GRPOTrainer
 
 GROUPS, GROUP_SIZE = 32, 8
 TARGET = 0.33

@@ -16,8 +16,8 @@ from live_harness import (
     trajectory,
 )
 
-from platoon.live.lease import RolloutLease, background_teardown, no_lease, rollout_lease
-from platoon.live.workflow import GroupRolloutWorkflow, GroupRow, Rollout
+from platoon.live.rollouts.lease import RolloutLease, background_teardown, no_lease, rollout_lease
+from platoon.live.rollouts.workflow import GroupRolloutWorkflow, GroupRow, Rollout
 
 
 def test_outside_a_training_draw_the_lease_is_a_no_op():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from platoon.config.models import ModelConfig
-from platoon.live.model import (
+from platoon.live.inference.model import (
     Generation,
     PolicyModel,
     TinyConfig,
@@ -19,7 +19,7 @@ from platoon.live.model import (
     pad_right,
     resolve_device,
 )
-from platoon.live.model_kinds import build_causal_policy
+from platoon.live.inference.model_kinds import build_causal_policy
 
 PROMPTS = [[1, 10, 12, 2], [1, 5, 2], [1, 30, 31, 2, 7, 3]]
 

@@ -11,10 +11,10 @@ transformers = pytest.importorskip("transformers")
 from live_harness import save_tiny_llama  # noqa: E402
 
 from platoon.config.models import ModelConfig  # noqa: E402
-from platoon.live.hf import HFPolicy  # noqa: E402
-from platoon.live.model import PolicyModel  # noqa: E402
-from platoon.live.model_kinds import build_causal_policy  # noqa: E402
-from platoon.live.trainer import GRPOTrainer  # noqa: E402
+from platoon.live.inference.hf import HFPolicy  # noqa: E402
+from platoon.live.inference.model import PolicyModel  # noqa: E402
+from platoon.live.inference.model_kinds import build_causal_policy  # noqa: E402
+from platoon.live.training.trainer import GRPOTrainer  # noqa: E402
 
 PROMPTS = [[1, 10, 12, 2], [1, 5, 2], [1, 30, 31, 2, 7, 3]]
 

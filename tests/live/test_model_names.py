@@ -18,7 +18,13 @@ from platoon.cli import app  # noqa: E402
 from platoon.live.agent.chat_template import ChatTemplateRenderer  # noqa: E402
 from platoon.live.agent.messages import Message  # noqa: E402
 from platoon.live.envs.text import Tool  # noqa: E402
-from platoon.live.hf import HFPolicy, hub_cache_dir, load_tokenizer, model_name_problem, resolve_model  # noqa: E402
+from platoon.live.inference.hf import (  # noqa: E402
+    HFPolicy,
+    hub_cache_dir,
+    load_tokenizer,
+    model_name_problem,
+    resolve_model,
+)
 
 REPO = "tiny-org/tiny-chat"
 

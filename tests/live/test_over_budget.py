@@ -15,7 +15,7 @@ from live_harness import (
     run_virtual,
 )
 
-from platoon.live.lease import rollout_lease
+from platoon.live.rollouts.lease import rollout_lease
 
 
 class Leaky(ScriptedWorkflow):

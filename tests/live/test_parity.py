@@ -199,7 +199,7 @@ def test_rollout_and_group_at_max_staleness_0_train_the_same_datums_in_the_same_
     default budget (batch_size x group_size permits) the permits never bind, so both settings draw, sample and train
     alike. Tokens, masks, advantages and versions are equal; log-probabilities may differ in their last bits when
     the service's batches are composed differently (floating-point sums), so they are compared to 1e-5."""
-    from platoon.live.build import build_live
+    from platoon.live.launch.build import build_live
 
     trained = {}
     for release in ("rollout", "group"):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from live_harness import FakeService, check_event_log, die_after_row, train_then_sigkill
 
-from platoon.live import command
+from platoon.live.launch import command
 from platoon.runs import read_checkpoint_rows, read_jsonl
 
 SMALL = ["environments.0.workflow_config.group_size=4", "environments.0.service_kwargs={ranges: [4, 8]}",
@@ -109,7 +109,7 @@ def test_a_resumed_trainer_goes_on_from_its_weights(tmp_path):
     # the run finished its 2 steps, and a finished run is not resumed as it is (test_runs_resume.py): a new total
     live, _, name = command.resume_run(run, steps=3, service_factory=fake_service, eval_episodes=64)
     saved = command.LiveRunDir(run).resume_point()
-    from platoon.live.trainer import loads_state
+    from platoon.live.training.trainer import loads_state
 
     state = loads_state(saved.trainer_state)
     assert name == "000002" and live.trainer.steps == state["steps"] == 2

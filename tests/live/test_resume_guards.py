@@ -14,8 +14,8 @@ from test_resume import SMALL, check_event_log, fake_service
 from typer.testing import CliRunner
 
 from platoon.cli import app
-from platoon.live import command
-from platoon.live.checkpoint import LiveRunDir
+from platoon.live.launch import command
+from platoon.live.training.checkpoint import LiveRunDir
 from platoon.runs import RunBusyError, read_checkpoint_rows, read_jsonl
 from platoon.runs.columnar import parse_npz
 from platoon.runs.session import RunSession

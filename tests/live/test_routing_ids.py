@@ -8,10 +8,10 @@ import asyncio
 import pytest
 from config_kit import schema_config
 
-from platoon.live.build import evaluate_service
 from platoon.live.envs.number_search import NumberSearch
-from platoon.live.service import FakeModelService
-from platoon.live.workflow import GroupRolloutWorkflow, GroupRow
+from platoon.live.inference.service import FakeModelService
+from platoon.live.launch.build import evaluate_service
+from platoon.live.rollouts.workflow import GroupRolloutWorkflow, GroupRow
 from platoon.policy.routing_ids import RoutingIdWatch
 
 ENV = NumberSearch(ranges=[8])  # every episode here: three model calls (prompts of 17, 25 and 33 tokens)

@@ -18,8 +18,8 @@ from live_harness import (
     run_virtual,
 )
 
-from platoon.live.checkpoint import LiveRunDir
 from platoon.live.runtime import RuntimeStalled
+from platoon.live.training.checkpoint import LiveRunDir
 from platoon.policy.assemble import begin_clock
 from platoon.policy.driver import Schedule
 from platoon.policy.start_limit import StartLimit

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from platoon.cli import app
-from platoon.live.command import step_line
+from platoon.live.launch.command import step_line
 
 runner = CliRunner()
 TRAIN = "train:\n  model_name: tiny\n  renderer_name: role_colon\n  max_training_steps: 2\n"
@@ -87,7 +87,7 @@ def test_the_step_line_names_what_the_issue_asks_for():
 def test_eval_of_a_run_measures_its_last_checkpoint(tmp_path):
     from live_harness import FakeService
 
-    from platoon.live.command import train
+    from platoon.live.launch.command import train
 
     def service(model, cfg, version):
         return FakeService(vocab=model.vocab_size)
@@ -121,7 +121,7 @@ def test_train_of_a_config_file_without_log_path_or_out_exits_78_naming_log_path
 def test_train_of_a_config_file_with_log_path_runs_in_log_path_experiment_trial(tmp_path):
     from live_harness import FakeService
 
-    from platoon.live.command import train
+    from platoon.live.launch.command import train
 
     def service(model, cfg, version):
         return FakeService(vocab=model.vocab_size)

@@ -9,8 +9,8 @@ import pytest
 import torch
 from live_harness import run_virtual
 
-from platoon.live.model import TinyConfig, TinyPolicy
-from platoon.live.service import BatchingModelService, FakeModelService, ModelService, Sample
+from platoon.live.inference.model import TinyConfig, TinyPolicy
+from platoon.live.inference.service import BatchingModelService, FakeModelService, ModelService, Sample
 
 PROMPT = [1, 5, 2]
 

@@ -18,11 +18,11 @@ from platoon.config.errors import ConfigError
 from platoon.live.agent.messages import Message
 from platoon.live.agent.role_colon import RoleColonRenderer
 from platoon.live.agent.tokenizer import TinyTokenizer
-from platoon.live.checkpoint import LiveRunDir
 from platoon.live.envs.text import Tool, ToolCall
 from platoon.live.sft.command import sft
 from platoon.live.sft.demonstrations import Conversation, conversation_tokens, read_demonstrations
-from platoon.live.trainer import loads_state
+from platoon.live.training.checkpoint import LiveRunDir
+from platoon.live.training.trainer import loads_state
 from platoon.runs import read_jsonl
 
 GUESS = Tool("guess", "guess", {"type": "object", "properties": {"number": {"type": "integer"}}})
@@ -79,8 +79,8 @@ def test_sft_lowers_the_loss_and_a_resume_trains_as_the_run_that_never_stopped(t
 
 
 def test_train_init_from_starts_the_policy_from_the_sft_run_s_weights(tmp_path: Path):
-    from platoon.live.build import build_live
-    from platoon.live.train_config import load_train_config
+    from platoon.live.launch.build import build_live
+    from platoon.live.launch.train_config import load_train_config
 
     run = sft(None, ["sft.batch_size=8", "eval.every=0"], out=tmp_path / "sft", steps=3, progress=False)
     cfg = load_train_config(None, [f"train.init_from={run}"], steps=1)

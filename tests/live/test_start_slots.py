@@ -19,9 +19,9 @@ from live_harness import (
 
 from platoon.live.agent.harness import tiny_tokenizer
 from platoon.live.envs.number_search import NumberSearch
-from platoon.live.evaluate import evaluate, evaluate_rollouts
-from platoon.live.model import TinyConfig, TinyPolicy
-from platoon.live.service import BatchingModelService
+from platoon.live.inference.model import TinyConfig, TinyPolicy
+from platoon.live.inference.service import BatchingModelService
+from platoon.live.rollouts.evaluate import evaluate, evaluate_rollouts
 from platoon.policy.driver import Schedule
 from platoon.policy.start_limit import StartLimit
 
@@ -140,7 +140,7 @@ def test_evaluation_as_rollouts_scores_as_evaluation_in_batches(one_torch_thread
 
 @pytest.mark.parametrize(("limit", "never_binds"), [(40, False), (48, True)])
 def test_the_announcement_counts_evaluations_rollouts_among_those_that_can_run_at_once(limit, never_binds):
-    from platoon.live.build import build_environments, build_pool
+    from platoon.live.launch.build import build_environments, build_pool
     from platoon.policy.assemble import build_policy
 
     cfg = schema_config(["train.batch_size=4", "environments.0.workflow_config.group_size=8",

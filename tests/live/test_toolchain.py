@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from platoon.live import toolchain as tcm
-from platoon.live.toolchain import (
+from platoon.live.agent import toolchain as tcm
+from platoon.live.agent.toolchain import (
     Staging,
     Toolchain,
     ToolchainError,
@@ -259,7 +259,7 @@ TOOLED_ENV = '''
 import os
 from pathlib import Path
 from platoon.live.envs.number_search import NumberSearch
-from platoon.live.toolchain import Toolchain
+from platoon.live.agent.toolchain import Toolchain
 
 
 class Tooled(NumberSearch):
@@ -336,7 +336,7 @@ def test_what_staging_logs_before_a_logger_is_attached_is_kept_for_it(tmp_path):
 def test_platoon_train_stages_its_environments_toolchains(tmp_path, monkeypatch):
     from test_resume import fake_service
 
-    from platoon.live import command
+    from platoon.live.launch import command
 
     config = tooled_env(tmp_path, monkeypatch)
     config.write_text("train:\n  model_name: tiny\n  renderer_name: role_colon\n  max_training_steps: 1\n"

@@ -24,8 +24,8 @@ from live_harness import (
 )
 from test_resume import SMALL, fake_service
 
-from platoon.live import command
-from platoon.live.checkpoint import LiveRunDir
+from platoon.live.launch import command
+from platoon.live.training.checkpoint import LiveRunDir
 from platoon.policy.assemble import begin_clock
 from platoon.policy.driver import Schedule
 from platoon.runs import read_checkpoint_rows, read_jsonl

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from platoon.config.models import ModelConfig, OptimizerConfig, TrainConfig, WorkflowConfig
-from platoon.live.model import TinyConfig, TinyPolicy
-from platoon.live.trainer import GRPOTrainer, Trainer, dumps_state, loads_state
+from platoon.live.inference.model import TinyConfig, TinyPolicy
+from platoon.live.training.trainer import GRPOTrainer, Trainer, dumps_state, loads_state
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from platoon.live.datums import (
+from platoon.live.training.datums import (
     Trajectory,
     Turn,
     check_datum,

@@ -10,7 +10,7 @@ import torch
 from test_trainer import datum, policy, trainer, weights
 
 from platoon.config.models import ModelConfig, TrainConfig
-from platoon.live.trainer import GRPOTrainer
+from platoon.live.training.trainer import GRPOTrainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 TOKENS = [1, 2, 3, 4, 5, 6]

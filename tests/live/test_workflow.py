@@ -20,7 +20,7 @@ from live_harness import (
 from platoon.live.agent.harness import default_renderer
 from platoon.live.agent.messages import Message
 from platoon.live.envs.number_search import GUESS, NumberSearch
-from platoon.live.workflow import (
+from platoon.live.rollouts.workflow import (
     GroupRolloutWorkflow,
     GroupRow,
     workflow_gives_verdicts,

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from config_kit import schema_config
 from live_harness import trajectory
 
-from platoon.live.lease import background_teardown, first_model_call
-from platoon.live.workflow import GroupRolloutWorkflow, GroupRow, Rollout
+from platoon.live.rollouts.lease import background_teardown, first_model_call
+from platoon.live.rollouts.workflow import GroupRolloutWorkflow, GroupRow, Rollout
 
 
 class SleepyWorkflow(GroupRolloutWorkflow):
@@ -79,7 +79,7 @@ def fake_service(model, cfg, version):
 def train(overrides):
     """A run of the built-in environment on the fake service (seeded tokens: the scripted outcomes): its draw and
     fate events and the datums of each step."""
-    from platoon.live.build import build_live
+    from platoon.live.launch.build import build_live
     from platoon.live.runtime import LiveRuntime
 
     cfg = schema_config([*SMALL, *overrides])

@@ -94,7 +94,7 @@ def shape(value):
 
 def test_the_writer_still_writes_what_040_accepted(tmp_path):
     """The fixture's command again: its dispatch state and kept file have the structure 0.4.0's reader accepted."""
-    from platoon.live.command import train
+    from platoon.live.launch.command import train
 
     run = tmp_path / "run"
     train(None, ["checkpoint.recovery_every=1", "train.batch_size=2", "train.workflow_config.group_size=2",

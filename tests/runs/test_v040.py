@@ -212,8 +212,8 @@ class RenamedTasks:
 
 
 def fixture_envs():
-    from platoon.live.build import build_environments
-    from platoon.live.command import load_train_config
+    from platoon.live.launch.build import build_environments
+    from platoon.live.launch.command import load_train_config
 
     cfg = load_train_config(RUN / "config.resolved.yaml", ["train.model_name=tiny"], out=RUN)
     envs = build_environments(cfg)
@@ -225,7 +225,7 @@ def fixture_envs():
 
 
 def test_train_resumes_a_040_run_for_two_more_steps(run_copy):
-    from platoon.live.command import train
+    from platoon.live.launch.command import train
 
     before = {p.relative_to(run_copy): p.read_bytes() for p in run_copy.rglob("*") if p.is_file()}
     train(None, ["train.model_name=tiny", "train.renderer_name=role_colon"], resume=run_copy, progress=False,

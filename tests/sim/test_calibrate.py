@@ -118,7 +118,7 @@ def test_like_simulates_a_small_live_runs_twin_and_the_report_lays_them_side_by_
     from typer.testing import CliRunner
 
     from platoon.cli import app
-    from platoon.live import command
+    from platoon.live.launch import command
 
     live, twin, report = tmp_path / "live", tmp_path / "twin", tmp_path / "report"
     command.train(None, ["environments.0.workflow_config.group_size=4", "environments.0.service_kwargs={ranges: [4, 8]}",

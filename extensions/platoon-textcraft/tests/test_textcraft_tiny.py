@@ -68,7 +68,7 @@ def test_the_example_config_validates_and_trains(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from platoon.cli import app
-    from platoon.live import command
+    from platoon.live.launch import command
     from platoon.runs import read_jsonl
 
     result = CliRunner().invoke(app, ["config", "validate", str(EXAMPLE), f"log_path={tmp_path}"])
@@ -85,7 +85,7 @@ def test_the_example_config_validates_and_trains(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_sft_example_fine_tunes_on_the_gold_plans_and_hands_over_to_train(tmp_path: Path) -> None:
-    from platoon.live import command
+    from platoon.live.launch import command
     from platoon.live.sft.command import sft
     from platoon.runs import read_jsonl
 

@@ -34,7 +34,7 @@ the template as user messages. Then a probe episode built turn by turn is held a
 ``renderer_kwargs`` (``train.renderer_kwargs``) set the attributes ``ATTRIBUTES``; any other name is a
 ``ValueError`` naming it. ``HFTokenizer`` adapts a Hugging Face tokenizer to the ``Tokenizer`` protocol.
 ``transformers`` itself is never imported here: the tokenizer object comes from the caller
-(``platoon.live.hf.load_tokenizer``).
+(``platoon.live.inference.hf.load_tokenizer``).
 """
 
 from __future__ import annotations

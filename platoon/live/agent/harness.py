@@ -14,7 +14,7 @@ Rules it keeps:
 - **A turn's datum is exact**: a turn records the context it saw (ids as they were rendered and sampled) and the
   sampled ids with their log-probabilities; the next context is that context, the sampled ids as sampled, then the
   renderer's ids for what came after. Nothing sampled is ever decoded and encoded again, so a rollout's turns extend
-  one another and make one datum (``platoon.live.datums``) whose masked ids and log-probabilities are the sampled;
+  one another and make one datum (``platoon.live.training.datums``) whose masked ids and log-probabilities are the sampled;
 - **a completion with no tool call** costs its turn and gets a short user message, ``NUDGE`` (or, when it meant a
   call that did not parse, the renderer's ``call_error``: what could not be read and how a call is written), and the
   episode goes on (ending it instead would leave a model that has not yet learnt the call syntax no reward to learn from; a
@@ -35,16 +35,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from platoon.live import rollout_trace
 from platoon.live.agent.messages import Message
 from platoon.live.agent.renderer import Renderer, ends_with_stop, parse_completion
 from platoon.live.agent.role_colon import RoleColonRenderer
 from platoon.live.agent.tokenizer import TinyTokenizer
-from platoon.live.datums import Trajectory, Turn
 from platoon.live.envs.base import Task
 from platoon.live.envs.deadline import blocking_deadline
 from platoon.live.envs.text import ToolCall, ToolResult, acall
-from platoon.live.model import derive_seed
+from platoon.live.inference.model import derive_seed
+from platoon.live.rollouts import rollout_trace
+from platoon.live.training.datums import Trajectory, Turn
 
 __all__ = ["NUDGE", "Limits", "TextRollout", "default_renderer", "play_text_batch", "play_text_episode",
            "tiny_tokenizer"]
@@ -199,7 +199,7 @@ class TextRollout:
 async def play_text_episode(service: Any, env: Any, task: Task, renderer: Renderer, *, temperature: float,
                             seed: int, limits: Limits = Limits()) -> Trajectory:
     """One rollout of ``task`` against a ``ModelService``; turn t samples with seed ``derive_seed(seed, t)``. A
-    traced rollout's tool calls are ``env_step`` spans (``platoon.live.rollout_trace``). An environment's exception
+    traced rollout's tool calls are ``env_step`` spans (``platoon.live.rollouts.rollout_trace``). An environment's exception
     propagates; cancellation propagates at the awaits."""
     started = time.monotonic()
     rollout = TextRollout(env, task, renderer, limits)

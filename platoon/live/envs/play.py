@@ -13,8 +13,8 @@ from typing import Any
 
 from platoon.live.agent.harness import Limits, default_renderer, play_text_batch, play_text_episode
 from platoon.live.agent.renderer import Renderer
-from platoon.live.datums import Trajectory
 from platoon.live.envs.base import Task
+from platoon.live.training.datums import Trajectory
 
 __all__ = ["Limits", "play_batch", "play_episode"]
 

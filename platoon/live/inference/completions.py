@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from platoon.live.errors import TrainError
+from platoon.live.launch.errors import TrainError
 
 __all__ = ["InferenceError", "Placement", "ServerFailed", "completion_payload", "first_choice", "post_json", "routing_id",
            "sample_of", "words"]
@@ -46,7 +46,7 @@ class Placement:
     routing_id: str | None = None
 
     def sample(self, tokens: tuple[int, ...], logprobs: tuple[float, ...]) -> Any:
-        from platoon.live.service import Sample
+        from platoon.live.inference.service import Sample
 
         return Sample(tokens, logprobs, self.version, routing_id=self.routing_id, versions=self.versions,
                       server=self.server, concurrency=self.concurrency)
@@ -106,7 +106,7 @@ def first_choice(body: Any) -> Mapping[str, Any]:
 def sample_of(choice: Mapping[str, Any], max_tokens: int, stops: Stops) -> tuple[tuple[int, ...], tuple[float, ...]]:
     """The sampled ids of ``choice`` and their log-probabilities, cut at the first stop of several tokens;
     ``InferenceError`` when the server's answer does not hold one log-probability per id, or too many ids."""
-    from platoon.live.service import cut_at_stop
+    from platoon.live.inference.service import cut_at_stop
 
     tokens = tuple(int(t) for t in choice.get("token_ids") or ())
     logprobs = tuple(float(x) for x in ((choice.get("logprobs") or {}).get("token_logprobs") or ()))

@@ -19,9 +19,9 @@ from typing import Any
 from platoon.live.inference.completions import Placement
 from platoon.live.inference.direct import DirectTarget
 from platoon.live.inference.launch import Launched
+from platoon.live.inference.service import Sample
 from platoon.live.inference.vllm import VLLMService
 from platoon.live.inference.weights import WeightStore
-from platoon.live.service import Sample
 
 __all__ = ["VLLMEngine"]
 
@@ -38,7 +38,7 @@ class VLLMEngine:
     """vLLM servers as a run's model service (see the module's doc)."""
 
     def __init__(self, cfg: Any, model: Any, version: int = 0) -> None:
-        from platoon.live.hf import resolve_model
+        from platoon.live.inference.hf import resolve_model
 
         self.inference = cfg.train.inference
         self.served_name = cfg.train.model_name

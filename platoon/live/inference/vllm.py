@@ -1,6 +1,6 @@
 """vLLM servers as the model service: tokens in, tokens out over HTTP, the trainer's weights pushed after each step.
 
-``VLLMService(servers, served_name=, weights=)`` is a ``ModelService`` (``platoon.live.service``) over one or more
+``VLLMService(servers, served_name=, weights=)`` is a ``ModelService`` (``platoon.live.inference.service``) over one or more
 vLLM OpenAI-compatible servers (``httpx``, one pooled async client per server). Rules it keeps:
 
 - **tokens in, tokens out**: a prompt goes to ``/v1/completions`` as its token ids (never re-tokenized text), with
@@ -46,7 +46,6 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from platoon.live.errors import TrainError
 from platoon.live.inference.completions import (
     InferenceError,
     Placement,
@@ -59,9 +58,10 @@ from platoon.live.inference.completions import (
     words,
 )
 from platoon.live.inference.direct import DirectTarget, network_home
+from platoon.live.inference.model import derive_seed
+from platoon.live.inference.service import Sample, rollout_session
 from platoon.live.inference.weights import WeightStore
-from platoon.live.model import derive_seed
-from platoon.live.service import Sample, rollout_session
+from platoon.live.launch.errors import TrainError
 
 __all__ = ["InferenceDown", "InferenceError", "InferenceRefused", "Router", "Server", "VLLMService"]
 

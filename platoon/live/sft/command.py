@@ -29,7 +29,7 @@ from platoon.config.errors import ConfigError
 from platoon.config.loader import config_from_lock, load_config
 from platoon.config.models import RunConfig
 from platoon.config.steps import run_directory
-from platoon.live.build import (
+from platoon.live.launch.build import (
     EVAL_EPISODES,
     build_environments,
     build_model,
@@ -39,8 +39,7 @@ from platoon.live.build import (
     evaluate_policy,
     load_init_from,
 )
-from platoon.live.checkpoint import TRAINER_FILE, LiveRunDir
-from platoon.live.errors import TrainError, TrainUsageError
+from platoon.live.launch.errors import TrainError, TrainUsageError
 from platoon.live.sft.demonstrations import (
     Conversation,
     conversation_tokens,
@@ -48,6 +47,7 @@ from platoon.live.sft.demonstrations import (
     read_demonstrations,
 )
 from platoon.live.sft.trainer import SFTTrainer, batch_indices
+from platoon.live.training.checkpoint import TRAINER_FILE, LiveRunDir
 from platoon.runs import CheckpointError, CorruptFileError, RunDir, save_checkpoint
 from platoon.runs.resume import resume_note
 from platoon.runs.trackers import open_trackers
@@ -144,7 +144,7 @@ def sft(config: Path | None = None, overrides: Sequence[str] = (), *, out: Path 
         resume: Path | None = None, steps: int | None = None, progress: bool = True,
         eval_episodes: int = EVAL_EPISODES) -> Path:
     """``platoon sft``: a new run (or ``resume``) to its last step; returns the run directory."""
-    from platoon.live.progress import Console
+    from platoon.live.launch.progress import Console
 
     notes: list[tuple[str, str]] = []
     start = _resume(resume, steps, notes) if resume is not None else _new(config, overrides, out, steps)
@@ -186,7 +186,7 @@ def _default_out(root: Path = Path("runs")) -> Path:
 
 
 def _resume(path: Path, steps: int | None, notes: list[tuple[str, str]]) -> _Start:
-    from platoon.live.trainer import loads_state
+    from platoon.live.training.trainer import loads_state
 
     rd = RunDir(path)
     if not rd.lock_path.is_file():
@@ -264,7 +264,7 @@ def _train(start: _Start, console: Any, eval_episodes: int) -> None:
 
 def _checkpoint(start: _Start, clock_s: float, *, step: int = 0, permanent: bool) -> None:
     """A full checkpoint of ``step`` (its row records the logs' lengths, so a resume cuts them back to it)."""
-    from platoon.live.trainer import dumps_state
+    from platoon.live.training.trainer import dumps_state
 
     save_checkpoint(start.rd, step, {TRAINER_FILE: dumps_state(start.trainer.state_dict())},
                     {"policy_version": step, "clock_s": clock_s, "logs": start.rd.log_lengths()},

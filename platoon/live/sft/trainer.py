@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from platoon.live.model import pad_right
+from platoon.live.inference.model import pad_right
 
 __all__ = ["SFTTrainer", "batch_indices"]
 

@@ -6,7 +6,7 @@ the worker's service calls on the workflow's real service (so they are batched w
 returns the worker's ``Rollout`` or raises its exception. Everything around it stays in the trainer and is unchanged:
 the member's lease block, permit, start slot and straggler deadline. ``run_job(episode, envs, service)`` runs any
 other picklable rollout (a ``worker.Episode``) the same way: evaluation's held-out episodes during training
-(``platoon.live.evaluate.EvalEpisode``), whose start slots and routing ids their caller keeps. Rules it keeps:
+(``platoon.live.rollouts.evaluate.EvalEpisode``), whose start slots and routing ids their caller keeps. Rules it keeps:
 
 - **first call**: the worker's first model call is the member's ``first_model_call()`` here (its start slot comes back,
   a traced rollout gets its ``startup`` span; ``run_job``'s ``first_call``); each call is a ``model_call`` span of a traced rollout, and each step
@@ -42,10 +42,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from platoon.live import rollout_trace
-from platoon.live.errors import TrainError
 from platoon.live.inference.direct import Posts
-from platoon.live.lease import background_teardown, first_model_call
+from platoon.live.launch.errors import TrainError
+from platoon.live.rollouts import rollout_trace
+from platoon.live.rollouts.lease import background_teardown, first_model_call
 from platoon.live.workers import worker
 from platoon.live.workers.channel import Channel, portable
 from platoon.live.workers.envs import EnvSpec
@@ -158,7 +158,7 @@ class WorkerPool:
     # ------------------------------------------------------------------------------------------------ a rollout
     async def run(self, workflow: Any, row: Any) -> Any:
         """Run ``workflow.arun_episode_single(row)`` in a worker; its ``Rollout`` (or its exception)."""
-        from platoon.live.workflow import _FirstCall
+        from platoon.live.rollouts.workflow import _FirstCall
 
         episode = worker.WorkflowEpisode(self._pickle(workflow, lambda: (type(workflow), _state(workflow))),
                                          pickle.dumps(row))

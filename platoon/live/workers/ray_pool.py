@@ -40,8 +40,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from platoon.live import rollout_trace
-from platoon.live.errors import TrainError
+from platoon.live.launch.errors import TrainError
+from platoon.live.rollouts import rollout_trace
 from platoon.live.workers import worker
 from platoon.live.workers.channel import Channel
 from platoon.live.workers.envs import EnvSpec

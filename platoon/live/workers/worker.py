@@ -2,7 +2,7 @@
 
 The trainer (``platoon.live.workers.pool``) starts a worker per rollout with one end of a socket pair and a pickled
 ``Job``: its ``Episode`` (what to run: a workflow member's ``arun_episode_single``, ``WorkflowEpisode``, or any other
-picklable episode, such as evaluation's ``platoon.live.evaluate.EvalEpisode``), the environments it plays (specs, or
+picklable episode, such as evaluation's ``platoon.live.rollouts.evaluate.EvalEpisode``), the environments it plays (specs, or
 pickled instances) and the service's ``version`` at the rollout's start. The worker runs the episode's code unchanged,
 with a ``ServiceProxy`` for the model service: every call of a service method goes to the trainer, which makes it on
 the real model service (batched with every other rollout's) and sends back its value or its exception. What the
@@ -220,8 +220,8 @@ async def _serve(sock: socket.socket, job: Job) -> None:
 
 
 async def _play(chan: Channel, proxy: ServiceProxy, job: Job) -> None:
-    from platoon.live import rollout_trace
-    from platoon.live.lease import rollout_scope
+    from platoon.live.rollouts import rollout_trace
+    from platoon.live.rollouts.lease import rollout_scope
 
     try:
         episode = job.episode.start(_environments(job), proxy, lambda message: chan.send("warn", str(message)))

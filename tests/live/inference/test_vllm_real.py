@@ -88,7 +88,7 @@ def rows(run: Path) -> list[dict]:
 def spied(monkeypatch) -> tuple[list, list]:
     """What the service sampled and what the trainer trained, recorded as they pass."""
     from platoon.live.inference.vllm import VLLMService
-    from platoon.live.trainer import GRPOTrainer
+    from platoon.live.training.trainer import GRPOTrainer
 
     samples, datums = [], []
     sample, train_step = VLLMService.sample, GRPOTrainer.train_step
@@ -137,9 +137,9 @@ def trainer_logprobs(model, prompt: list[int], completion: list[int]) -> list[fl
 
 
 def checkpoint_policy(run: Path, model_dir: Path):
-    from platoon.live.checkpoint import LiveRunDir
-    from platoon.live.hf import HFPolicy
-    from platoon.live.trainer import loads_state
+    from platoon.live.inference.hf import HFPolicy
+    from platoon.live.training.checkpoint import LiveRunDir
+    from platoon.live.training.trainer import loads_state
 
     policy = HFPolicy.from_pretrained(model_dir, device="cpu")
     policy.load_state_dict(loads_state(LiveRunDir(run).resume_point().trainer_state)["model"])
@@ -148,8 +148,8 @@ def checkpoint_policy(run: Path, model_dir: Path):
 
 def test_training_on_vllm_trains_the_ids_it_sampled_and_its_weights_follow_the_trainer(
         tmp_path, model_dir, server, monkeypatch):
-    from platoon.live import command
-    from platoon.live.hf import HFPolicy
+    from platoon.live.inference.hf import HFPolicy
+    from platoon.live.launch import command
     from platoon.sim.calibrate import calibrate
 
     samples, datums = spied(monkeypatch)
@@ -183,7 +183,7 @@ def test_training_on_vllm_trains_the_ids_it_sampled_and_its_weights_follow_the_t
 def test_a_resume_pushes_its_checkpoints_weights_before_any_rollout(tmp_path, model_dir, server):
     import httpx
 
-    from platoon.live import command
+    from platoon.live.launch import command
 
     run = command.train(config(tmp_path, model_dir, 2, {"servers": [server]}), out=tmp_path / "run", progress=False)
     # the server forgets the run: it serves the initial weights again, as a restarted server would

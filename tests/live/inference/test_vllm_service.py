@@ -9,9 +9,9 @@ import pytest
 import torch
 from fake_vllm import FakeCluster, tokens
 
+from platoon.live.inference.service import rollout_session
 from platoon.live.inference.vllm import InferenceDown, InferenceError, InferenceRefused, VLLMService
 from platoon.live.inference.weights import WeightStore
-from platoon.live.service import rollout_session
 
 pytestmark = pytest.mark.live
 

@@ -14,8 +14,8 @@ from config_kit import schema_config
 
 from platoon.live.agent.harness import default_renderer
 from platoon.live.envs import NumberSearch
-from platoon.live.evaluate import evaluate_rollouts
-from platoon.live.service import FakeModelService
+from platoon.live.inference.service import FakeModelService
+from platoon.live.rollouts.evaluate import evaluate_rollouts
 from platoon.live.workers import EnvSpec, WorkerPool, preload_plan
 from platoon.policy.routing_ids import RoutingIdWatch
 
@@ -147,7 +147,7 @@ def test_a_failing_episode_fails_the_evaluation_from_its_worker(tmp_path):
 
 
 def test_training_evaluates_in_the_rollout_workers(tmp_path, monkeypatch):
-    from platoon.live.build import build_live
+    from platoon.live.launch.build import build_live
 
     monkeypatch.setenv("PLATOON_NODE_SCRATCH", str(tmp_path))
     small = ["environments.0.service_kwargs={ranges: [8, 16]}", "model.d_model=16", "model.n_layers=1"]

@@ -12,9 +12,9 @@ import pytest
 from live_harness import FakeService
 from workers_harness import SleepyWorkflow
 
+from platoon.live.rollouts.workflow import GroupRow
 from platoon.live.workers import EnvSpec, WorkerPool, preload_plan
 from platoon.live.workers.gate import LaunchGate, cgroup_room, mem_available, reserve_bytes, resident_bytes
-from platoon.live.workflow import GroupRow
 
 GB, MB = 1024**3, 1024**2
 

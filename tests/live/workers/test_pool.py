@@ -102,8 +102,8 @@ def test_exec_workers_run_a_rollout_too(tmp_path):
 @pytest.mark.parametrize("sends", [False, True])
 def test_routing_ids_are_counted_by_the_trainer_once_for_all_workers(tmp_path, sends):
     from platoon.live.envs import NumberSearch
-    from platoon.live.service import FakeModelService
-    from platoon.live.workflow import GroupRolloutWorkflow
+    from platoon.live.inference.service import FakeModelService
+    from platoon.live.rollouts.workflow import GroupRolloutWorkflow
 
     warnings = []
     service = FakeModelService(lambda p, s: [5], routing_ids=(lambda p, s: "rid") if sends else None)

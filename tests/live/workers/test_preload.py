@@ -11,9 +11,9 @@ import pytest
 from live_harness import FakeService
 from workers_harness import ProbeWorkflow
 
+from platoon.live.rollouts.workflow import GroupRow
 from platoon.live.workers import EnvSpec, PreloadPlan, WorkerPool, preload_plan
 from platoon.live.workers.screen import screen
-from platoon.live.workflow import GroupRow
 
 pytestmark = pytest.mark.live
 

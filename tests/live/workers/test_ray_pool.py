@@ -21,7 +21,7 @@ from live_harness import FakeService  # noqa: E402
 from workers_harness import PidWorkflow, SleepyWorkflow, group, train  # noqa: E402
 
 from platoon.config.ray import RayConfig  # noqa: E402
-from platoon.live.errors import TrainError  # noqa: E402
+from platoon.live.launch.errors import TrainError  # noqa: E402
 from platoon.live.workers import EnvSpec, WorkerDied  # noqa: E402
 from platoon.live.workers.ray_pool import RayPool, platoon_version  # noqa: E402
 
@@ -76,7 +76,7 @@ def test_ray_isolation_on_a_local_instance_draws_fates_and_trains_as_in_process(
 
 def test_platoon_train_on_ray_says_where_each_rollout_ran(tmp_path, monkeypatch, capfd):
     """A run's trace names each rollout's node and actor, and its metrics count rollouts and actors per node."""
-    from platoon.live import command
+    from platoon.live.launch import command
     from platoon.runs import read_jsonl
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -156,7 +156,7 @@ def test_on_two_nodes_a_run_draws_fates_and_trains_as_in_process(tmp_path, monke
 def test_a_run_no_node_can_host_stops_naming_why(tmp_path, cluster):
     """Every rollout fails once no actor can be had for start_timeout_seconds; groups failing in a row stop the run
     (here before its first step, which leaves no run directory: a later run starts afresh)."""
-    from platoon.live import command
+    from platoon.live.launch import command
 
     settings = ["train.max_training_steps=2", "train.batch_size=2", "train.workflow_config.group_size=2",
                 "eval.every=0", "model.d_model=16", "model.n_layers=1", "train.workflow_config.rollout_isolation=ray",
@@ -267,7 +267,7 @@ def test_the_environments_distributions_are_found_by_their_classes():
 
 
 def _row(size):
-    from platoon.live.workflow import GroupRow
+    from platoon.live.rollouts.workflow import GroupRow
 
     return GroupRow((1, 0), "n4-g3-t1", "e", size)
 

@@ -42,11 +42,11 @@ from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.loader import config_from_lock
 from platoon.config.models import EnvironmentConfig, RunConfig
 from platoon.config.plan import sampling_plan
+from platoon.live.agent.toolchain import Staging, run_toolchains
 from platoon.live.envs.resolve import resolve_environment
-from platoon.live.errors import TrainError
-from platoon.live.toolchain import Staging, run_toolchains
+from platoon.live.launch.errors import TrainError
+from platoon.live.rollouts.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
 from platoon.live.workers import EnvSpec, WorkerPool, preload_plan
-from platoon.live.workflow import GroupRolloutWorkflow, workflow_runs_on_lease
 from platoon.policy import (
     DEFAULT_LABEL_COLUMN,
     EntrySpec,
@@ -238,7 +238,7 @@ def _eval_entries(cfg: RunConfig, envs: Mapping[str, Any], n: int) -> list[tuple
 
 
 def _eval_metrics(cfg: RunConfig, results: list[tuple[Any, int, Any]]) -> dict[str, float]:
-    from platoon.live.evaluate import wilson_interval
+    from platoon.live.rollouts.evaluate import wilson_interval
 
     per_entry: dict[str, float] = {}
     passed = total = 0
@@ -269,7 +269,7 @@ def evaluate_policy(model: Any, cfg: RunConfig, envs: Mapping[str, Any], n: int 
     (``eval/pass@1_ci_low``/``_ci_high``), ``eval/episodes`` and, with several entries, each entry's
     ``eval/environment/<entry>/pass@1``. ``by_task``, when given, receives a row per held-out task played
     (`eval_task_rows`)."""
-    from platoon.live.evaluate import evaluate
+    from platoon.live.rollouts.evaluate import evaluate
 
     renderer = renderer if renderer is not None else build_renderer(cfg, envs)
     temperature, _ = sampling(cfg)
@@ -297,11 +297,11 @@ async def evaluate_service(service: Any, cfg: RunConfig, envs: Mapping[str, Any]
                            renderer: Any = None, model: Any = None, slots: Any = None,
                            routing: Any = None, workers: Any = None) -> dict[str, float]:
     """``evaluate_policy``'s metrics from the same episodes played as rollouts against the model ``service`` (at most
-    ``eval_concurrency`` at once), each taking a start slot from ``slots`` (``platoon.live.evaluate.EvalSlots``),
+    ``eval_concurrency`` at once), each taking a start slot from ``slots`` (``platoon.live.rollouts.evaluate.EvalSlots``),
     their routing ids counted by ``routing`` (a ``RoutingIdWatch``, whose coverage is added), each played in a
     rollout worker of ``workers`` (``rollout_workers``; None: in this process). ``model`` gives the context window
     when ``train.context_window_length`` does not."""
-    from platoon.live.evaluate import evaluate_rollouts
+    from platoon.live.rollouts.evaluate import evaluate_rollouts
 
     renderer = renderer if renderer is not None else build_renderer(cfg, envs)
     temperature, _ = sampling(cfg)
@@ -358,7 +358,7 @@ class LiveRun:
 
     def trainer_state(self) -> bytes:
         """``trainer.pt``: the trainer's state as bytes."""
-        from platoon.live.trainer import dumps_state
+        from platoon.live.training.trainer import dumps_state
 
         return dumps_state(self.trainer.state_dict())
 
@@ -387,7 +387,7 @@ def build_renderer(cfg: RunConfig, envs: Mapping[str, Any]) -> Any:
 def _checkpoint_tokenizer(cfg: RunConfig, renderer_name: str) -> Any:
     """A checkpoint's tokenizer (``transformers``, local files only): as it is for ``chat_template``, which applies
     its chat template; behind the plain ``Tokenizer`` protocol (no special tokens added) for ``role_colon``."""
-    from platoon.live.hf import load_tokenizer
+    from platoon.live.inference.hf import load_tokenizer
 
     try:
         hf = load_tokenizer(cfg.train.model_name)
@@ -402,7 +402,7 @@ def _checkpoint_tokenizer(cfg: RunConfig, renderer_name: str) -> Any:
 
 
 def _check_model_name(cfg: RunConfig) -> None:
-    from platoon.live.hf import model_name_problem
+    from platoon.live.inference.hf import model_name_problem
 
     problem = model_name_problem(cfg.train.model_name)
     if problem:
@@ -419,8 +419,8 @@ def build_model(cfg: RunConfig, envs: Mapping[str, Any], renderer: Any = None) -
     vocabulary and initial read-out bias) and ``train.context_window_length`` (else ``TINY_CONTEXT``) positions."""
     import torch
 
-    from platoon.live.hf import model_name_problem
-    from platoon.live.model_kinds import build_causal_policy
+    from platoon.live.inference.hf import model_name_problem
+    from platoon.live.inference.model_kinds import build_causal_policy
 
     problems = [p for p in [model_name_problem(cfg.train.model_name)] if p]
     if cfg.model.device == "cuda" and not torch.cuda.is_available():
@@ -445,8 +445,8 @@ def load_init_from(model: Any, cfg: RunConfig) -> None:
     another run's) into ``model``, saying so on stderr; nothing when it is null. ConfigError naming the key when the
     run has no such checkpoint or its weights do not fit ``model`` (another model, shape, or for ``tiny`` other
     environments: its tokenizer's words are theirs)."""
-    from platoon.live.checkpoint import LiveRunDir
-    from platoon.live.trainer import loads_state
+    from platoon.live.training.checkpoint import LiveRunDir
+    from platoon.live.training.trainer import loads_state
     from platoon.runs import CheckpointError, CorruptFileError, RunDir
 
     source = cfg.train.init_from
@@ -491,7 +491,7 @@ def _init_from_problems(cfg: RunConfig, theirs: RunConfig) -> list[str]:
 def default_service(model: Any, cfg: RunConfig, version: int = 0) -> Any:
     """The built-in model service over ``model`` (policy ``version``): dynamic batching of concurrent rollouts'
     requests in a worker thread."""
-    from platoon.live.service import BatchingModelService
+    from platoon.live.inference.service import BatchingModelService
 
     return BatchingModelService(model, max_batch=cfg.model.max_batch, seed=cfg.train.seed, version=version)
 
@@ -505,7 +505,7 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
     ``clock_start_s``: the run's clock when this start begins (a resume's: its checkpoint's ``clock_s``);
     ``service_factory(model, cfg, version)``: the model service (default: the built-in batching one);
     ``eval_episodes``: per ``eval/pass@1``."""
-    from platoon.live.trainer import GRPOTrainer
+    from platoon.live.training.trainer import GRPOTrainer
 
     from_config = envs is None
     envs = dict(envs) if envs is not None else build_environments(cfg)
@@ -521,7 +521,7 @@ def build_live(cfg: RunConfig, *, start: int = 1, envs: Mapping[str, Any] | None
         load_init_from(model, cfg)  # before the trainer: a KL reference is the policy it starts from
     trainer = GRPOTrainer.from_config(model, cfg.train, cfg.model)
     if trainer_state is not None:
-        from platoon.live.trainer import loads_state
+        from platoon.live.training.trainer import loads_state
 
         trainer.load_state_dict(loads_state(trainer_state))
     if service_factory is None and cfg.train.inference.engine == "vllm":

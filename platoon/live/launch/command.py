@@ -3,11 +3,11 @@ to exit codes).
 
 - ``train``: a new run of a config (no config: the embedded default) into a new run directory, or ``--resume RUN``
   (``platoon.live.resume``), then on to the planned steps (``--steps`` sets a new total), with a progress bar and a
-  line per step (``platoon.live.progress``). The run's writer lock is held from the first look at the directory to
+  line per step (``platoon.live.launch.progress``). The run's writer lock is held from the first look at the directory to
   the end (platoon.runs.writer); a new run that fails before its first step leaves nothing behind.
 - ``evaluate``: held-out pass@1, with its 95% interval, of a config's initial policy or a run's last checkpoint.
 - ``prestage``: the harness toolchains of a config's environments staged on this node ahead of a run
-  (``platoon.live.toolchain``); ``train`` and ``evaluate`` stage them too, and start no rollout before that is done.
+  (``platoon.live.agent.toolchain``); ``train`` and ``evaluate`` stage them too, and start no rollout before that is done.
 
 Errors: a configuration problem raises ``ConfigError`` (exit 78); a misused ``--resume`` raises ``TrainUsageError``
 and a run directory another process writes ``RunBusyError`` (exit 64); a run directory that cannot be used raises
@@ -28,14 +28,14 @@ from platoon.config.loader import config_from_lock, load_config
 from platoon.config.models import RunConfig
 from platoon.config.resolve import resolve_components
 from platoon.config.steps import run_directory
-from platoon.live.build import EVAL_EPISODES, LiveRun, build_live, pool_rows
-from platoon.live.checkpoint import LiveRunDir
-from platoon.live.progress import Console, step_line
+from platoon.live.agent.toolchain import Staging, run_toolchains
+from platoon.live.launch.build import EVAL_EPISODES, LiveRun, build_live, pool_rows
+from platoon.live.launch.progress import Console, step_line
+from platoon.live.launch.train_config import TrainError, TrainUsageError, load_train_config
 from platoon.live.resume import is_v040, resume_run, resume_v040_run
+from platoon.live.rollouts.workflow import GroupRolloutWorkflow, workflow_gives_verdicts
 from platoon.live.runtime import LiveRuntime
-from platoon.live.toolchain import Staging, run_toolchains
-from platoon.live.train_config import TrainError, TrainUsageError, load_train_config
-from platoon.live.workflow import GroupRolloutWorkflow, workflow_gives_verdicts
+from platoon.live.training.checkpoint import LiveRunDir
 from platoon.runs import CheckpointError, CorruptFileError, RunDir
 from platoon.runs.resume import (
     RunFinished,
@@ -165,14 +165,14 @@ class EvalReport:
 def evaluate(target: str | os.PathLike[str], *, n: int = EVAL_EPISODES) -> EvalReport:
     """``platoon eval``: a run directory (its last full checkpoint's policy) or a config (its initial policy); the
     report holds each held-out task's passes too."""
-    from platoon.live.build import (
+    from platoon.live.launch.build import (
         build_environments,
         build_model,
         build_renderer,
         evaluate_policy,
         load_init_from,
     )
-    from platoon.live.trainer import loads_state
+    from platoon.live.training.trainer import loads_state
 
     path = Path(target)
     if path.is_dir():
@@ -224,9 +224,9 @@ def _stage_for_eval(envs: dict[str, Any]) -> Staging:
 
 def prestage(config: Path, overrides: Sequence[str] = ()) -> list[Any]:
     """``platoon prestage``: stage the toolchains of ``config``'s environments now, ahead of a run on this node
-    (docs/toolchains.md); what each staging found (``platoon.live.toolchain.Staged``)."""
-    from platoon.live.build import build_environments
-    from platoon.live.toolchain import prestage as stage_all
+    (docs/toolchains.md); what each staging found (``platoon.live.agent.toolchain.Staged``)."""
+    from platoon.live.agent.toolchain import prestage as stage_all
+    from platoon.live.launch.build import build_environments
 
     cfg = load_config(config, list(overrides), strict_resolve=True)
     return stage_all(run_toolchains(build_environments(cfg).values()))

@@ -20,7 +20,7 @@ Rules it keeps (docs/dispatch.md, docs/live-runtime.md):
   (``on_teardowns_done``) or the dispatcher's 60 s wait runs out, and the block waits for them as long; a
   cancellation ends that wait (never the teardowns), and a rollout that had ended keeps its outcome. A block that
   holds no permit (``permit_release: group``) does not wait.
-- A traced group's lease (``trace``, a ``platoon.live.rollout_trace.GroupTrace``) gives each block a rollout lane
+- A traced group's lease (``trace``, a ``platoon.live.rollouts.rollout_trace.GroupTrace``) gives each block a rollout lane
   of ``trace.json``: the block writes ``permit_wait`` and, when it exits (after its teardowns, when it waits for
   them), ``rollout``; the rollout's body sees the trace (``rollout_trace.current()``), so ``first_model_call`` writes
   ``startup`` and ``background_teardown`` ``teardown``. An untraced block costs one check.
@@ -41,8 +41,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Protocol
 
-from platoon.live import rollout_trace
-from platoon.live.rollout_trace import GroupTrace, RolloutTrace
+from platoon.live.rollouts import rollout_trace
+from platoon.live.rollouts.rollout_trace import GroupTrace, RolloutTrace
 from platoon.policy import CancelRollout, MemberWatch
 
 Key = tuple[int, int]

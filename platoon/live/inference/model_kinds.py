@@ -1,7 +1,7 @@
 """Which policy ``train.model_name`` names, built: ``tiny`` (``TinyPolicy``, shaped by ``model:``) or a local Hugging
 Face checkpoint directory (``HFPolicy``).
 
-It sits above both model modules (``platoon.live.model``, and ``platoon.live.hf`` built on it) so that each imports
+It sits above both model modules (``platoon.live.inference.model``, and ``platoon.live.inference.hf`` built on it) so that each imports
 only downward. Importing it imports torch but not ``transformers``, which ``hf`` imports when a checkpoint is loaded.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from platoon.live.hf import HFPolicy
-from platoon.live.model import CausalPolicy, TinyConfig, TinyPolicy
+from platoon.live.inference.hf import HFPolicy
+from platoon.live.inference.model import CausalPolicy, TinyConfig, TinyPolicy
 
 __all__ = ["build_causal_policy"]
 

@@ -1,6 +1,6 @@
 """The trainer of the live backend: a narrow protocol and the built-in GRPO-style trainer.
 
-``GRPOTrainer.train_step(datums, version=v)`` takes one step's datums (``platoon.live.datums``: token ids, mask,
+``GRPOTrainer.train_step(datums, version=v)`` takes one step's datums (``platoon.live.training.datums``: token ids, mask,
 sampling log-probabilities, advantage, sampling version) and makes one optimizer update per minibatch, producing the
 weights of version ``v + 1``. The losses are Tinker's, as platoon 0.4.0 asks the Tinker service for them
 (``platoon.config.losses``): for a datum with advantage A and a token t where the mask is 1, with
@@ -62,8 +62,8 @@ from platoon.config.losses import (
     loss_settings,
     zero_at_zero_advantages,
 )
-from platoon.live.datums import check_datum
-from platoon.live.model import pad_right
+from platoon.live.inference.model import pad_right
+from platoon.live.training.datums import check_datum
 
 __all__ = ["GRPOTrainer", "Trainer", "dumps_state", "loads_state"]
 

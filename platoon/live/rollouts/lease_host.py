@@ -1,6 +1,6 @@
 """The lease host: where a training group's blocks, start slots and members meet the driver, on the event loop.
 
-What this module owns (the face a workflow sees is ``platoon.live.lease``): turning what a member's block does at any
+What this module owns (the face a workflow sees is ``platoon.live.rollouts.lease``): turning what a member's block does at any
 instant — entering, waiting, being cancelled while it waits, exiting with teardowns still running — into the driver
 event that says so, and waiting for the decision that answers it. Rules it keeps:
 
@@ -70,7 +70,7 @@ class LeaseHost:
         self.members[key] = tasks
 
     async def enter_block(self, key: Key, index: int) -> float:
-        """A member's block is entered (``platoon.live.lease``): wait for its permit; the seconds waited."""
+        """A member's block is entered (``platoon.live.rollouts.lease``): wait for its permit; the seconds waited."""
         return await self._wait(self.permit_waiters, (key, index), self.driver.on_block_entered,
                                 self.driver.on_block_cancelled,
                                 granted_back=lambda: self.exit_block(key, index, []))
@@ -150,7 +150,7 @@ class LeaseHost:
 
 
 class EvalSlots:
-    """The start slots of evaluation ``number``'s rollouts (``platoon.live.evaluate.EvalSlots``): rollout ``index``
+    """The start slots of evaluation ``number``'s rollouts (``platoon.live.rollouts.evaluate.EvalSlots``): rollout ``index``
     takes key ``("eval", number, index)`` of the run's start limit in scope ``eval``, through ``host``."""
 
     def __init__(self, host: LeaseHost, number: int, log: Callable[[str, str], None]) -> None:

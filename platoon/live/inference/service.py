@@ -14,7 +14,7 @@ Rules ``BatchingModelService`` keeps:
   loads run there one at a time, in the order they were submitted, so ``publish`` takes effect **between
   batches**: a batch runs wholly on the old weights or wholly on the new ones, and every ``Sample`` records the
   version of the weights its batch ran on;
-- a request's tokens depend on its ``seed`` only, not on what it was batched with (see ``platoon.live.model``); a
+- a request's tokens depend on its ``seed`` only, not on what it was batched with (see ``platoon.live.inference.model``); a
   request without a seed gets ``derive_seed(service seed, arrival number)``;
 - a request is checked when it is made (``ValueError``), so that one bad request never fails a batch; a model error
   fails the requests of its batch only; a cancelled request is dropped, before or after its batch;
@@ -38,7 +38,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from platoon.live.model import derive_seed
+from platoon.live.inference.model import derive_seed
 
 __all__ = ["BatchSpan", "BatchingModelService", "FakeModelService", "ModelService", "Sample", "cut_at_stop",
            "rollout_session"]

@@ -2,7 +2,7 @@
 
 ``load_train_config``: a config file (or, with none, the embedded default: ``platoon.config.models.EMBEDDED_DEFAULT``)
 with its overrides, resolved (stage 2) and planning some steps. It hands on
-``platoon.live.errors``' ``TrainError`` and ``TrainUsageError``.
+``platoon.live.launch.errors``' ``TrainError`` and ``TrainUsageError``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from platoon.config.loader import load_config
 from platoon.config.models import RunConfig
 from platoon.config.steps import check_plan
-from platoon.live.errors import TrainError, TrainUsageError
+from platoon.live.launch.errors import TrainError, TrainUsageError
 
 __all__ = ["TrainError", "TrainUsageError", "load_train_config"]
 

@@ -5,7 +5,7 @@ Hugging Face cache (its ``refs/main`` snapshot; ``HF_HUB_CACHE``, else ``HF_HOME
 ``~/.cache/huggingface/hub``). Nothing is ever downloaded: a name that is neither is a ``FileNotFoundError`` naming
 the cache it looked in. ``HFPolicy.from_pretrained(name)`` loads the model from there and ``load_tokenizer(name)``
 its tokenizer (both ``local_files_only``); ``transformers`` and ``huggingface_hub`` are imported when a model is
-resolved, not when this module is, so the rest of the live backend runs without them. Sampling, scoring, seeds and devices follow ``platoon.live.model.CausalPolicy``: the
+resolved, not when this module is, so the rest of the live backend runs without them. Sampling, scoring, seeds and devices follow ``platoon.live.inference.model.CausalPolicy``: the
 model receives left-padded prompts as ``input_ids`` with a 2-D ``attention_mask`` over the keys and explicit
 ``position_ids``, and continues from its own ``past_key_values``.
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from platoon.live.model import CausalPolicy, resolve_device
+from platoon.live.inference.model import CausalPolicy, resolve_device
 
 __all__ = ["HFPolicy", "hub_cache_dir", "load_tokenizer", "model_name_problem", "require_transformers",
            "resolve_model"]

@@ -21,10 +21,10 @@ when, are the policy layer's (``platoon.policy.members``, docs/live-runtime.md);
 - **Routing ids.** Each rollout that ends counts its model calls and those whose ``Sample`` had a routing id; the
   workflow's ``RoutingIdWatch`` (``platoon.policy.routing_ids``) says what to warn of, through ``warn``, and
   ``step_metrics()`` gives ``train/rollout_worker_routing_id_coverage``.
-- **Tracing.** A traced rollout (``platoon.live.rollout_trace``) gets a ``model_call`` span per sample, an
+- **Tracing.** A traced rollout (``platoon.live.rollouts.rollout_trace``) gets a ``model_call`` span per sample, an
   ``env_step`` span per step (``play_episode``), and its reward and success on its ``rollout`` span.
 - Advantages are each valid member's reward minus the group's baseline over the valid members
-  (``leave_one_out_baseline``: the others' mean; ``platoon.live.datums``); a group with fewer valid members than
+  (``leave_one_out_baseline``: the others' mean; ``platoon.live.training.datums``); a group with fewer valid members than
   ``min_successful_group_size`` hands back no datums (verdict ``below_min``).
 """
 
@@ -37,13 +37,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from platoon.live import rollout_trace
 from platoon.live.agent.harness import Limits, default_renderer
-from platoon.live.datums import Trajectory, group_advantages, member_fields, trajectory_datums
 from platoon.live.envs.play import play_episode
-from platoon.live.lease import LocalMembers, MembersHost, first_model_call, no_lease, rollout_lease
-from platoon.live.model import derive_seed
-from platoon.live.service import rollout_session
+from platoon.live.inference.model import derive_seed
+from platoon.live.inference.service import rollout_session
+from platoon.live.rollouts import rollout_trace
+from platoon.live.rollouts.lease import LocalMembers, MembersHost, first_model_call, no_lease, rollout_lease
+from platoon.live.training.datums import Trajectory, group_advantages, member_fields, trajectory_datums
 from platoon.policy import (
     STRAGGLER_KILLED,
     GroupOutput,

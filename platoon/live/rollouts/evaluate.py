@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from platoon.live.envs.play import Limits, play_batch, play_episode
-from platoon.live.model import derive_seed
-from platoon.live.workflow import _FirstCall
+from platoon.live.inference.model import derive_seed
+from platoon.live.rollouts.workflow import _FirstCall
 from platoon.policy import RoutingIdWatch
 
 __all__ = ["EvalEpisode", "EvalResult", "EvalSlots", "eval_plan", "evaluate", "evaluate_rollouts", "wilson_interval"]
