@@ -427,10 +427,12 @@ PLANTED_CYCLES = [
     ),
     (  # a function-local import, as live/inference/model -> live/inference/hf was
         {
-            "platoon/live/inference/model.py": "x = 1\n\n\ndef build():\n    from platoon.live.inference.hf import HF\n",
+            "platoon/live/inference/model.py":
+                "x = 1\n\n\ndef build():\n    from platoon.live.inference.hf import HF\n",
             "platoon/live/inference/hf.py": "from platoon.live.inference.model import PolicyModel\n",
         },
-        "platoon.live.inference.hf -> platoon.live.inference.model -> platoon.live.inference.hf (platoon/live/inference/hf.py:1, platoon/live/inference/model.py:5)",
+        "platoon.live.inference.hf -> platoon.live.inference.model -> platoon.live.inference.hf "
+        "(platoon/live/inference/hf.py:1, platoon/live/inference/model.py:5)",
     ),
     (
         {

@@ -45,15 +45,15 @@ MODE_SECOND = frozenset({"io", "os", "tarfile", "gzip", "bz2", "lzma", "codecs"}
 
 #: (module, call) -> why that write is not a run's file (or is one that reaches ``platoon/runs`` as bytes).
 ALLOWED = {
-    ("platoon/live/inference/model.py", "torch.save"): "TinyPolicy.save(path), the tiny model's own file API (tests call "
-    "it); a run's weights reach platoon/runs as bytes (live/training/trainer.py)",
+    ("platoon/live/inference/model.py", "torch.save"): "TinyPolicy.save(path), the tiny model's own file API (tests "
+    "call it); a run's weights reach platoon/runs as bytes (live/training/trainer.py)",
     ("platoon/live/inference/hf.py", "save_pretrained"): "HFPolicy.save(path), the wrapped model's own file API, as "
     "TinyPolicy's",
     ("platoon/live/training/trainer.py", "torch.save"): "into a BytesIO: the state's bytes go to platoon/runs",
     ("platoon/live/agent/toolchain.py", "open"): "the toolchain cache on node scratch: its staging lock and a "
     "write probe, no run's file",
-    ("platoon/live/agent/toolchain.py", "shutil.copytree"): "a toolchain staged into the node-local cache (renamed into "
-    "place whole), no run's file",
+    ("platoon/live/agent/toolchain.py", "shutil.copytree"): "a toolchain staged into the node-local cache (renamed "
+    "into place whole), no run's file",
     ("platoon/live/agent/toolchain.py", "os.rename"): "a staged toolchain copy renamed into the cache, an old one set "
     "aside, no run's file",
     ("platoon/live/workers/ray_pool.py", "open"): "a rollout actor's faulthandler log on its node's scratch, removed "

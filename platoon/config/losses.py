@@ -1,9 +1,9 @@
 """The policy-gradient losses ``train.loss_fn`` names, and the ``train.loss_fn_config`` keys each one takes.
 
 One table for the config's checks (``platoon.config.rules``), its warnings (``platoon.config.config_warnings``)
-and the trainer (``platoon.live.training.trainer``), which imports no config model. The losses are Tinker's (platoon 0.4.0 hands
-``loss_fn`` and ``loss_fn_config`` to the Tinker service as they are); per masked token, with ``r = p / q`` the
-learner's over the sampler's probability and ``clip(r) = clamp(r, clip_low_threshold, clip_high_threshold)``
+and the trainer (``platoon.live.training.trainer``), which imports no config model. The losses are Tinker's (platoon
+0.4.0 hands ``loss_fn`` and ``loss_fn_config`` to the Tinker service as they are); per masked token, with ``r = p / q``
+the learner's over the sampler's probability and ``clip(r) = clamp(r, clip_low_threshold, clip_high_threshold)``
 (**absolute bounds on the ratio**, not offsets from 1):
 
 - ``importance_sampling``: ``-r A``;

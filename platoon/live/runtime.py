@@ -7,7 +7,8 @@ whenever nothing of the cycle waits to be carried out, keeps one ``loop.call_at`
 hands the cycle's writes and the outbox to its run session (``platoon.runs.session``). Who carries out what:
 
 - ``StartGroup`` -> a task running the workflow's ``arun_episode(row)`` with the group's lease in its context
-  (``platoon.live.rollouts.lease``); its end -> ``on_group_finished`` with what it returned, raised, or that it was cancelled;
+  (``platoon.live.rollouts.lease``); its end -> ``on_group_finished`` with what it returned, raised, or that it was
+  cancelled;
 - the other rollout decisions -> the lease host (``platoon.live.rollouts.lease_host``), where every lease's blocks wait;
 - the cycle's decisions -> the trainer task, one at a time, in order: ``SaveCheckpoint`` (sealed at once; the
   trainer's state and the files written off the loop), ``Evaluate`` (a plain ``evaluate()`` off the loop, an

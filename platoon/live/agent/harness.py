@@ -13,8 +13,9 @@ loop:   completion = sample(context, budget, stop=renderer.stop_sequences)
 Rules it keeps:
 - **A turn's datum is exact**: a turn records the context it saw (ids as they were rendered and sampled) and the
   sampled ids with their log-probabilities; the next context is that context, the sampled ids as sampled, then the
-  renderer's ids for what came after. Nothing sampled is ever decoded and encoded again, so a rollout's turns extend
-  one another and make one datum (``platoon.live.training.datums``) whose masked ids and log-probabilities are the sampled;
+  renderer's ids for what came after. Nothing sampled is ever decoded and encoded again, so a rollout's turns
+  extend one another and make one datum (``platoon.live.training.datums``) whose masked ids and log-probabilities
+  are the sampled;
 - **a completion with no tool call** costs its turn and gets a short user message, ``NUDGE`` (or, when it meant a
   call that did not parse, the renderer's ``call_error``: what could not be read and how a call is written), and the
   episode goes on (ending it instead would leave a model that has not yet learnt the call syntax no reward to learn from; a
@@ -199,8 +200,8 @@ class TextRollout:
 async def play_text_episode(service: Any, env: Any, task: Task, renderer: Renderer, *, temperature: float,
                             seed: int, limits: Limits = Limits()) -> Trajectory:
     """One rollout of ``task`` against a ``ModelService``; turn t samples with seed ``derive_seed(seed, t)``. A
-    traced rollout's tool calls are ``env_step`` spans (``platoon.live.rollouts.rollout_trace``). An environment's exception
-    propagates; cancellation propagates at the awaits."""
+    traced rollout's tool calls are ``env_step`` spans (``platoon.live.rollouts.rollout_trace``). An environment's
+    exception propagates; cancellation propagates at the awaits."""
     started = time.monotonic()
     rollout = TextRollout(env, task, renderer, limits)
     trace = rollout_trace.current()

@@ -5,9 +5,10 @@ Hugging Face cache (its ``refs/main`` snapshot; ``HF_HUB_CACHE``, else ``HF_HOME
 ``~/.cache/huggingface/hub``). Nothing is ever downloaded: a name that is neither is a ``FileNotFoundError`` naming
 the cache it looked in. ``HFPolicy.from_pretrained(name)`` loads the model from there and ``load_tokenizer(name)``
 its tokenizer (both ``local_files_only``); ``transformers`` and ``huggingface_hub`` are imported when a model is
-resolved, not when this module is, so the rest of the live backend runs without them. Sampling, scoring, seeds and devices follow ``platoon.live.inference.model.CausalPolicy``: the
-model receives left-padded prompts as ``input_ids`` with a 2-D ``attention_mask`` over the keys and explicit
-``position_ids``, and continues from its own ``past_key_values``.
+resolved, not when this module is, so the rest of the live backend runs without them. Sampling, scoring, seeds and
+devices follow ``platoon.live.inference.model.CausalPolicy``: the model receives left-padded prompts as ``input_ids``
+with a 2-D ``attention_mask`` over the keys and explicit ``position_ids``, and continues from its own
+``past_key_values``.
 
 The token ids are the checkpoint's: an environment meant for a Hugging Face model speaks in its tokenizer's ids.
 """

@@ -20,8 +20,8 @@ Rules it keeps:
 
 ``TinyPolicy`` is the built-in model (2 layers, d=64: about 140k parameters for platoon-number-search's words and 256
 bytes, 256 positions);
-``platoon.live.inference.hf.HFPolicy`` is the same interface over a Hugging Face causal LM; ``platoon.live.inference.model_kinds`` builds
-the one a ``ModelConfig`` names.
+``platoon.live.inference.hf.HFPolicy`` is the same interface over a Hugging Face causal LM;
+``platoon.live.inference.model_kinds`` builds the one a ``ModelConfig`` names.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Which policy ``train.model_name`` names, built: ``tiny`` (``TinyPolicy``, shaped by ``model:``) or a local Hugging
 Face checkpoint directory (``HFPolicy``).
 
-It sits above both model modules (``platoon.live.inference.model``, and ``platoon.live.inference.hf`` built on it) so that each imports
-only downward. Importing it imports torch but not ``transformers``, which ``hf`` imports when a checkpoint is loaded.
+It sits above both model modules (``platoon.live.inference.model``, and ``platoon.live.inference.hf`` built on it) so
+that each imports only downward. Importing it imports torch but not ``transformers``, which ``hf`` imports when a
+checkpoint is loaded.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ Rules ``BatchingModelService`` keeps:
   loads run there one at a time, in the order they were submitted, so ``publish`` takes effect **between
   batches**: a batch runs wholly on the old weights or wholly on the new ones, and every ``Sample`` records the
   version of the weights its batch ran on;
-- a request's tokens depend on its ``seed`` only, not on what it was batched with (see ``platoon.live.inference.model``); a
-  request without a seed gets ``derive_seed(service seed, arrival number)``;
+- a request's tokens depend on its ``seed`` only, not on what it was batched with (see
+  ``platoon.live.inference.model``); a request without a seed gets ``derive_seed(service seed, arrival number)``;
 - a request is checked when it is made (``ValueError``), so that one bad request never fails a batch; a model error
   fails the requests of its batch only; a cancelled request is dropped, before or after its batch;
 - ``aclose`` fails the requests still queued with ``RuntimeError`` and waits for the running batch;

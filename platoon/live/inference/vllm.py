@@ -1,7 +1,7 @@
 """vLLM servers as the model service: tokens in, tokens out over HTTP, the trainer's weights pushed after each step.
 
-``VLLMService(servers, served_name=, weights=)`` is a ``ModelService`` (``platoon.live.inference.service``) over one or more
-vLLM OpenAI-compatible servers (``httpx``, one pooled async client per server). Rules it keeps:
+``VLLMService(servers, served_name=, weights=)`` is a ``ModelService`` (``platoon.live.inference.service``) over one or
+more vLLM OpenAI-compatible servers (``httpx``, one pooled async client per server). Rules it keeps:
 
 - **tokens in, tokens out**: a prompt goes to ``/v1/completions`` as its token ids (never re-tokenized text), with
   ``return_tokens_as_token_ids``, one log-probability per sampled token, the request's temperature, limit and seed;

@@ -297,9 +297,10 @@ async def evaluate_service(service: Any, cfg: RunConfig, envs: Mapping[str, Any]
                            renderer: Any = None, model: Any = None, slots: Any = None,
                            routing: Any = None, workers: Any = None) -> dict[str, float]:
     """``evaluate_policy``'s metrics from the same episodes played as rollouts against the model ``service`` (at most
-    ``eval_concurrency`` at once), each taking a start slot from ``slots`` (``platoon.live.rollouts.evaluate.EvalSlots``),
-    their routing ids counted by ``routing`` (a ``RoutingIdWatch``, whose coverage is added), each played in a
-    rollout worker of ``workers`` (``rollout_workers``; None: in this process). ``model`` gives the context window
+    ``eval_concurrency`` at once), each taking a start slot from ``slots``
+    (``platoon.live.rollouts.evaluate.EvalSlots``), their routing ids counted by ``routing`` (a ``RoutingIdWatch``,
+    whose coverage is added), each played in a rollout worker of ``workers`` (``rollout_workers``; None: in this
+    process). ``model`` gives the context window
     when ``train.context_window_length`` does not."""
     from platoon.live.rollouts.evaluate import evaluate_rollouts
 

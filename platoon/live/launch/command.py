@@ -3,11 +3,12 @@ to exit codes).
 
 - ``train``: a new run of a config (no config: the embedded default) into a new run directory, or ``--resume RUN``
   (``platoon.live.resume``), then on to the planned steps (``--steps`` sets a new total), with a progress bar and a
-  line per step (``platoon.live.launch.progress``). The run's writer lock is held from the first look at the directory to
-  the end (platoon.runs.writer); a new run that fails before its first step leaves nothing behind.
+  line per step (``platoon.live.launch.progress``). The run's writer lock is held from the first look at the directory
+  to the end (platoon.runs.writer); a new run that fails before its first step leaves nothing behind.
 - ``evaluate``: held-out pass@1, with its 95% interval, of a config's initial policy or a run's last checkpoint.
 - ``prestage``: the harness toolchains of a config's environments staged on this node ahead of a run
-  (``platoon.live.agent.toolchain``); ``train`` and ``evaluate`` stage them too, and start no rollout before that is done.
+  (``platoon.live.agent.toolchain``); ``train`` and ``evaluate`` stage them too, and start no rollout before that is
+  done.
 
 Errors: a configuration problem raises ``ConfigError`` (exit 78); a misused ``--resume`` raises ``TrainUsageError``
 and a run directory another process writes ``RunBusyError`` (exit 64); a run directory that cannot be used raises

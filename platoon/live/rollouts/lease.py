@@ -20,8 +20,8 @@ Rules it keeps (docs/dispatch.md, docs/live-runtime.md):
   (``on_teardowns_done``) or the dispatcher's 60 s wait runs out, and the block waits for them as long; a
   cancellation ends that wait (never the teardowns), and a rollout that had ended keeps its outcome. A block that
   holds no permit (``permit_release: group``) does not wait.
-- A traced group's lease (``trace``, a ``platoon.live.rollouts.rollout_trace.GroupTrace``) gives each block a rollout lane
-  of ``trace.json``: the block writes ``permit_wait`` and, when it exits (after its teardowns, when it waits for
+- A traced group's lease (``trace``, a ``platoon.live.rollouts.rollout_trace.GroupTrace``) gives each block a rollout
+  lane of ``trace.json``: the block writes ``permit_wait`` and, when it exits (after its teardowns, when it waits for
   them), ``rollout``; the rollout's body sees the trace (``rollout_trace.current()``), so ``first_model_call`` writes
   ``startup`` and ``background_teardown`` ``teardown``. An untraced block costs one check.
 - ``no_lease()`` clears the lease for a member's own rollout, so that a group that a rollout runs in turn sees the

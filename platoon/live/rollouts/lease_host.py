@@ -1,8 +1,8 @@
 """The lease host: where a training group's blocks, start slots and members meet the driver, on the event loop.
 
-What this module owns (the face a workflow sees is ``platoon.live.rollouts.lease``): turning what a member's block does at any
-instant — entering, waiting, being cancelled while it waits, exiting with teardowns still running — into the driver
-event that says so, and waiting for the decision that answers it. Rules it keeps:
+What this module owns (the face a workflow sees is ``platoon.live.rollouts.lease``): turning what a member's block does
+at any instant — entering, waiting, being cancelled while it waits, exiting with teardowns still running — into the
+driver event that says so, and waiting for the decision that answers it. Rules it keeps:
 
 - A block entered feeds ``on_block_entered`` and waits for its ``GrantPermit`` (one that enters after its group's
   draw was released gets one at once, on no permit: the driver's rule). A wait that is cancelled feeds
@@ -150,8 +150,8 @@ class LeaseHost:
 
 
 class EvalSlots:
-    """The start slots of evaluation ``number``'s rollouts (``platoon.live.rollouts.evaluate.EvalSlots``): rollout ``index``
-    takes key ``("eval", number, index)`` of the run's start limit in scope ``eval``, through ``host``."""
+    """The start slots of evaluation ``number``'s rollouts (``platoon.live.rollouts.evaluate.EvalSlots``): rollout
+    ``index`` takes key ``("eval", number, index)`` of the run's start limit in scope ``eval``, through ``host``."""
 
     def __init__(self, host: LeaseHost, number: int, log: Callable[[str, str], None]) -> None:
         self._host, self._key, self._log = host, ("eval", number), log

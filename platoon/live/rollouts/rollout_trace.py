@@ -2,8 +2,8 @@
 
 What this module owns: the spans of one traced rollout, on a lane of its own. The runtime decides per group whether
 its rollouts are traced (``TraceWriter.wants(position)``) and gives a traced group's lease a ``GroupTrace``; each
-member's lease block (``platoon.live.rollouts.lease``) then takes a ``RolloutTrace`` when it asks for its permit and puts it
-in this module's context variable for its body, where the points a rollout passes report to it:
+member's lease block (``platoon.live.rollouts.lease``) then takes a ``RolloutTrace`` when it asks for its permit and
+puts it in this module's context variable for its body, where the points a rollout passes report to it:
 
 - the block: ``permit_wait`` (asked -> granted), and ``rollout`` over the whole when it exits, with ``task_id``,
   ``group`` (its key as a list), ``member``, ``version`` (the group's draw), ``turns``, ``reward``, ``passed`` and

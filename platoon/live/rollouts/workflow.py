@@ -24,8 +24,8 @@ when, are the policy layer's (``platoon.policy.members``, docs/live-runtime.md);
 - **Tracing.** A traced rollout (``platoon.live.rollouts.rollout_trace``) gets a ``model_call`` span per sample, an
   ``env_step`` span per step (``play_episode``), and its reward and success on its ``rollout`` span.
 - Advantages are each valid member's reward minus the group's baseline over the valid members
-  (``leave_one_out_baseline``: the others' mean; ``platoon.live.training.datums``); a group with fewer valid members than
-  ``min_successful_group_size`` hands back no datums (verdict ``below_min``).
+  (``leave_one_out_baseline``: the others' mean; ``platoon.live.training.datums``); a group with fewer valid members
+  than ``min_successful_group_size`` hands back no datums (verdict ``below_min``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The trainer of the live backend: a narrow protocol and the built-in GRPO-style trainer.
 
-``GRPOTrainer.train_step(datums, version=v)`` takes one step's datums (``platoon.live.training.datums``: token ids, mask,
-sampling log-probabilities, advantage, sampling version) and makes one optimizer update per minibatch, producing the
-weights of version ``v + 1``. The losses are Tinker's, as platoon 0.4.0 asks the Tinker service for them
+``GRPOTrainer.train_step(datums, version=v)`` takes one step's datums (``platoon.live.training.datums``: token ids,
+mask, sampling log-probabilities, advantage, sampling version) and makes one optimizer update per minibatch, producing
+the weights of version ``v + 1``. The losses are Tinker's, as platoon 0.4.0 asks the Tinker service for them
 (``platoon.config.losses``): for a datum with advantage A and a token t where the mask is 1, with
 ``r_t = exp(logp_t - logp_t^sampled)`` and ``c(r) = clamp(r, clip_low, clip_high)`` (absolute bounds on the ratio),
 the per-token policy loss is

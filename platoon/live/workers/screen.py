@@ -37,7 +37,9 @@ from platoon.lifeline import die_with_parent
 
 __all__ = ["THREAD_GRACE_S", "WORKER_STACK", "screen"]
 
-WORKER_STACK = ("platoon.live.rollouts.workflow", "platoon.live.envs", "platoon.live.rollouts.evaluate", "platoon.live.workers.worker")
+WORKER_STACK = (
+    "platoon.live.rollouts.workflow", "platoon.live.envs", "platoon.live.rollouts.evaluate", "platoon.live.workers.worker",
+)
 """The modules every rollout worker runs on (evaluation's: its episodes), which the fork server imports first."""
 
 THREAD_GRACE_S = 0.5

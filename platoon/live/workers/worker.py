@@ -2,11 +2,11 @@
 
 The trainer (``platoon.live.workers.pool``) starts a worker per rollout with one end of a socket pair and a pickled
 ``Job``: its ``Episode`` (what to run: a workflow member's ``arun_episode_single``, ``WorkflowEpisode``, or any other
-picklable episode, such as evaluation's ``platoon.live.rollouts.evaluate.EvalEpisode``), the environments it plays (specs, or
-pickled instances) and the service's ``version`` at the rollout's start. The worker runs the episode's code unchanged,
-with a ``ServiceProxy`` for the model service: every call of a service method goes to the trainer, which makes it on
-the real model service (batched with every other rollout's) and sends back its value or its exception. What the
-worker sends:
+picklable episode, such as evaluation's ``platoon.live.rollouts.evaluate.EvalEpisode``), the environments it plays
+(specs, or pickled instances) and the service's ``version`` at the rollout's start. The worker runs the episode's
+code unchanged, with a ``ServiceProxy`` for the model service: every call of a service method goes to the trainer,
+which makes it on the real model service (batched with every other rollout's) and sends back its value or its
+exception. What the worker sends:
 
 - ``("call", i, name, args, kwargs)`` / ``("drop", i)``: a service call, and its cancellation;
 - ``("ready",)``: its episode is set up (after its imports; the trainer's launch gate measures it then);
