@@ -62,3 +62,12 @@ def test_an_old_path_imported_first_in_a_fresh_process():
 def test_a_name_that_never_was_a_module_is_still_missing():
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("platoon.live.no_such_room")
+
+
+def test_an_old_module_imports_from_the_package_by_name():
+    # ``from platoon.live import command``, as the TextCraft extension's tests wrote it before the rooms
+    from platoon.live import command, toolchain
+    from platoon.live.agent import toolchain as room_toolchain
+    from platoon.live.launch import command as room_command
+
+    assert command is room_command and toolchain is room_toolchain
