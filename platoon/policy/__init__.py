@@ -48,6 +48,14 @@ from platoon.policy.driver import (
     Outbox,
     Schedule,
 )
+from platoon.policy.launch_gate import (
+    ESTIMATE_BYTES,
+    NO_MEMORY,
+    LaunchRules,
+    LaunchVerdict,
+    MemoryReadings,
+    reserve_for,
+)
 from platoon.policy.members import (
     CANCELLED,
     STRAGGLER_KILLED,
@@ -135,6 +143,12 @@ from platoon.policy.workflow_flags import (
 )
 
 __all__ = [
+    "ESTIMATE_BYTES",
+    "NO_MEMORY",
+    "LaunchRules",
+    "LaunchVerdict",
+    "MemoryReadings",
+    "reserve_for",
     "BLOCKED_WORDS",
     "DRIVER_STATE_FORMAT",
     "Abort",

@@ -35,13 +35,11 @@ from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
 from typing import Any
 
+from platoon.policy import ESTIMATE_BYTES, LaunchRules, MemoryReadings, reserve_for
+
 __all__ = ["ESTIMATE_BYTES", "Launch", "LaunchGate", "cgroup_room", "mem_available", "reserve_bytes", "resident_bytes"]
 
 Logger = Callable[[str, str], None]
-
-ESTIMATE_BYTES = {"exec": 310 * 1024**2, "forkserver": 8 * 1024**2}
-"""A worker's resident memory before any is measured, by start method (docs/rollout-workers.md's benchmark: an
-``exec`` worker of the built-in stack held 310 MB of its own; a forked one 6.4 MB, its share of the server's aside)."""
 
 POLL_S = 0.25
 """How often a waiting launch looks again (sooner when a worker ends or becomes ready)."""
@@ -50,10 +48,6 @@ REREAD_S = 2.0
 """How long a worker's resident memory, once read, stands for it (``LaunchGate._held``)."""
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-RESERVE_BYTES = 1024**3
-"""What a floor of 0 still keeps available (or 5% of the node's memory, where that is less): see ``reserve_bytes``."""
 
 
 def _meminfo(field: str, path: str = "/proc/meminfo") -> int | None:
@@ -122,8 +116,7 @@ def mem_available() -> int | None:
 
 def reserve_bytes(total: int | None = None) -> int:
     """The floor a floor of 0 keeps: ``RESERVE_BYTES``, or 5% of ``total`` (the node's ``MemTotal``) if less."""
-    total = _meminfo("MemTotal") if total is None else total
-    return min(RESERVE_BYTES, total // 20) if total else RESERVE_BYTES
+    return reserve_for(_meminfo("MemTotal") if total is None else total)
 
 
 def resident_bytes(pid: int) -> int:
@@ -142,14 +135,6 @@ def resident_bytes(pid: int) -> int:
         return 0
 
 
-def _gb(n: float) -> str:
-    return f"{n / 1024**3:.1f} GB"
-
-
-def _mb(n: float) -> str:
-    return f"{n / 1024**2:.0f} MB"
-
-
 class Launch:
     """One admitted launch: give it back (``done``) once its worker is ready or ended; ``measure`` it when ready."""
 
@@ -165,9 +150,10 @@ class Launch:
 
 
 class LaunchGate:
-    """Admits worker launches (see the module docstring). ``alive()``: the pids of the pool's workers now;
-    ``permits``: the run's rollout permits (None: no budget warning); ``method``: the start method (its estimate);
-    ``reserve``: what a ``floor_bytes`` of 0 keeps available (default ``reserve_bytes()``; 0: nothing)."""
+    """Admits worker launches by ``platoon.policy.launch_gate``'s rules (see the module docstring), with this
+    node's memory readings. ``alive()``: the pids of the pool's workers now; ``permits``: the run's rollout permits
+    (None: no budget warning); ``method``: the start method (its estimate); ``reserve``: what a ``floor_bytes`` of 0
+    keeps available (default ``reserve_bytes()``; 0: nothing)."""
 
     def __init__(self, *, alive: Callable[[], Iterable[int]], method: str = "forkserver", floor_bytes: int = 0,
                  rss_limit_bytes: int = 0, concurrent_groups: int = 0, wait_limit_s: float = 300.0,
@@ -175,70 +161,51 @@ class LaunchGate:
                  available: Callable[[], int | None] = mem_available,
                  resident: Callable[[int], int] = resident_bytes, poll_s: float = POLL_S,
                  clock: Callable[[], float] = time.monotonic, reserve: int | None = None) -> None:
-        self._alive, self.method = alive, method
-        self.floor_bytes, self.rss_limit_bytes = int(floor_bytes), int(rss_limit_bytes)
-        self.reserve_bytes = reserve_bytes() if reserve is None else int(reserve)
-        self.concurrent_groups, self.wait_limit_s = int(concurrent_groups), float(wait_limit_s)
-        self.permits = permits
+        self.rules = LaunchRules(method=method, floor_bytes=floor_bytes, rss_limit_bytes=rss_limit_bytes,
+                                 concurrent_groups=concurrent_groups, wait_limit_s=wait_limit_s, permits=permits,
+                                 reserve_bytes=reserve_bytes() if reserve is None else int(reserve))
+        self._alive = alive
         self._log = log or (lambda level, message: None)
         self._available, self._resident, self.poll_s, self._clock = available, resident, poll_s, clock
-        self._groups: dict[Hashable, int] = {}  # the groups launching: their launches in flight
-        self._measured: list[int] = []  # the ready workers' resident memory, each as measured once ready
         self._readings: dict[int, tuple[float, int]] = {}  # pid -> (when read, resident bytes)
         self._changed: asyncio.Event | None = None
-        self._warned_wait = self._warned_budget = False
         self.waits: list[float] = []  # each launch's seconds in the gate
+
+    @property
+    def method(self) -> str:
+        return self.rules.method
+
+    def estimate(self) -> int:
+        """One worker's resident memory: the mean of those measured, else the start method's estimate."""
+        return self.rules.estimate()
 
     # ----------------------------------------------------------------------------------------------- admitting
     async def admit(self, group: Hashable) -> Launch:
         """Wait until a launch of ``group`` may start (bounded: ``wait_limit_s``); the admitted ``Launch``."""
         began = self._clock()
         while True:
-            why = self._why_wait(group)
-            if why is None:
+            verdict = self.rules.verdict(group, waited_s=self._clock() - began, readings=self._memory())
+            if verdict.warning is not None:
+                self._log("warning", verdict.warning)
+            if verdict.admit:
                 break
-            waited = self._clock() - began
-            if waited >= self.wait_limit_s:
-                self._log("warning", f"a rollout worker launch waited {waited:.0f}s, its limit "
-                          f"(worker_startup_budget_seconds), and goes ahead: {why}")
-                break
-            if not self._warned_wait:
-                self._warned_wait = True
-                self._log("warning", f"rollout worker launches wait: {why}")
             await self._changes(self.poll_s)
-        self._groups[group] = self._groups.get(group, 0) + 1
+        self.rules.admitted(group)
         waited = self._clock() - began
         self.waits.append(waited)
         return Launch(self, group, waited)
 
-    def _why_wait(self, group: Hashable) -> str | None:
-        """Why a launch of ``group`` must wait now (None: it need not)."""
-        in_flight = sum(self._groups.values())
-        if (self.concurrent_groups and group not in self._groups
-                and len(self._groups) >= self.concurrent_groups):
-            return (f"{len(self._groups)} group(s) are launching workers, worker_launch_concurrent_groups "
-                    f"{self.concurrent_groups}")
-        floor = self.floor_bytes or self.reserve_bytes
-        if not floor and not self.rss_limit_bytes:
-            return None
-        alive = list(self._alive())
-        if not alive and not in_flight:
-            return None  # nothing of the run's would free memory: waiting could only stall it
-        each = self.estimate()
-        pending = in_flight * each
-        reasons = []
-        if floor:
-            available = self._available()
-            if available is not None and available - pending < floor:
-                under = (f"worker_mem_available_floor_bytes {_gb(floor)}" if self.floor_bytes else
-                         f"the {_gb(floor)} kept free when worker_mem_available_floor_bytes is 0")
-                reasons.append(f"{_gb(available)} available{self._with(in_flight, each)}, under {under}")
-        if self.rss_limit_bytes:
-            held = self._held(alive)
-            if held + pending > self.rss_limit_bytes:
-                reasons.append(f"{len(alive)} worker(s) hold {_gb(held)} resident{self._with(in_flight, each, '+')}, "
-                               f"over worker_rss_soft_limit_bytes {_gb(self.rss_limit_bytes)}")
-        return "; ".join(reasons) or None
+    def _memory(self) -> MemoryReadings:
+        """This node's readings for one look of the rules: the pool's pids read once, and only if a rule asks."""
+        pids: list[int] | None = None
+
+        def alive() -> list[int]:
+            nonlocal pids
+            if pids is None:
+                pids = list(self._alive())
+            return pids
+
+        return MemoryReadings(alive=lambda: len(alive()), available=self._available, held=lambda: self._held(alive()))
 
     def _held(self, alive: list[int]) -> int:
         """The workers' resident memory in all, each worker read again at most every ``REREAD_S`` (a launch asks
@@ -252,16 +219,6 @@ class LaunchGate:
             alive_set = set(alive)
             self._readings = cache = {pid: r for pid, r in cache.items() if pid in alive_set}
         return sum(cache[pid][1] for pid in alive)
-
-    @staticmethod
-    def _with(in_flight: int, each: int, sign: str = "-") -> str:
-        return f" ({sign} {in_flight} launch(es) in flight at ~{_mb(each)} each)" if in_flight else ""
-
-    def estimate(self) -> int:
-        """One worker's resident memory: the mean of those measured, else the start method's estimate."""
-        if self._measured:
-            return sum(self._measured) // len(self._measured)
-        return ESTIMATE_BYTES.get(self.method, ESTIMATE_BYTES["exec"])
 
     async def _changes(self, timeout_s: float) -> None:
         if self._changed is None:
@@ -279,41 +236,22 @@ class LaunchGate:
 
     # ------------------------------------------------------------------------------------------------ ending
     def _ended(self, group: Hashable, pid: int | None) -> None:
-        left = self._groups.get(group, 0) - 1
-        if left > 0:
-            self._groups[group] = left
-        else:
-            self._groups.pop(group, None)
-        if pid is not None:
-            size = self._resident(pid)
-            if size > 0:
-                self._measured.append(size)
-                if len(self._measured) == 1:
-                    self.check_budget(size, measured=True)
+        size = self._resident(pid) if pid is not None else None
+        if self.rules.ended(group, size_bytes=size):
+            self.check_budget(size, measured=True)
         self.changed()
 
     def check_budget(self, each: int | None = None, *, measured: bool = False) -> None:
         """Warn, once, when the run's permits of workers ``each`` bytes in size (default: the estimate) do not fit in
         what is available to them: the available memory plus what the workers already hold."""
-        if self._warned_budget or not self.permits:
-            return
-        available = self._available()
-        if available is None:
-            return
-        each = self.estimate() if each is None else each
-        held = sum(self._resident(pid) for pid in self._alive())
-        room = available + held
-        need = self.permits * each
-        if need > room:
-            self._warned_budget = True
-            size = "measured" if measured else "estimated, none measured yet"
-            self._log("warning", f"rollout workers ({self.method}) at the run's permits do not fit this node: "
-                      f"{self.permits} permits x {_mb(each)} per worker ({size}) = {_gb(need)}, more than the "
-                      f"{_gb(room)} available (available {_gb(available)} plus the workers' {_gb(held)}); launches "
-                      f"will wait for memory (worker_mem_available_floor_bytes, worker_rss_soft_limit_bytes), so "
-                      f"rollouts start slower than the permits allow: set fewer permits "
-                      f"(train.max_concurrent_rollouts) or use worker_start_method: forkserver")
+        rules = self.rules
+        if rules.permits:
+            available = self._available()
+            held = sum(self._resident(pid) for pid in self._alive()) if available is not None else 0
+            warning = rules.budget_warning(available=available, held=held, each=each, measured=measured)
+            if warning is not None:
+                self._log("warning", warning)
 
     def state(self) -> dict[str, Any]:
         """The groups launching and the launches in flight (for tests and diagnostics)."""
-        return {"groups": len(self._groups), "in_flight": sum(self._groups.values())}
+        return self.rules.state()

@@ -1,0 +1,58 @@
+"""The rollout lifecycle table (``platoon.policy.lifecycle``): the moves it has, the ones it refuses, and that the
+table is closed (every state but the final ones has a way out, every state is reachable)."""
+
+from __future__ import annotations
+
+import pytest
+
+from platoon.policy.lifecycle import (
+    ACTIVE,
+    FINAL,
+    OPEN,
+    TRANSITIONS,
+    LifecycleError,
+    RolloutEvent,
+    RolloutState,
+    advance,
+    path,
+    table,
+)
+
+S, E = RolloutState, RolloutEvent
+
+
+def test_a_rollout_goes_from_its_permit_to_its_end_in_order():
+    assert path(E.PERMIT_GRANTED) is S.WAITING_SLOT
+    assert path(E.PERMIT_GRANTED, E.SLOT_GRANTED) is S.WAITING_LAUNCH
+    assert path(E.PERMIT_GRANTED, E.SLOT_GRANTED, E.LAUNCH_ADMITTED) is S.STARTING
+    assert path(E.PERMIT_GRANTED, E.SLOT_GRANTED, E.LAUNCH_ADMITTED, E.FIRST_CALL, E.FINISHED, E.TORN_DOWN) is S.ENDED
+    assert path(E.PERMIT_GRANTED, E.SLOT_GRANTED, E.LAUNCH_ADMITTED, E.RAISED, E.TEARDOWN_WAIT_OVER) is S.ENDED
+
+
+def test_an_event_out_of_order_raises_naming_the_member_the_event_and_the_state():
+    with pytest.raises(LifecycleError, match=r"first_call: member 2 of group \(0, 1\) is waiting_permit"):
+        advance(S.WAITING_PERMIT, E.FIRST_CALL, "member 2 of group (0, 1)")
+    with pytest.raises(LifecycleError, match="permit_granted: a rollout is running"):
+        advance(S.RUNNING, E.PERMIT_GRANTED)
+    with pytest.raises(LifecycleError):
+        advance(S.ENDED, E.CANCELLED)  # an ended rollout has nothing left to cancel
+
+
+def test_a_cancelled_member_stays_cancelled_whatever_it_reports_late():
+    for event in E:
+        assert advance(S.CANCELLED, event) is S.CANCELLED
+
+
+def test_every_state_but_the_final_ones_can_be_cancelled_and_every_state_is_reachable():
+    assert OPEN == set(S) - FINAL
+    reached = {S.WAITING_PERMIT} | {to for to, _ in TRANSITIONS.values()}
+    assert reached == set(S)
+    assert ACTIVE == {S.STARTING, S.RUNNING}
+
+
+def test_every_move_names_its_rule_and_the_table_lists_them_in_order():
+    rows = table()
+    assert len(rows) == len(TRANSITIONS)
+    assert all(rule for *_, rule in rows)
+    assert rows[0] == ("WAITING_PERMIT", "permit_granted", "WAITING_SLOT",
+                       "permits: a permit is free (platoon.policy.permits)")
