@@ -312,7 +312,7 @@ class Driver:
         """Member ``index``'s rollout ran to its end (``raised``: with an exception): the cancellations that
         follow (a failing group's others, in the order they must be cancelled)."""
         cancels = self.members.on_ended(key, index, now=now, raised=raised)
-        if self.members.state(key, index) is MemberState.ENDED:
+        if self.members.state(key, index) is MemberState.TEARING_DOWN:
             self.window.rollout_ended()
         return self._seen(cancels, now)
 

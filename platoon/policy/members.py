@@ -8,11 +8,15 @@ limit's).
 
 Rules it keeps:
 
-- **A member's life**: waiting for its permit, granted (holds its permit, may wait for a start slot), running (its
-  rollout began: ``on_started`` with its start delay, the seconds it waited for its permit and slot), ended (its
-  rollout ran to its end or raised; its block may still wait for teardowns), exited (its block is done), or
-  cancelled. Events out of that order raise ``MemberError`` naming the member and its state, except that events
-  about a member already cancelled are ignored: the cancellation may not have reached it yet.
+- **A member's life** is the rollout lifecycle table's (``platoon.policy.lifecycle``): waiting for its permit,
+  for a start slot, for the launch gate; starting (its rollout began: ``on_started`` with its start delay, the
+  seconds it waited for its permit and slot), running (its first model call), tearing down (its rollout ran to its
+  end or raised; its block may still wait for teardowns), ended (its block is done), or cancelled. A move the table
+  does not have raises ``LifecycleError`` naming the member, the event and its state, except that events about a
+  member already cancelled change nothing: the cancellation may not have reached it yet. A runtime that says
+  nothing of a member's slot or launch (in process, no start limit) starts it from where it stands, through the
+  table's moves (``TO_START``); one that does not report its members at all (a workflow of its own) ends them the
+  same way.
 - **Failure.** When a member raises, every other member whose block is not done is cancelled once (reason
   ``cancelled``): those still waiting for their permit first, then the rest in index order, so that no permit a
   cancelled rollout gives back is handed to a member about to be cancelled. Cancelling a member that has ended ends
@@ -31,29 +35,30 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
+
+from platoon.policy.lifecycle import (
+    ACTIVE,
+    OPEN,
+    TO_START,
+    LifecycleError,
+    RolloutEvent,
+    RolloutState,
+    advance,
+)
 
 Key = tuple[int, int]
+S, E = RolloutState, RolloutEvent
+MemberState = RolloutState
+"""A member's state is its rollout's (the name the driver and the tests read)."""
+MemberError = LifecycleError
+"""An event a member cannot take in its state: the lifecycle's error (a group not open, or no such member, too)."""
 
 CANCELLED = "cancelled"
 STRAGGLER_KILLED = "straggler_killed"
 
 
-class MemberError(RuntimeError):
-    """An event a member cannot take in its state."""
-
-
-class MemberState(Enum):
-    WAITING = "waiting"
-    GRANTED = "granted"
-    RUNNING = "running"
-    ENDED = "ended"
-    EXITED = "exited"
-    CANCELLED = "cancelled"
-
-
-_LIVE = (MemberState.WAITING, MemberState.GRANTED, MemberState.RUNNING)
-_OPEN = (*_LIVE, MemberState.ENDED)
+_OLD_VALUES = {"granted": S.WAITING_SLOT}
+"""A state value of a checkpoint written before the lifecycle table, and the state it stands for now."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,7 @@ class _Group:
     @classmethod
     def from_json(cls, d: list) -> _Group:
         size, states, delays, deadlines, ended, quorum_t, warned, timeout_s, quorum = d
-        return cls(size, [MemberState(s) for s in states], {int(i): x for i, x in delays},
+        return cls(size, [_OLD_VALUES.get(s) or MemberState(s) for s in states], {int(i): x for i, x in delays},
                    {int(i): t for i, t in deadlines}, ended, quorum_t, warned, timeout_s, quorum)
 
 
@@ -113,40 +118,59 @@ class MemberWatch:
         timeout_s, quorum = self.timeout_s, self.quorum
         if self.policies is not None and entry is not None:
             timeout_s, quorum = self.policies(entry, label if label is not None else entry)
-        self.groups[key] = _Group(size, [MemberState.WAITING] * size, timeout_s=timeout_s, quorum=quorum)
+        self.groups[key] = _Group(size, [S.WAITING_PERMIT] * size, timeout_s=timeout_s, quorum=quorum)
 
     def close(self, key: Key) -> None:
         """Group ``key`` settled: forget it (its deadlines lapse)."""
         self.groups.pop(key, None)
 
     def on_granted(self, key: Key, index: int) -> None:
+        """Member ``index`` holds its permit: it waits for a start slot."""
         g = self.groups.get(key)
-        if g is not None and 0 <= index < g.size and g.states[index] is MemberState.WAITING:  # the common case, no call
-            g.states[index] = MemberState.GRANTED
+        if g is not None and 0 <= index < g.size and g.states[index] is S.WAITING_PERMIT:  # the common case, no call
+            g.states[index] = S.WAITING_SLOT
             return
-        self._move(key, index, (MemberState.WAITING,), MemberState.GRANTED, "granted")
+        self._move(key, index, E.PERMIT_GRANTED)
+
+    def on_slot_granted(self, key: Key, index: int) -> None:
+        """Member ``index`` has its start slot: it waits for the launch gate."""
+        self._move(key, index, E.SLOT_GRANTED)
+
+    def on_launch_admitted(self, key: Key, index: int) -> None:
+        """The launch gate let member ``index``'s worker start."""
+        self._move(key, index, E.LAUNCH_ADMITTED)
 
     def on_started(self, key: Key, index: int, *, now: float, delay_s: float) -> None:
         """Member ``index`` began its rollout after waiting ``delay_s`` for its permit and start slot."""
         g = self.groups.get(key)
-        if g is not None and 0 <= index < g.size and g.states[index] is MemberState.GRANTED:  # the common case, no call
-            g.states[index] = MemberState.RUNNING
+        if g is not None and 0 <= index < g.size and g.states[index] is S.WAITING_SLOT:  # the common case, no call
+            g.states[index] = S.STARTING
         else:
-            g = self._move(key, index, (MemberState.WAITING, MemberState.GRANTED), MemberState.RUNNING, "started")
-        if g.states[index] is MemberState.CANCELLED:
-            return
+            g = self._start(key, index)
+            if g.states[index] is S.CANCELLED:
+                return
+            if g.states[index] is not S.STARTING:
+                raise MemberError(f"started: member {index} of group {key} is {g.states[index].name.lower()}, "
+                                  "which has no such move")
         g.delays[index] = float(delay_s)
         if g.quorum_t is not None:
             self._arm(key, g, index)
 
+    def on_first_call(self, key: Key, index: int) -> None:
+        """Member ``index`` issued its first model call (a later call, or one of a member not started: no move)."""
+        g = self.groups.get(key)
+        if g is not None and 0 <= index < g.size and g.states[index] is S.STARTING:
+            g.states[index] = S.RUNNING
+
     def on_ended(self, key: Key, index: int, *, now: float, raised: bool = False) -> list[CancelRollout]:
         """Member ``index``'s rollout ended (``raised``: with an exception): the cancellations that follow."""
         g = self.groups.get(key)
-        if g is not None and 0 <= index < g.size and g.states[index] is MemberState.RUNNING:  # the common case, no call
-            g.states[index] = MemberState.ENDED
+        if g is not None and 0 <= index < g.size and g.states[index] in ACTIVE:  # the common case, no call
+            g.states[index] = S.TEARING_DOWN
         else:
-            g = self._move(key, index, _LIVE, MemberState.ENDED, "ended")
-            if g.states[index] is MemberState.CANCELLED:
+            g = self._start(key, index)
+            g = self._move(key, index, E.RAISED if raised else E.FINISHED)
+            if g.states[index] is S.CANCELLED:
                 return []
         g.deadlines.pop(index, None)
         g.ended += 1
@@ -155,16 +179,16 @@ class MemberWatch:
         if g.timeout_s is not None and g.quorum_t is None and g.ended >= self._quorum(g):
             g.quorum_t = now
             for i, state in enumerate(g.states):
-                if state is MemberState.RUNNING:
+                if state in ACTIVE:
                     self._arm(key, g, i)
         return []
 
     def on_ended_and_exited(self, key: Key, index: int, *, now: float) -> bool:
         """``on_ended`` (not raised) then ``on_exited``, in one call: whether the member had ended a running rollout
-        (``state`` ENDED between the two), as a cancelled one has not."""
+        (tearing down between the two), as a cancelled one has not."""
         self.on_ended(key, index, now=now)
         g = self.groups.get(key)
-        ran = g is not None and g.states[index] is MemberState.ENDED
+        ran = g is not None and g.states[index] is S.TEARING_DOWN
         self.on_exited(key, index)
         return ran
 
@@ -174,16 +198,18 @@ class MemberWatch:
         if g is None:
             return
         state = g.states[index]
-        if state is MemberState.ENDED and 0 <= index:  # the common case, no call
-            g.states[index] = MemberState.EXITED
-        elif state is not MemberState.CANCELLED:
-            self._move(key, index, _OPEN, MemberState.EXITED, "exited")  # a workflow may not report its members
+        if state is S.TEARING_DOWN and 0 <= index:  # the common case, no call
+            g.states[index] = S.ENDED
+        elif state is not S.CANCELLED:  # a workflow may not report its members: it ends them from where they stand
+            self._start(key, index)
+            self._move(key, index, E.FINISHED)
+            self._move(key, index, E.TORN_DOWN)
 
     def on_cancelled(self, key: Key, index: int) -> None:
         """Member ``index`` was cancelled by its runtime (its wait for a permit, as its group was cancelled)."""
         g = self.groups.get(key)
-        if g is not None and g.states[index] in _OPEN:
-            g.states[index] = MemberState.CANCELLED
+        if g is not None and g.states[index] in OPEN:
+            g.states[index] = S.CANCELLED
             g.deadlines.pop(index, None)
 
     # ------------------------------------------------------------------------------------------------ timers
@@ -200,7 +226,7 @@ class MemberWatch:
         while (due := self.next_deadline()) is not None and due <= now:
             _, key, index = heapq.heappop(self._heap)
             g = self.groups[key]
-            g.states[index] = MemberState.CANCELLED
+            g.states[index] = S.CANCELLED
             self._running_cancelled += 1
             del g.deadlines[index]
             cuts.append(CancelRollout(key, index, STRAGGLER_KILLED))
@@ -219,7 +245,7 @@ class MemberWatch:
     def ran(self, key: Key) -> int:
         """How many members of the open group ``key`` ran to their end."""
         g = self.groups.get(key)
-        return 0 if g is None else sum(s in (MemberState.ENDED, MemberState.EXITED) for s in g.states)
+        return 0 if g is None else sum(s is S.TEARING_DOWN or s is S.ENDED for s in g.states)
 
     def take_running_cancelled(self) -> int:
         """Members this watch cancelled while their rollouts ran, since the last call."""
@@ -246,18 +272,33 @@ class MemberWatch:
     def _quorum(g: _Group) -> int:
         return min(g.quorum or max(g.size - 1, 1), g.size)
 
-    def _move(self, key: Key, index: int, sources: tuple[MemberState, ...], target: MemberState,
-              event: str) -> _Group:
+    def _move(self, key: Key, index: int, event: RolloutEvent) -> _Group:
+        """Member ``index`` of ``key`` takes ``event``: the table's move (``platoon.policy.lifecycle.advance``)."""
         g = self.groups.get(key)
         if g is None:
-            raise MemberError(f"{event}: group {key} is not open")
+            raise MemberError(f"{event.value}: group {key} is not open")
         if not 0 <= index < g.size:
-            raise MemberError(f"{event}: group {key} has no member {index}")
-        if g.states[index] is MemberState.CANCELLED:
-            return g  # the cancellation has not reached the member yet: what it reports changes nothing
-        if g.states[index] not in sources:
-            raise MemberError(f"{event}: member {index} of group {key} is {g.states[index].value}")
-        g.states[index] = target
+            raise MemberError(f"{event.value}: group {key} has no member {index}")
+        g.states[index] = advance(g.states[index], event, f"member {index} of group {key}")
+        return g
+
+    def _start(self, key: Key, index: int) -> _Group:
+        """Member ``index`` began its rollout where its runtime said nothing of its permit, slot or launch: the
+        table's moves from where it stands to starting (none for a member started or cancelled)."""
+        g = self._group(key, index)
+        if g.states[index] is S.WAITING_PERMIT:
+            self._move(key, index, E.PERMIT_GRANTED)
+        for event in TO_START:
+            if g.states[index] is (S.WAITING_SLOT if event is E.SLOT_GRANTED else S.WAITING_LAUNCH):
+                self._move(key, index, event)
+        return g
+
+    def _group(self, key: Key, index: int) -> _Group:
+        g = self.groups.get(key)
+        if g is None:
+            raise MemberError(f"group {key} is not open")
+        if not 0 <= index < g.size:
+            raise MemberError(f"group {key} has no member {index}")
         return g
 
     def _arm(self, key: Key, g: _Group, index: int) -> None:
@@ -269,14 +310,14 @@ class MemberWatch:
 
     def _current(self, due: float, key: Key, index: int) -> bool:
         g = self.groups.get(key)
-        return g is not None and g.deadlines.get(index) == due and g.states[index] is MemberState.RUNNING
+        return g is not None and g.deadlines.get(index) == due and g.states[index] in ACTIVE
 
     def _fail(self, key: Key, g: _Group, raised: int) -> list[CancelRollout]:
-        waiting = {i for i, s in enumerate(g.states) if s is MemberState.WAITING}
-        order = cancel_order(waiting, [i for i, s in enumerate(g.states) if s in _OPEN and i != raised])
+        waiting = {i for i, s in enumerate(g.states) if s is S.WAITING_PERMIT}
+        order = cancel_order(waiting, [i for i, s in enumerate(g.states) if s in OPEN and i != raised])
         for i in order:
-            self._running_cancelled += g.states[i] is MemberState.RUNNING
-            g.states[i] = MemberState.CANCELLED
+            self._running_cancelled += g.states[i] in ACTIVE
+            g.states[i] = S.CANCELLED
             g.deadlines.pop(i, None)
         return [CancelRollout(key, i, CANCELLED) for i in order]
 

@@ -70,7 +70,7 @@ def test_each_deadline_is_shifted_by_its_start_delay_and_fixed_when_it_starts():
 def test_out_of_order_events_raise_and_a_cancelled_member_is_left_alone():
     w = opened(2)
     w.on_granted(K, 0)
-    with pytest.raises(MemberError, match=r"granted: member 0 of group \(1, 0\) is granted"):
+    with pytest.raises(MemberError, match=r"permit_granted: member 0 of group \(1, 0\) is waiting_slot"):
         w.on_granted(K, 0)
     w.on_cancelled(K, 1)
     w.on_started(K, 1, now=1.0, delay_s=1.0)  # the cancellation has not reached it yet: ignored

@@ -69,7 +69,7 @@ def test_the_member_watch_counts_only_a_member_that_ran_to_its_end():
         w.on_started((1, 0), i, now=0.0, delay_s=0.0)
     w.on_cancelled((1, 0), 1)
     assert w.on_ended_and_exited((1, 0), 0, now=1.0) is True
-    assert w.state((1, 0), 0) is MemberState.EXITED
+    assert w.state((1, 0), 0) is MemberState.ENDED
     assert w.on_ended_and_exited((1, 0), 1, now=1.0) is False  # cancelled: its end changes nothing
     assert w.state((1, 0), 1) is MemberState.CANCELLED
 
