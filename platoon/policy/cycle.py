@@ -10,8 +10,8 @@ carry out; the answer is the next decisions, in the order they must be carried o
 - ``Evaluate(step)``: measure held-out pass@1 of the policy step ``step`` trains from (``step == steps``: the final
   policy); ``Train(step)``: train the ``TrainStep``; ``WriteRow(row)``: append a row to ``metrics.jsonl``;
   ``Publish(version)``: make the new weights live; ``Finish(steps)``: the plan is done (the run records its end);
-- ``Abort(reason)``: no progress is possible (nothing runs, nothing is due, the batch cannot complete): the runtime
-  stops with ``reason``.
+- ``Abort(reason)``: no progress is possible (nothing runs, nothing is due, the batch cannot complete; or groups
+  failed in a row): the runtime stops with ``reason``, the same words in each runtime.
 
 The cycle's states and the event that leaves each are a transition table (``TRANSITIONS``), as h11 keeps its
 protocol: an event in a state that has no entry for it raises ``CycleError`` naming both.
@@ -138,9 +138,12 @@ class Finish:
 
 @dataclass(frozen=True)
 class Abort:
-    """Decision: no progress is possible; stop the run with ``reason``."""
+    """Decision: no progress is possible; stop the run with ``reason``, in these words in every runtime. ``cause``:
+    ``stalled`` (nothing runs, nothing is due, the batch cannot complete) or ``failures`` (groups failed in a row,
+    ``platoon.policy.failures``)."""
 
     reason: str
+    cause: str = "stalled"
 
 
 CYCLE_DECISIONS = (SaveCheckpoint, Evaluate, Train, WriteRow, Publish, Finish, Abort)

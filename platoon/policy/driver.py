@@ -188,7 +188,7 @@ class Driver:
         the cycle waits for. Cheap when nothing is due: a runtime asks after every event it carried out."""
         state = self.cycle.state
         if state is C.WAITING and self._failures.broken():
-            return [Abort(self._failures.reason(self.dispatcher.step))]
+            return [Abort(self._failures.reason(self.dispatcher.step), cause="failures")]
         if state is C.WAITING:
             return self._take_step(now) if self.cycle.wake else []
         handler = _POLLS.get(state)
@@ -344,10 +344,12 @@ class Driver:
         return decisions + self.on_block_exited(key, index, now=now)
 
     def on_group_finished(self, key: Key, result: object, *, now: float, error: BaseException | None = None,
-                          cancelled: bool = False) -> list[Any]:
+                          cancelled: bool = False, warn: bool = True) -> list[Any]:
         """The group's workflow returned ``result`` (None: it failed). It counts as failed when it raised
-        ``error``, was ``cancelled`` or returned anything but a ``GroupOutput``, with a warning that says which.
-        Settle it and release its lease; blocks of it still waiting for a permit run late, on none."""
+        ``error``, was ``cancelled`` or returned anything but a ``GroupOutput``, with a warning that says which
+        (``warn=False``: a failure the runtime made up on purpose, the simulator's ``error_rate``, is not said; it
+        counts toward the failure streak all the same). Settle it and release its lease; blocks of it still waiting
+        for a permit run late, on none."""
         output = result if isinstance(result, GroupOutput) and error is None and not cancelled else None
         draw = self.dispatcher.running[key][0] if key in self.dispatcher.running else None
         task = draw.task_id if draw is not None else "?"
@@ -355,7 +357,8 @@ class Driver:
             self._warnings.append(f"group {key} (task {task}) was cancelled: it counts as failed")
         elif error is not None:
             failure = failure_words(key, task, draw.entry if draw is not None else None, error)
-            self._warnings.append(failure)
+            if warn:
+                self._warnings.append(failure)
             self._failures.failed(failure)
         elif result is not None and output is None:
             self._warnings.append(f"the workflow of group {key} (task {task}) returned {type(result).__name__}, "

@@ -13,7 +13,10 @@ hands them over); every rule about them is the driver's:
 - ``SlotGranted`` -> the member starts up; ``CancelRollout`` -> the member stops where it stands (leaving the
   service's queue), and the driver hears of it (``on_member_cancelled``: what that means in its phase is the
   driver's); ``AwaitTeardowns`` -> its teardown runs, its permit held, until it ends or ``EndTeardownWait``;
-- all members done -> the group's output (``platoon.policy.outputs.group_output``) to ``on_group_finished``;
+- all members done -> the group's output (``platoon.policy.outputs.group_output``) to ``on_group_finished``; a
+  group one of whose rollouts raised (``error_rate``) is reported failed with a ``RolloutRaised`` as its error, as
+  the live runtime reports a workflow that raised, so that groups failing in a row stop the run as live
+  (``platoon.policy.failures``), without a warning per group (a chosen rate of failures is no news);
 - the spans of the rollouts of traced groups (``trace.wants`` their draw position), each on its lane (kept in the
   member's record): ``permit_wait``, ``startup``, ``model_call``, ``env_step``, ``teardown``, ``rollout``.
 """
@@ -34,6 +37,15 @@ from platoon.sim.startups import StartupServer
 from platoon.sim.workload import MemberOutcome
 
 Carry = Callable[[list], None]
+
+
+class RolloutRaised(RuntimeError):
+    """The error a simulated rollout raises (``sim.rollout.error_rate``): its group's failure, in the driver's words
+    (``platoon.policy.failures.failure_words``) and, once groups failed in a row, in the run's stop."""
+
+    @classmethod
+    def of(cls, member: int, rate: float) -> RolloutRaised:
+        return cls(f"rollout {member} raised, as sim.rollout.error_rate ({rate}) has it")
 Grade = Callable[[SimGroup, int, MemberOutcome], float]
 
 
@@ -51,6 +63,7 @@ class RolloutWork:
         self.min_successful = cfg.train.workflow_config.min_successful_group_size
         self.model_calls = [s.rollout.model_calls for s in tasks.sims]
         self.timeouts = [s.rollout.timeout_s for s in tasks.sims]
+        self.error_rates = [s.rollout.error_rate for s in tasks.sims]
         capacity = cfg.sim.rollout.startup_capacity
         self.startups = StartupServer(capacity) if capacity is not None else None
         turns = any(s.rollout.turns is not None for s in tasks.sims)
@@ -360,11 +373,14 @@ class RolloutWork:
 
     def _finish_group(self, g: SimGroup) -> None:
         del self.groups[g.key]
-        output = None
-        if not g.failed:
-            members = [m.result for m in g.members]
-            output = group_output(members, min_successful=self.min_successful,
-                                  datums=lambda: ((i, r.reward) for i, r in enumerate(members) if r.valid))
+        if g.failed:  # the first member that raised names the failure (a checkpoint keeps the members' outcomes)
+            raised = next(i for i, m in enumerate(g.members) if m.result is not None and m.result.outcome == "error")
+            error = RolloutRaised.of(raised, self.error_rates[g.entry])
+            self.carry(self.driver.on_group_finished(g.key, None, now=self.clock.now, error=error, warn=False))
+            return
+        members = [m.result for m in g.members]
+        output = group_output(members, min_successful=self.min_successful,
+                              datums=lambda: ((i, r.reward) for i, r in enumerate(members) if r.valid))
         self.carry(self.driver.on_group_finished(g.key, output, now=self.clock.now))
 
     # ---------------------------------------------------------------------------------------------- trace
@@ -403,4 +419,4 @@ class RolloutWork:
             self.servers.load_state_dict(s["servers"])
 
 
-__all__ = ["RolloutWork"]
+__all__ = ["RolloutRaised", "RolloutWork"]

@@ -12,7 +12,8 @@ its run session (``platoon.runs.session``). The work lives in modules of its own
 Decisions and who carries them out: ``StartGroup``, ``GrantPermit``, ``SlotGranted``, ``CancelRollout``,
 ``AwaitTeardowns``, ``EndTeardownWait`` -> the rollouts; ``Evaluate``, ``Train``, ``Publish`` -> the trainer;
 ``WriteRow``, ``SaveCheckpoint`` (with this runtime's own state, ``sim-<name>.json``), ``Finish`` -> the session;
-``Abort`` -> ``SimulationStalled``. Decisions that a decision leads to are carried out after the ones already
+``Abort`` -> ``SimulationStalled`` (exit 1; groups failed in a row: the driver's reason, word for word as the
+live runtime says it). Decisions that a decision leads to are carried out after the ones already
 queued (breadth first), as the driver's order of a call's answers has it.
 """
 
@@ -154,7 +155,9 @@ class SimRuntime:
             self.done = True
             self._stop.succeed()
         elif isinstance(dec, Abort):
-            raise SimulationStalled(f"{dec.reason} (t={self.clock.now:.1f}s)")
+            self.session.drain(self.driver.take_outbox())  # the events and words so far, as live's shutdown writes them
+            # a stall says when, in simulated time; groups failed in a row: the driver's words, as live says them
+            raise SimulationStalled(dec.reason if dec.cause == "failures" else f"{dec.reason} (t={self.clock.now:.1f}s)")
         else:
             raise TypeError(f"the simulator cannot carry out {dec!r}")
 

@@ -229,3 +229,47 @@ def test_rollout_and_group_at_max_staleness_0_train_the_same_datums_in_the_same_
                    {k: y[k] for k in ("tokens", "mask", "advantage", "version")}
             assert x["logprobs"] == pytest.approx(y["logprobs"], rel=1e-5, abs=1e-6)
     assert any(d["advantage"] != 0.0 for _, step in rollout for d in step)  # something trained
+
+
+@pytest.mark.parametrize("release", ["rollout", "group"])
+def test_groups_that_all_fail_stop_both_runtimes_at_the_same_group_in_the_same_words(release):
+    """Every rollout raises (``sim.rollout.error_rate=1.0``): the simulator reports each failed group to the driver
+    as the live runtime reports a workflow that raised (``on_group_finished(error=...)``), so both stop when the
+    failure streak breaks (``platoon.policy.failures``), at the same step and group, with one message: the driver's
+    ``Abort`` reason, word for word (the live runtime's replay raises the simulator's own ``RolloutRaised``)."""
+    from platoon.live.runtime import RuntimeStalled
+    from platoon.sim.rollouts import RolloutRaised
+    from platoon.sim.runtime import SimulationStalled
+
+    cfg = schema_config(BASE + ["sim.rollout.error_rate=1.0", f"train.permit_release={release}"])
+    tasks = build_tasks(cfg)
+    sim_policy = build_policy(cfg, tasks.pool)
+    sim_decisions, sim_calls = tap(sim_policy.dispatcher)
+    sim = SimRuntime(cfg, tasks, sim_policy)
+    sim.begin()
+    with pytest.raises(SimulationStalled) as sim_stop:
+        sim.run()
+    replayed, failures = replay_script(sim_decisions, sim_calls)
+
+    def script(row):
+        out = replayed(row)
+        return out if out.error is None else Outcome(out.seconds, error=RolloutRaised.of(row.member, 1.0))
+
+    live_policy = build_policy(cfg, tasks.pool)
+    live_decisions, _ = tap(live_policy.dispatcher)
+    trainer_cfg = cfg.sim.trainer
+    service = SleepyService(trainer_cfg.publish_s)
+    workflow = ScriptedWorkflow(script, service=service, warn=lambda message: None)
+    trainer = AsyncTrainer(duration=lambda n: trainer_cfg.step_s + trainer_cfg.per_datum_s * n)
+    runtime = LiveRuntime(live_policy.driver, workflow, trainer, service, log=lambda level, message: None)
+    with pytest.raises(RuntimeStalled) as live_stop:
+        run_virtual(runtime.run())
+
+    limit = max(8, 2 * cfg.train.batch_size)
+    assert failures >= limit
+    assert str(live_stop.value) == str(sim_stop.value)
+    assert str(sim_stop.value).startswith(f"the run stopped at step {sim_policy.driver.steps_done}: its last {limit} "
+                                          "groups all failed")
+    assert "failed: RolloutRaised: rollout " in str(sim_stop.value)
+    assert live_policy.driver.steps_done == sim_policy.driver.steps_done
+    assert by_kind(live_decisions)[2] == by_kind(sim_decisions)[2]

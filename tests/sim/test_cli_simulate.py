@@ -122,3 +122,32 @@ def test_messages_go_to_stderr_and_the_result_to_stdout(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "info: " in proc.stderr and "info: " not in proc.stdout and "warning: " not in proc.stdout
     assert "platoon simulate" in proc.stdout and "throughput" in proc.stdout  # the summary is the result
+
+
+def test_groups_that_all_fail_stop_the_run_as_live_does_and_it_resumes_from_its_last_checkpoint(
+        monkeypatch, capsys, tmp_path):
+    """``error_rate`` 1.0: every group fails, step 0 consumes 64 of them, and the 128th failed in a row (the
+    streak's limit, two batches of 64) stops the run with live's words and exit code (``platoon train``: exit 1,
+    ``platoon: the run stopped at step ...``). Its launch checkpoint stands: ``--resume`` goes on from it and, the
+    run being exact, stops at the same point again."""
+    out = tmp_path / "run"
+    args = ["simulate", "--preset", "math", "--steps", "40", "--set", "sim.rollout.error_rate=1.0"]
+    code, err = exit_code(monkeypatch, capsys, *args, "--out", str(out))
+    said = " ".join(err.split())
+    assert code == 1, err
+    assert ("platoon: the run stopped at step 1: its last 128 groups all failed, so no step could train on anything; "
+            "the last: group (1, ") in said
+    assert "failed: RolloutRaised: rollout " in said and "as sim.rollout.error_rate (1.0) has it" in said
+    assert said.endswith("Fix the environment, then go on from the last checkpoint with --resume")
+    assert "Traceback" not in err and "(t=" not in said
+    assert [r["step"] for r in step_rows(out)] == [0]
+    assert [r["name"] for r in read_jsonl(out / "checkpoints.jsonl")] == ["000000"]
+    settles = [e for e in read_jsonl(out / "tasks/events.jsonl") if e["event"] == "settle"]
+    assert len(settles) >= 128 and {e["verdict"] for e in settles} == {"failed"}
+    first = deterministic(out / "metrics.jsonl"), (out / "tasks/events.jsonl").read_bytes()
+
+    code, again = exit_code(monkeypatch, capsys, "simulate", "--resume", str(out))
+    assert code == 1, again
+    assert "resuming" in again and "from checkpoint 000000" in again
+    assert said.split("platoon: ")[-1] == " ".join(again.split()).split("platoon: ")[-1]
+    assert (deterministic(out / "metrics.jsonl"), (out / "tasks/events.jsonl").read_bytes()) == first

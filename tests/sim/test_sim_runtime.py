@@ -8,6 +8,7 @@ import pytest
 from simkit import checkpoint_files, config, differing, resume, run, timed_out
 
 from platoon.runs import read_jsonl
+from platoon.sim.runtime import SimulationStalled
 
 EVERYTHING = {
     "train": {"max_training_steps": 8, "max_concurrent_rollouts": 12, "max_starting_rollouts": 3,
@@ -180,16 +181,21 @@ def test_events_name_every_draw_and_settle(tmp_path):
     assert all(e["sampler"] == "pass_rate" for e in events if e["event"] == "draw")
 
 
-def test_every_rollout_raising_fails_every_group(tmp_path):
-    r = run(config(train={"max_training_steps": 3}, sim={"rollout": {"error_rate": 1.0}}), tmp_path / "r")
-    steps = [x for x in rows(r.path) if "train/rollouts" in x]
-    assert [x["train/batch/informative_groups"] for x in steps] == [0.0, 0.0, 0.0]
-    events = read_jsonl(r.path / "tasks/events.jsonl")
+def test_every_rollout_raising_fails_every_group_until_the_failure_streak_stops_the_run(tmp_path):
+    """Every group fails; step 0 consumes four of them (training nothing), and the eighth in a row (the streak's
+    limit, max(8, 2 x batch 4)) stops the run as live stops it (platoon.policy.failures), its events written."""
+    with pytest.raises(SimulationStalled) as stopped:
+        run(config(train={"max_training_steps": 3}, sim={"rollout": {"error_rate": 1.0}}), tmp_path / "r")
+    assert str(stopped.value).startswith("the run stopped at step 1: its last 8 groups all failed")
+    assert "failed: RolloutRaised: rollout " in str(stopped.value)
+    steps = [x for x in rows(tmp_path / "r") if "train/rollouts" in x]
+    assert [x["train/batch/informative_groups"] for x in steps] == [0.0]
+    events = read_jsonl(tmp_path / "r/tasks/events.jsonl")
     settles = [e for e in events if e["event"] == "settle"]
-    assert {e["verdict"] for e in settles} == {"failed"}
+    assert {e["verdict"] for e in settles} == {"failed"} and len(settles) >= 8
     # each failed group: the rollout that raised ran for nothing, the others it cancelled (those that had started)
-    assert sum(x["train/wasted_rollouts/failed"] for x in steps) == len(settles)
-    assert 0 < sum(x["train/wasted_rollouts/cancelled"] for x in steps) <= 3 * len(settles)
+    assert 4 <= steps[0]["train/wasted_rollouts/failed"] <= len(settles)
+    assert 0 < steps[0]["train/wasted_rollouts/cancelled"] <= 3 * steps[0]["train/wasted_rollouts/failed"]
 
 
 def test_stragglers_are_cut_after_the_quorum(tmp_path):
