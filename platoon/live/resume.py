@@ -1,13 +1,18 @@
-"""The live side of ``platoon train --resume``: the next start of a run, from its newest checkpoint that reads back.
+"""What ``platoon train --resume`` does that is a live run's own: its trainer and model state, and runs platoon 0.4.0
+wrote.
 
-What this module owns (docs/run-directory.md, "Resume"): everything is checked before anything is written
-(``platoon.runs.resume``): another writer, a simulated run, fewer steps than done, a finished run, a missing or short
-log, a trainer state that does not load leave the run as it was, its lock released. Then the logs are cut back to the
-checkpoint, and the fresh start's policy layer goes on from it: the statistics' snapshot (or an older checkpoint's,
-or none, each said), the dispatcher resumed by reissue (``dispatch_state.resume``: kept groups first) or, when its
-state did not read, from where the order stood (``dispatch_state.resume_without_state``), the trainer's state, a new
-start number, the run's clock from the checkpoint's ``clock_s``. A run platoon 0.4.0 wrote goes on from its config and
-dispatch state (docs/migrating-from-0.4.md, "Resuming a 0.4.0 run").
+The resume itself is both runtimes' (``platoon.runs.resume``): the checks in their order before anything is written,
+then the logs cut back and the lock updated. What this module adds:
+
+- the checkpoint a live run goes on from (``LiveRunDir.resume_point``: the newest whose trainer state reads back; its
+  statistics or dispatch state may fall back alone) and the check that it holds a trainer state;
+- the shared refusals in ``platoon train``'s words and exit codes (``TrainUsageError``: exit 64; ``TrainError``,
+  ``cannot resume RUN: ...``: exit 1);
+- the fresh start built with the trainer's state (a state that does not load is refused before anything is
+  written), its start number, the run's clock from the checkpoint's ``clock_s``; its policy layer then goes on by
+  reissue (``platoon.runs.reissue``), as a run whose rollouts ran for real must;
+- a run platoon 0.4.0 wrote goes on from its config and dispatch state (docs/migrating-from-0.4.md, "Resuming a
+  0.4.0 run"): only ``train`` resumes one, its weights being on the Tinker service.
 """
 
 from __future__ import annotations
@@ -17,28 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from platoon.config.errors import ConfigError, ExtensionError
-from platoon.config.loader import config_from_lock
 from platoon.config.models import RunConfig
 from platoon.config.resolve import resolve_components
-from platoon.config.steps import with_steps
 from platoon.live.build import LiveRun, build_live
-from platoon.live.checkpoint import LiveRunDir
+from platoon.live.checkpoint import LiveRunDir, ResumePoint
 from platoon.live.train_config import TrainError, TrainUsageError, load_train_config
 from platoon.live.workflow import GroupRolloutWorkflow, workflow_gives_verdicts
 from platoon.policy import dispatch_state
 from platoon.runs import CheckpointError, CorruptFileError
-from platoon.runs.checkpoints import stats_file_name
-from platoon.runs.resume import (
-    ResumeRefused,
-    RunFinished,
-    check_finished,
-    check_logs,
-    check_runtime,
-    check_steps,
-    commit_resume,
-)
+from platoon.runs.reissue import restore_by_reissue
+from platoon.runs.resume import ResumeRefused, commit, decide, released_on_failure
 from platoon.runs.rundir import LOCK_BASE_KEYS, NotARunDirectory
-from platoon.runs.trackers import catch_up
 
 __all__ = ["V040_RESUME_KEYS", "is_v040", "resume_run", "resume_v040_run"]
 
@@ -48,10 +42,10 @@ def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
     """Set up the next start of the run in ``path`` from its newest checkpoint that reads back, holding the run's
     writer lock (the caller releases it: ``LiveRunDir.release``).
 
-    Everything is checked before anything is written (platoon.runs.resume): RunBusyError (another writer),
-    TrainUsageError (a simulated run, ``steps`` below the checkpoint's), RunFinished (nothing to do), TrainError (no
-    checkpoint, a log shorter than its checkpoint recorded, a trainer state that does not load) leave the run as
-    it was and the lock released.
+    Everything is checked before anything is written (``platoon.runs.resume.decide``): RunBusyError (another
+    writer), TrainUsageError (a simulated run, ``steps`` below the checkpoint's), RunFinished (nothing to do),
+    TrainError (no checkpoint, a log shorter than its checkpoint recorded, a trainer state that does not load) leave
+    the run as it was and the lock released.
     """
     log = log or (lambda level, message: None)
     try:
@@ -60,44 +54,30 @@ def resume_run(path: Path, *, steps: int | None = None, log: Any = None,
         raise TrainUsageError(f"--resume {exc}") from None
     except CorruptFileError as exc:
         raise TrainError(f"cannot resume {path}: {exc}") from None
-    try:
+    with released_on_failure(run_dir.rd):
         return _resume(run_dir, Path(path), steps, log, build)
-    except BaseException:
-        run_dir.release()
-        raise
+
+
+def _has_trainer_state(path: Path) -> Any:
+    def check(point: ResumePoint) -> None:
+        if point.trainer_state is None:
+            raise TrainError(f"cannot resume {path}: checkpoint {point.name} holds no trainer state (trainer.pt)")
+
+    return check
 
 
 def _resume(run_dir: LiveRunDir, path: Path, steps: int | None, log: Any,
             build: dict[str, Any]) -> tuple[LiveRun, LiveRunDir, str]:
     try:
-        lock = run_dir.rd.read_lock()
-        check_runtime(lock, "live", path)
+        decided = decide(run_dir.rd, path, runtime="live", steps=steps, locate=lambda rd: run_dir.resume_point(),
+                         check=_has_trainer_state(path), log=log)
     except CorruptFileError as exc:
         raise TrainError(f"cannot resume {path}: {exc}") from None
     except ResumeRefused as exc:
         raise TrainUsageError(str(exc)) from None
-    cfg = config_from_lock(lock, str(run_dir.rd.lock_path))
-    try:
-        point = run_dir.resume_point()
     except CheckpointError as exc:
         raise TrainError(f"cannot resume {path}: {exc}") from None
-    try:
-        check_steps(steps, point.step, point.name)
-    except ResumeRefused as exc:
-        raise TrainUsageError(str(exc)) from None
-    try:
-        check_finished(lock, steps, "live", path)
-    except RunFinished:
-        catch_up(run_dir.rd, cfg.stats, runtime="live", log=log)
-        raise
-    if point.trainer_state is None:
-        raise TrainError(f"cannot resume {path}: checkpoint {point.name} holds no trainer state (trainer.pt)")
-    try:
-        check_logs(run_dir.rd, point.row)
-    except CheckpointError as exc:
-        raise TrainError(f"cannot resume {path}: {exc}") from None
-    if steps is not None:
-        cfg = with_steps(cfg, steps)
+    cfg, point = decided.cfg, decided.point
     try:
         live = build_live(cfg, start=point.start, trainer_state=point.trainer_state, version=point.version,
                           clock_start_s=point.clock_s, **build)
@@ -111,33 +91,8 @@ def _resume(run_dir: LiveRunDir, path: Path, steps: int | None, log: Any,
     run_dir.keep = cfg.checkpoint.keep_recovery
     for note in point.notes:
         log("warning", note)
-    commit_resume(run_dir.rd, lock, cfg.model_dump(mode="json"), runtime="live", steps=steps, row=point.row, log=log)
-    d = live.dispatcher
-    if point.step >= live.policy.driver.steps:  # every step done, the end not written: the runtime writes only the end
-        dispatch_state.resume_finished(d, step=point.step)
-        return live, run_dir, point.name
-    live.state_lost = _load_statistics(live, run_dir, point, log)
-    if point.dispatch is not None:
-        changes = dispatch_state.sampling_changes(d, point.dispatch)
-        if changes:
-            log("warning", f"the sampling changed since checkpoint {point.name}, so the draws that follow are not "
-                           f"the ones the run would have made: {'; '.join(changes)}")
-            run_dir.rd.append_lock_list("sampling_changed", {"start": point.start, "checkpoint": point.name,
-                                                             "changes": changes})
-        for warning in dispatch_state.resume(d, point.dispatch, step=point.step):
-            log("warning", warning)
-    else:
-        dispatch_file = f"tasks/dispatch-{point.name}.json"
-        problem = point.state_lost.get(dispatch_file, f"checkpoint {point.name} holds no dispatcher state")
-        log("warning", f"the dispatcher state of checkpoint {point.name} does not read back ({problem}): its "
-                       "outstanding draws are lost")
-        live.state_lost = "; ".join(p for p in (live.state_lost, problem) if p)
-        lost = d.recorder.lose_outstanding()
-        if lost:
-            log("warning", f"{len(lost)} outstanding draw(s) of checkpoint {point.name} get fate lost")
-        for warning in dispatch_state.resume_without_state(d, step=point.step, version=point.version,
-                                                           next_position=point.row.get("next_position")):
-            log("warning", warning)
+    commit(run_dir.rd, decided, runtime="live", log=log)
+    live.state_lost = restore_by_reissue(live.policy, run_dir.rd, point, log=log)
     return live, run_dir, point.name
 
 
@@ -231,36 +186,3 @@ def _resume_v040(run_dir: LiveRunDir, path: Path, cfg: RunConfig, log: Any, buil
     if taken.kept:
         log("info", f"{taken.kept} group(s) that 0.4.0 kept train first")
     return live, run_dir, None
-
-
-def _load_statistics(live: LiveRun, run_dir: LiveRunDir, point: Any, log: Any) -> str | None:
-    """Load the checkpoint's statistics (or an older checkpoint's, or none) into the fresh dispatcher's recorder;
-    what was lost goes to the log and lock.json's ``tasks_state_lost``. Returns the problem (None: nothing lost).
-
-    Statistics that are not the checkpoint's own get its outstanding draws (from its dispatch state, else from the
-    event log up to the checkpoint), so that the resume's reissues and fates are recorded."""
-    d = live.dispatcher
-    state_file = stats_file_name(point.row, point.name)
-    problem = point.state_lost.get(state_file)
-    loaded = point.snapshot_from
-    if problem is None and point.snapshot is None:
-        problem = f"checkpoint {point.name} holds no per-task statistics"
-    if point.snapshot is not None:
-        try:
-            d.recorder.load_snapshot(dict(point.snapshot))
-        except ValueError as exc:
-            problem = f"{problem}; " if problem else ""
-            problem += f"the statistics of checkpoint {loaded} do not load ({exc})"
-            loaded = None
-    if problem is None:
-        return None
-    log("warning", f"the per-task statistics of checkpoint {point.name} are lost ({problem}); "
-                   + (f"they come from checkpoint {loaded}" if loaded else "they start empty"))
-    run_dir.rd.append_lock_list("tasks_state_lost", {"start": point.start, "checkpoint": point.name,
-                                                     "problem": problem, "loaded": loaded})
-    if point.dispatch is not None:
-        draws = [(s, q, t, p) for s, q, t, p in point.dispatch.get("outstanding", [])]
-    else:
-        draws = run_dir.open_draws(point.row)
-    d.recorder.replace_outstanding(draws)
-    return problem

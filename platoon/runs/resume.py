@@ -1,16 +1,28 @@
-"""What a resume checks before it changes anything (docs/run-directory.md, "Resuming a run").
+"""One resume path for both runtimes (docs/run-directory.md, "Resuming a run"): what a resume checks before it changes
+anything, the order it checks it in, and what it then changes.
 
-Both ``platoon simulate --resume`` and ``platoon train --resume`` take the run's writer lock, then decide, in this
-order and with the run directory untouched until every check has passed:
+Both ``platoon simulate --resume`` and ``platoon train --resume`` take the run's writer lock (``released_on_failure``:
+given back if the resume fails), then decide (``decide``), in this order and with the run directory untouched until
+every check has passed:
 
 1. the run is one of this command's (``lock.json``'s ``runtime``): a simulated run goes on with ``simulate``, a live
    one with ``train`` (``ResumeRefused``, exit 64);
-2. ``--steps`` is not below the steps its checkpoint has done (``ResumeRefused``, exit 64);
-3. the run is not finished: ``lock.json``'s last ``finished`` entry is for the steps its config plans. A finished
-   run is left as it is and the command says how to extend it (``RunFinished``, exit 0);
-4. the logs hold what the checkpoint recorded: a resume cuts ``metrics.jsonl`` and ``tasks/events.jsonl`` back to
+2. the checkpoint to go on from is the runtime's to choose (its ``locate``: the newest that reads back, each newer
+   one passed over named with its file and problem; none: ``CheckpointError``, exit 1);
+3. ``--steps`` is not below the steps its checkpoint has done (``ResumeRefused``, exit 64);
+4. the run is not finished: ``lock.json``'s last ``finished`` entry is for the steps its config plans. A finished
+   run is left as it is, its trackers caught up, and the command says how to extend it (``RunFinished``, exit 0);
+5. the checkpoint holds what the runtime needs (its ``check``: a live run's trainer state, a simulated run's exact
+   state);
+6. the logs hold what the checkpoint recorded: a resume cuts ``metrics.jsonl`` and ``tasks/events.jsonl`` back to
    the lengths its row recorded and writes the rest again, so a log shorter than that (truncated, deleted) would
    end the run with steps missing and draws without a fate (``LogsLost``, exit 1).
+
+Each runtime then builds its start from the checkpoint (what is its own: a live run's trainer and model state, a
+simulated run's clock, work in flight and learning model), and only then changes the run (``commit_resume``): a note
+when the lock was taken from a writer that had died, what the resume starts from and the steps a killed start did
+after it (``resume_note``), the logs cut back, a new total of steps in ``lock.json``. A policy layer that cannot go on
+exactly (a live run's: its rollouts ran for real) goes on by reissue (``restore_by_reissue``).
 
 An unfinished run whose checkpoint has done every step (killed between its last checkpoint and its end) is resumed
 like any other: the runtime writes what is left of its end.
@@ -20,13 +32,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
+from platoon.config.loader import config_from_lock
+from platoon.config.models import RunConfig
+from platoon.config.steps import with_steps
 from platoon.runs.checkpoints import CheckpointError, read_checkpoint_rows
 from platoon.runs.rundir import NEEDED_LOGS, RunDir
+from platoon.runs.trackers import catch_up
 from platoon.runs.writer import stale_note
+
+Log = Callable[[str, str], None]
 
 COMMANDS = {"sim": "platoon simulate", "live": "platoon train"}
 KINDS = {"sim": "a simulated run", "live": "a live run"}
@@ -150,6 +169,69 @@ def go_on_note(run: Path) -> str | None:
             f"{command} --resume {run}")
 
 
+class Checkpoint(Protocol):
+    """What ``decide`` reads of the checkpoint a runtime's ``locate`` chose: its name, the steps it has done, its
+    row in ``checkpoints.jsonl``."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def row(self) -> Mapping[str, Any]: ...
+
+
+P = TypeVar("P", bound=Checkpoint)
+
+
+@dataclass(frozen=True)
+class Decided(Generic[P]):
+    """A resume that passed every check: the run's ``lock.json``, its config (with the new total of ``steps``, when
+    given) and the checkpoint it goes on from. Nothing was written yet."""
+
+    lock: dict[str, Any]
+    cfg: RunConfig
+    point: P
+    steps: int | None
+
+
+@contextlib.contextmanager
+def released_on_failure(rd: RunDir) -> Iterator[RunDir]:
+    """Around a resume of the run ``rd`` claimed: a failure (or an interruption) gives its writer lock back."""
+    try:
+        yield rd
+    except BaseException:
+        rd.release()
+        raise
+
+
+def decide(rd: RunDir, path: Path, *, runtime: str, steps: int | None, locate: Callable[[RunDir], P],
+           check: Callable[[P], None] | None = None, log: Log) -> Decided[P]:
+    """The checks of a resume of the run ``rd`` (claimed) by ``runtime``, in the module docstring's order, before
+    anything is written: CorruptFileError (lock.json), ResumeRefused, ConfigError, what ``locate`` and ``check``
+    raise, RunFinished (the trackers caught up first), LogsLost."""
+    lock = rd.read_lock()
+    check_runtime(lock, runtime, path)
+    cfg = config_from_lock(lock, str(rd.lock_path))
+    point = locate(rd)
+    check_steps(steps, point.step, point.name)
+    try:
+        check_finished(lock, steps, runtime, path)
+    except RunFinished:
+        catch_up(rd, cfg.stats, runtime=runtime, log=log)
+        raise
+    if check is not None:
+        check(point)
+    check_logs(rd, point.row)
+    return Decided(lock, cfg if steps is None else with_steps(cfg, steps), point, steps)
+
+
+def commit(rd: RunDir, decided: Decided[Any], *, runtime: str, log: Log) -> None:
+    """``commit_resume`` of a decided resume: from here on it changes the run."""
+    commit_resume(rd, decided.lock, decided.cfg.model_dump(mode="json"), runtime=runtime, steps=decided.steps,
+                  row=decided.point.row, log=log)
+
+
 def commit_resume(rd: RunDir, lock: Mapping[str, Any], config: Mapping[str, Any], *, runtime: str,
                   steps: int | None, row: Mapping[str, Any], log: Callable[[str, str], None]) -> None:
     """The half of a resume that changes the run, once every check passed and the start is built (both runtimes'):
@@ -164,5 +246,6 @@ def commit_resume(rd: RunDir, lock: Mapping[str, Any], config: Mapping[str, Any]
         rd.write_lock(dict(config), list(lock.get("components", [])), {"runtime": runtime, "steps": steps})
 
 
-__all__ = ["COMMANDS", "LogsLost", "ResumeRefused", "RunFinished", "check_finished", "check_logs", "check_runtime",
-           "check_steps", "commit_resume", "go_on_note", "is_finished", "planned_steps", "resume_note"]
+__all__ = ["COMMANDS", "Checkpoint", "Decided", "LogsLost", "ResumeRefused", "RunFinished", "check_finished", "check_logs",
+           "check_runtime", "check_steps", "commit", "commit_resume", "decide", "go_on_note", "is_finished",
+           "planned_steps", "released_on_failure", "resume_note"]

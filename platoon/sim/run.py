@@ -20,10 +20,12 @@ a run killed anywhere and resumed ends byte-identical to one that never stopped 
 start's spans). The dispatch, driver and simulator files are one exact state: when one of them does not read, the
 whole checkpoint is passed over for an older one, whose replay is exact too.
 
-A run holds its directory's writer lock from ``create`` or ``resume`` to ``close``. ``resume`` decides before it
-changes anything (``platoon.runs.resume``): a live run, too few steps (``ResumeRefused``), a finished run
-(``RunFinished``) or a truncated log (``LogsLost``) leave the directory as it was. A run that reaches its end records
-it in ``lock.json`` (``finished``).
+A run holds its directory's writer lock from ``create`` or ``resume`` to ``close``. ``resume`` takes both runtimes'
+path (``platoon.runs.resume``): it decides before it changes anything (a live run, too few steps: ``ResumeRefused``;
+a finished run: ``RunFinished``; a truncated log: ``LogsLost``; a checkpoint without this release's exact state:
+``ResumeError``, each leaving the directory as it was), and what is its own is the exact restore of the driver, the
+dispatcher, the statistics and the runtime (its clock, work in flight, learning model). A run that reaches its end
+records it in ``lock.json`` (``finished``).
 """
 
 from __future__ import annotations
@@ -32,25 +34,16 @@ import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from platoon.config.loader import config_from_lock
 from platoon.config.models import RunConfig
 from platoon.config.resolve import resolve_components
-from platoon.config.steps import check_plan, with_steps
+from platoon.config.steps import check_plan
 from platoon.policy import DRIVER_STATE_FORMAT, build_policy
-from platoon.runs import RunDir, load_latest_checkpoint
+from platoon.runs import LoadedCheckpoint, RunDir, load_latest_checkpoint
 from platoon.runs.checkpoints import stats_file_name
-from platoon.runs.resume import (
-    ResumeRefused,
-    RunFinished,
-    check_finished,
-    check_logs,
-    check_runtime,
-    check_steps,
-    commit_resume,
-)
+from platoon.runs.resume import ResumeRefused, commit, decide, released_on_failure
 from platoon.runs.session import RunSession, python_log
 from platoon.runs.timing import measured_call
-from platoon.runs.trackers import catch_up, open_trackers
+from platoon.runs.trackers import open_trackers
 from platoon.sim.runtime import STATE_FORMAT, SimRuntime
 from platoon.sim.setup import build_tasks
 
@@ -104,47 +97,23 @@ class SimRun:
     @classmethod
     def resume(cls, path: Path, *, steps: int | None = None, log: Logger | None = None) -> SimRun:
         """Go on from ``path``'s newest checkpoint that reads back, exactly; ``steps`` is the run's new total (at
-        least the steps the checkpoint has done). Takes the writer lock (RunBusyError), decides (``ResumeRefused``,
-        ``RunFinished``, ``LogsLost``, CheckpointError: the directory is left as it was), then cuts the logs back to
-        the checkpoint's lengths."""
+        least the steps the checkpoint has done). Takes the writer lock (RunBusyError), decides
+        (``platoon.runs.resume.decide``: ``ResumeRefused``, ``RunFinished``, ``LogsLost``, CheckpointError: the
+        directory is left as it was), then cuts the logs back to the checkpoint's lengths."""
         path = Path(path)
-        rd = RunDir.claim(path)
-        try:
+        with released_on_failure(RunDir.claim(path)) as rd:
             return cls._resume(rd, path, steps, log or _log)
-        except BaseException:
-            rd.release()
-            raise
 
     @classmethod
     def _resume(cls, rd: RunDir, path: Path, steps: int | None, log: Logger) -> SimRun:
-        lock = rd.read_lock()
-        check_runtime(lock, "sim", path)
-        cfg = config_from_lock(lock, str(rd.lock_path))
-        ckpt = load_latest_checkpoint(rd)
-        done = ckpt.step
-        check_steps(steps, done, ckpt.name)
-        try:
-            check_finished(lock, steps, "sim", path)
-        except RunFinished:
-            catch_up(rd, cfg.stats, runtime="sim", log=log)
-            raise
-        name = ckpt.name
-        sim_state = ckpt.files.get(f"sim-{name}.json")
-        dispatch = ckpt.files.get(f"tasks/dispatch-{name}.json")
-        driver_state = ckpt.files.get(f"driver-{name}.json")
-        if not all(isinstance(x, dict) for x in (sim_state, dispatch, driver_state)):
-            raise ResumeError(f"{ckpt.path}: not a simulator checkpoint of this release (no sim-{name}.json, "
-                              f"driver-{name}.json or dispatch state)")
-        if driver_state.get("format") != DRIVER_STATE_FORMAT or sim_state.get("format") != STATE_FORMAT:
-            raise ResumeError(f"{ckpt.path}: written by an earlier release of platoon (driver state format "
-                              f"{driver_state.get('format')!r}, simulator state format {sim_state.get('format')!r}; "
-                              f"this release writes {DRIVER_STATE_FORMAT} and {STATE_FORMAT}): a simulated run goes "
-                              "on exactly only in the release that began it; simulate it again with this one")
-        check_logs(rd, ckpt.row)
-        if steps is not None:
-            cfg = with_steps(cfg, steps)
+        decided = decide(rd, path, runtime="sim", steps=steps, locate=load_latest_checkpoint, check=_exact_state,
+                         log=log)
+        cfg, ckpt = decided.cfg, decided.point
         for note in ckpt.passed_over:
             log("warning", note)
+        name = ckpt.name
+        sim_state, dispatch, driver_state = (ckpt.files[f"sim-{name}.json"], ckpt.files[f"tasks/dispatch-{name}.json"],
+                                             ckpt.files[f"driver-{name}.json"])
         tasks = build_tasks(cfg)
         policy = build_policy(cfg, tasks.pool, start=dispatch["start"], measure=measured_call)
         policy.dispatcher.load_state_dict(dispatch)
@@ -156,7 +125,7 @@ class SimRun:
         rt = SimRuntime(cfg, tasks, policy, now=sim_state["now"])
         rt.load_state_dict(sim_state)
         # decided and built: from here on the resume changes the run
-        commit_resume(rd, lock, cfg.model_dump(mode="json"), runtime="sim", steps=steps, row=ckpt.row, log=log)
+        commit(rd, decided, runtime="sim", log=log)
         run = cls(cfg, rd, rt, log=log)
         rt.resume()
         return run
@@ -178,6 +147,23 @@ class SimRun:
     def _on_row(self, row: dict) -> None:
         if self.on_step is not None and "train/rollouts" in row:  # a step's row, not the final evaluation's
             self.on_step(row["step"], row["time"])
+
+
+def _exact_state(ckpt: LoadedCheckpoint) -> None:
+    """A simulated run goes on exactly: its checkpoint must hold the simulator's, the driver's and the dispatcher's
+    state, in the formats of this release (ResumeError, exit 64)."""
+    name = ckpt.name
+    sim_state = ckpt.files.get(f"sim-{name}.json")
+    dispatch = ckpt.files.get(f"tasks/dispatch-{name}.json")
+    driver_state = ckpt.files.get(f"driver-{name}.json")
+    if not (isinstance(sim_state, dict) and isinstance(dispatch, dict) and isinstance(driver_state, dict)):
+        raise ResumeError(f"{ckpt.path}: not a simulator checkpoint of this release (no sim-{name}.json, "
+                          f"driver-{name}.json or dispatch state)")
+    if driver_state.get("format") != DRIVER_STATE_FORMAT or sim_state.get("format") != STATE_FORMAT:
+        raise ResumeError(f"{ckpt.path}: written by an earlier release of platoon (driver state format "
+                          f"{driver_state.get('format')!r}, simulator state format {sim_state.get('format')!r}; "
+                          f"this release writes {DRIVER_STATE_FORMAT} and {STATE_FORMAT}): a simulated run goes "
+                          "on exactly only in the release that began it; simulate it again with this one")
 
 
 @contextlib.contextmanager

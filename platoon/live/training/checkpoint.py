@@ -49,7 +49,6 @@ from platoon.runs import (
     CheckpointError,
     LoadedCheckpoint,
     RunDir,
-    iter_jsonl,
     kept_rows,
     load_latest_checkpoint,
     read_checkpoint_file,
@@ -183,22 +182,6 @@ class LiveRunDir:
             if isinstance(snapshot, dict):
                 return snapshot, name
         return None, None
-
-    def open_draws(self, row: Mapping[str, Any]) -> list[tuple[int, int, str, int | None]]:
-        """The draws ``tasks/events.jsonl`` leaves open at the checkpoint ``row`` (up to the length it recorded):
-        drawn, neither given a fate nor reissued, as ``(start, seq, task_id, position)`` in draw order."""
-        length = (row.get("logs") or {}).get("tasks/events.jsonl")
-        open_: dict[tuple[int, int], tuple[str, int | None]] = {}
-        for event in iter_jsonl(self.rd.events_path, limit=length if isinstance(length, int) else None):
-            key = (event.get("start"), event.get("seq"))
-            kind = event.get("event")
-            if kind == "draw" and isinstance(event.get("task_id"), str):
-                if isinstance(event.get("reissues"), list) and len(event["reissues"]) == 2:
-                    open_.pop(tuple(event["reissues"]), None)
-                open_[key] = (event["task_id"], event.get("position"))
-            elif kind == "fate":
-                open_.pop(key, None)
-        return [(s, q, t, p) for (s, q), (t, p) in sorted(open_.items())]
 
     def cut_logs(self, row: Mapping[str, Any]) -> None:
         """Cut the run's logs back to the lengths the checkpoint ``row`` recorded (``RunDir.cut_logs``)."""
