@@ -24,10 +24,10 @@ from typing import Any
 from platoon.config.errors import ConfigError, ExtensionError
 from platoon.config.models import RunConfig
 from platoon.config.resolve import resolve_components
-from platoon.live.build import LiveRun, build_live
-from platoon.live.checkpoint import LiveRunDir, ResumePoint
-from platoon.live.train_config import TrainError, TrainUsageError, load_train_config
-from platoon.live.workflow import GroupRolloutWorkflow, workflow_gives_verdicts
+from platoon.live.launch.build import LiveRun, build_live
+from platoon.live.launch.train_config import TrainError, TrainUsageError, load_train_config
+from platoon.live.rollouts.workflow import GroupRolloutWorkflow, workflow_gives_verdicts
+from platoon.live.training.checkpoint import LiveRunDir, ResumePoint
 from platoon.policy import dispatch_state
 from platoon.runs import CheckpointError, CorruptFileError
 from platoon.runs.reissue import restore_by_reissue
@@ -142,7 +142,7 @@ def resume_v040_run(path: Path, overrides: Sequence[str] = (), *, steps: int | N
 
 def _resume_v040(run_dir: LiveRunDir, path: Path, cfg: RunConfig, log: Any, build: dict[str, Any], *,
                  v040_resume: Any, same: bool) -> tuple[LiveRun, LiveRunDir, None]:
-    from platoon.live.checkpoint import next_start_number
+    from platoon.live.training.checkpoint import next_start_number
     from platoon.runs import read_checkpoint_rows
 
     try:
