@@ -24,13 +24,12 @@ import statistics
 import sys
 import time
 
-from platoon.policy.admission import AdmissionSet
+from platoon.components import admission_set, sampler_set
 from platoon.policy.dispatcher import DispatchConfig, Dispatcher, StartGroup
 from platoon.policy.outputs import GroupOutput
 from platoon.policy.permits import GrantPermit
 from platoon.policy.pool import EntrySpec, TaskPool
 from platoon.policy.recorder import StatsRecorder
-from platoon.policy.samplers.runtime import SamplerSet
 from platoon.policy.stats import MemberResult
 
 QUICK = "--quick" in sys.argv
@@ -42,10 +41,10 @@ REPEATS = 3
 def build(permits: int, steps: int) -> Dispatcher:
     pool = TaskPool.from_entries([EntrySpec("env", [f"t{i}" for i in range(TASKS)], GROUP)])
     batch = permits // GROUP
-    samplers = SamplerSet(pool, run_sampler="auto", run_options={}, entry_samplers={}, batch_size=batch, seed=0)
+    samplers = sampler_set(pool, run_sampler="auto", run_options={}, entry_samplers={}, batch_size=batch, seed=0)
     recorder = StatsRecorder.for_pool(pool)
     recorder.add_listener(samplers.observe)
-    rules = AdmissionSet(run_rule="all", run_options={}, entry_rules={}, entries=pool.entries, batch_size=batch)
+    rules = admission_set(run_rule="all", run_options={}, entry_rules={}, entries=pool.entries, batch_size=batch)
     config = DispatchConfig(batch_size=batch, steps=steps, max_concurrent_rollouts=permits, max_staleness=1)
     return Dispatcher(config, pool, samplers, recorder, rules)
 

@@ -15,9 +15,9 @@ import time
 
 import numpy as np
 
+from platoon.components import sampler_set
 from platoon.policy.pool import EntrySpec, TaskPool
 from platoon.policy.recorder import StatsRecorder
-from platoon.policy.samplers.runtime import SamplerSet
 from platoon.policy.stats import GroupRecord, MemberResult
 from platoon.runs.timing import measured_call
 
@@ -69,7 +69,7 @@ def build(n: int) -> tuple[TaskPool, StatsRecorder]:
 def bench(n: int) -> tuple[float, float, float, float]:
     t0 = time.perf_counter()
     pool, rec = build(n)
-    samplers = SamplerSet(
+    samplers = sampler_set(
         pool,
         run_sampler="pass_rate",
         run_options={},

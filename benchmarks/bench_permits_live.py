@@ -22,12 +22,12 @@ import math
 import random
 import time
 
+from platoon.components import build_policy
 from platoon.config import load_config
 from platoon.live.launch.build import build_environments, build_pool
 from platoon.live.rollouts.workflow import GroupRolloutWorkflow, GroupRow, Rollout, workflow_runs_on_lease
 from platoon.live.runtime import LiveRuntime
 from platoon.live.training.datums import Trajectory, Turn
-from platoon.policy.assemble import build_policy
 
 GROUP_SIZE = 8
 BATCH = 8

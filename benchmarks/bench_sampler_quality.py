@@ -40,12 +40,13 @@ from dataclasses import dataclass
 import numpy as np
 import yaml
 
+from platoon.components import sampler_set
 from platoon.config.components import PassRateOptions
 from platoon.experimental import task_sampler
 from platoon.policy.pool import EntrySpec, TaskPool
 from platoon.policy.recorder import StatsRecorder
 from platoon.policy.samplers.pass_rate import PassRateSampler
-from platoon.policy.samplers.runtime import Bound, SamplerSet
+from platoon.policy.samplers.runtime import Bound
 from platoon.policy.stats import GroupRecord, MemberResult
 
 N_TASKS = 1_000
@@ -207,7 +208,7 @@ def run(sampler: str, pop: Population, options: dict | None = None, seed: int = 
     ids = [f"t{i}" for i in range(len(pop.rates))]
     pool = TaskPool.from_entries([EntrySpec("synthetic", ids, GROUP, 1.0, 0)])
     rec = StatsRecorder.for_pool(pool)
-    samplers = SamplerSet(
+    samplers = sampler_set(
         pool,
         run_sampler=sampler,
         run_options=dict(options or {}),

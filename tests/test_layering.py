@@ -3,10 +3,12 @@
 Every module of ``platoon/`` is parsed with ``ast`` (nothing is imported) and each import, including a relative one,
 a ``TYPE_CHECKING`` one and a literal ``importlib.import_module("x")`` / ``__import__("x")``, is checked:
 
-- ``platoon/policy`` imports none of :data:`POLICY_FORBIDDEN` and never calls ``open(``;
+- ``platoon/policy`` imports none of :data:`POLICY_FORBIDDEN` (libraries) and :data:`POLICY_FORBIDDEN_MODULES` (the
+  package's own modules that load plug-ins, read files or the environment) and never calls ``open(``: it receives
+  its task samplers and admission rules resolved (``platoon/components``);
 - ``simpy`` only in ``platoon/sim``; ``torch`` only in ``platoon/live``; ``asyncio`` only in ``platoon/live`` and
   ``platoon/cli.py``;
-- a module never imports a higher layer (:data:`RANK`): config < policy < runs < sim, live < the façades
+- a module never imports a higher layer (:data:`RANK`): config < policy < components < runs < sim, live < the façades
   (experimental, environments, testing, analysis) < cli; the two runtimes never import each other.
 
 A new top-level module or subpackage must be given a rank here; until then the test names it.
@@ -34,6 +36,7 @@ RANK = {
     "reaper": 0,  # what a library starts ends with its starter too (stdlib only): a local Ray instance
     "ray_connect": 0,  # connecting to Ray, a local instance reaped (beside reaper): sweeps and rollout actors
     "policy": 1,
+    "components": 1.5,  # plug-ins resolved for the policy: needs its core classes and config's loader (see its doc)
     "runs": 2,
     "sim": 3,
     "live": 3,
@@ -50,9 +53,14 @@ RANK = {
 RUNTIMES = {"sim", "live"}
 
 #: What the sans-I/O policy layer may not import: event loops, simulators, tensors, clocks, threads, processes,
-#: sockets, and anything that reaches the file system.
+#: sockets, and anything that reaches the file system, the environment, the interpreter's state or entry points.
 POLICY_FORBIDDEN = {
     "asyncio",
+    "importlib",  # importlib.metadata too: entry points and installed distributions
+    "pkgutil",
+    "runpy",
+    "sys",
+    "glob",
     "simpy",
     "torch",
     "time",
@@ -64,6 +72,22 @@ POLICY_FORBIDDEN = {
     "pathlib",
     "tempfile",
     "shutil",
+}
+#: The package's own modules the policy layer may not import: they load plug-ins (imports, entry points, the
+#: environment's switches) or read files. Resolution lives in ``platoon.components``, above the policy.
+POLICY_FORBIDDEN_MODULES = {
+    "platoon.config.registry",
+    "platoon.config.component_resolution",
+    "platoon.config.resolve",
+    "platoon.config.lock_records",
+    "platoon.config.rules",
+    "platoon.config.validate",
+    "platoon.config.loader",
+    "platoon.config.overrides",
+    "platoon.config.presets",
+    "platoon.config.sim_files",
+    "platoon.config.yaml_loader",
+    "platoon.config.tracking",
 }
 #: Libraries allowed only in some layers.
 ONLY_IN = {"simpy": {"sim"}, "torch": {"live"}, "asyncio": {"live", "cli"}}
@@ -111,6 +135,10 @@ def check_source(source: str, relpath: str) -> list[Violation]:
     def target(module: str, line: int) -> None:
         parts = module.split(".")
         top = parts[0]
+        if layer == "policy" and any(module == m or module.startswith(m + ".") for m in POLICY_FORBIDDEN_MODULES):
+            found.append(Violation(relpath, line, f"platoon/policy is sans-I/O but imports {module} (it loads "
+                                                  "plug-ins or reads files; resolve above the policy)"))
+            return
         if top == "platoon":
             other = parts[1] if len(parts) > 1 else "__init__"
             if other not in RANK:
@@ -149,7 +177,9 @@ def check_source(source: str, relpath: str) -> list[Violation]:
                 for alias in node.names:
                     target(f"platoon.{alias.name}" if alias.name in RANK else "platoon", node.lineno)
             else:
-                target(module, node.lineno)
+                # from platoon.config import registry: the module imported may be the name itself
+                named = [f"{module}.{alias.name}" for alias in node.names]
+                target(next((n for n in named if n in POLICY_FORBIDDEN_MODULES), module), node.lineno)
         elif isinstance(node, ast.Call):
             dynamic = _dynamic_import(node)
             if dynamic:
@@ -186,7 +216,23 @@ PLANTED = [
     ("platoon/policy/x.py", "import simpy\n", 1, "imports simpy"),
     ("platoon/policy/x.py", "import socket, subprocess, tempfile, shutil\n", 1, "imports socket"),
     ("platoon/policy/x.py", "def f(p):\n    with open(p) as f:\n        return f.read()\n", 2, "calls open("),
-    ("platoon/policy/samplers/x.py", "import importlib\nimportlib.import_module('os')\n", 2, "imports os"),
+    ("platoon/policy/samplers/x.py", "importlib.import_module('os')\n", 1, "imports os"),
+    ("platoon/policy/x.py", "import importlib\n", 1, "sans-I/O but imports importlib"),
+    ("platoon/policy/x.py", "import json\nimport importlib.metadata as md\n", 2, "imports importlib.metadata"),
+    ("platoon/policy/x.py", "from importlib.metadata import entry_points\n", 1, "imports importlib.metadata"),
+    ("platoon/policy/x.py", "import sys\n", 1, "sans-I/O but imports sys"),
+    ("platoon/policy/x.py", "from platoon.config import registry\n", 1, "imports platoon.config.registry"),
+    ("platoon/policy/admission/x.py", "from platoon.config import errors, registry\n", 1, "platoon.config.registry"),
+    (
+        "platoon/policy/samplers/x.py",
+        "from platoon.config.component_resolution import find_class\n",
+        1,
+        "imports platoon.config.component_resolution (it loads plug-ins",
+    ),
+    ("platoon/policy/x.py", "import platoon.config.registry as r\n", 1, "imports platoon.config.registry"),
+    ("platoon/policy/x.py", "from ..config.resolve import SamplerCheckContext\n", 1, "platoon.config.resolve"),
+    ("platoon/policy/x.py", "from platoon.components import build_policy\n", 1, "the higher layer components"),
+    ("platoon/components/x.py", "from platoon.runs import RunDir\n", 1, "components (a lower layer) imports"),
     (
         "platoon/policy/x.py",
         "from platoon.runs import RunDir\n",
@@ -234,7 +280,12 @@ def test_the_checker_catches_a_planted_violation(relpath, source, line, message)
 ALLOWED = [
     (
         "platoon/policy/x.py",
-        "import math, random, hashlib, json, enum\nfrom platoon.config import registry\n",
+        "import math, random, hashlib, json, enum, inspect\nfrom platoon.config import errors\n"
+        "from platoon.config.components import PassRateOptions\nfrom platoon import __version__\n",
+    ),
+    (
+        "platoon/components/x.py",
+        "import importlib\nfrom platoon.config import registry\nfrom platoon.policy import SamplerSet\n",
     ),
     ("platoon/policy/samplers/x.py", "from ..stats import FATES\nfrom . import base\nimport platoon\n"),
     ("platoon/policy/x.py", "def f(d):\n    return d.open()\n"),  # a method named open is not the builtin
@@ -255,6 +306,12 @@ ALLOWED = [
 @pytest.mark.parametrize(("relpath", "source"), ALLOWED)
 def test_the_checker_allows_downward_imports(relpath, source):
     assert check_source(source, relpath) == []
+
+
+def test_every_forbidden_module_exists():
+    """The list of the package's forbidden modules names real ones, so that a rename cannot empty it unnoticed."""
+    missing = [m for m in POLICY_FORBIDDEN_MODULES if not (PACKAGE.parent / (m.replace(".", "/") + ".py")).is_file()]
+    assert missing == []
 
 
 def test_check_package_walks_every_module(tmp_path):

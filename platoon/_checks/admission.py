@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from platoon.components import parse_rule_options, resolve_group_admission
 from platoon.config.errors import ExtensionError
 from platoon.policy import (
     VERDICTS,
@@ -38,9 +39,7 @@ from platoon.policy import (
     TaskStatsStore,
     TaskStatsView,
     accept_answer,
-    parse_rule_options,
     pool_task_id,
-    resolve_group_admission,
 )
 
 CHECKS = ("protocol", "options", "answers", "pure", "fast")

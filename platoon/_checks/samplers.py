@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
+from platoon.components import parse_options, resolve_task_sampler, validate_sampler_class
 from platoon.config.errors import ExtensionError
 from platoon.policy import (
     Draw,
@@ -47,8 +48,6 @@ from platoon.policy import (
     check_json,
     class_ref,
     clean_metrics,
-    resolve_task_sampler,
-    validate_sampler_class,
 )
 
 CHECKS = (
@@ -189,7 +188,7 @@ def _member_for(cls: type, options: Any, case: _Case, pool: TaskPool) -> Member:
     return Member(
         case.name,
         cls,
-        options,
+        parse_options(cls, options),
         level=case.level,
         entry=case.entry,
         rows=rows,
@@ -342,8 +341,6 @@ def _check_protocol(sampler: Any, levels: Sequence[str], f: _Failures) -> tuple[
 
 
 def _check_options(cls: type, options: Mapping[str, Any] | None, f: _Failures) -> tuple[bool, Any]:
-    from platoon.policy import parse_options
-
     ok = True
     try:
         parse_options(cls, {})

@@ -1,13 +1,15 @@
-"""Core components' names and option schemas.
+"""Core components' names and option schemas, and what a component's static ``check`` sees.
 
 These live in the config layer (not beside the classes in ``platoon.policy``) because a config's core options are
-checked when it loads, and the config layer may not import the policy layer. The policy layer imports them.
+checked when it loads, and the config layer may not import the policy layer. The policy layer imports them; so
+they import nothing that reaches the file system, the environment or entry points (``tests/test_layering.py``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -23,6 +25,33 @@ ENTRY_TASK_SAMPLERS = ("uniform", "pass_rate")
 
 CORE_GROUP_ADMISSIONS = ("all", "informative")
 """Names core owns at ``train.group_admission``."""
+
+@dataclass(frozen=True)
+class SamplerCheckContext:
+    """What a task sampler's static ``check(options, ctx)`` sees when the run resolves it (docs/task-samplers.md)."""
+
+    level: str
+    entry: str | None
+    run_sampler: str
+    """``train.task_sampler`` as written (``auto`` when unset)."""
+    entries: Mapping[str, Mapping[str, Any]]
+    """By label: ``{weight, seed, group_size, success_threshold, task_sampler, task_sampler_options}``."""
+    batch_size: int
+    label_column: str | None
+
+
+@dataclass(frozen=True)
+class AdmissionCheckContext:
+    """What a group admission rule's static ``check(options, ctx)`` sees when the run resolves it (docs/group-admission.md)."""
+
+    level: str
+    entry: str | None
+    entries: Mapping[str, Mapping[str, Any]]
+    batch_size: int
+    label_column: str | None
+    max_groups_per_step: float
+    workflow_gives_verdicts: bool
+
 
 NUMBER_SEARCH = "platoon-number-search"
 """The built-in environment's name (platoon 0.4.0's, version 1: ``platoon-number-search@1``)."""

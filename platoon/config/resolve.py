@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from platoon.config import component_resolution as resolution
@@ -30,6 +29,8 @@ from platoon.config.components import (
     CORE_OPTIONS,
     CORE_TASK_SAMPLERS,
     ENTRY_TASK_SAMPLERS,
+    AdmissionCheckContext,  # defined beside core's names, which the policy layer reads; named here as before
+    SamplerCheckContext,
     core_environment,
     core_option_problems,
     core_options,
@@ -47,33 +48,6 @@ from platoon.config.lock_records import ComponentRecord, class_ref, component_re
 from platoon.config.models import EnvironmentConfig, RunConfig
 from platoon.config.problems import Problem, describe_errors
 from platoon.config.sections import DatasetKwargs
-
-
-@dataclass(frozen=True)
-class SamplerCheckContext:
-    """What a task sampler's static ``check(options, ctx)`` sees when the run resolves it (docs/task-samplers.md)."""
-
-    level: str
-    entry: str | None
-    run_sampler: str
-    """``train.task_sampler`` as written (``auto`` when unset)."""
-    entries: Mapping[str, Mapping[str, Any]]
-    """By label: ``{weight, seed, group_size, success_threshold, task_sampler, task_sampler_options}``."""
-    batch_size: int
-    label_column: str | None
-
-
-@dataclass(frozen=True)
-class AdmissionCheckContext:
-    """What a group admission rule's static ``check(options, ctx)`` sees when the run resolves it (docs/group-admission.md)."""
-
-    level: str
-    entry: str | None
-    entries: Mapping[str, Mapping[str, Any]]
-    batch_size: int
-    label_column: str | None
-    max_groups_per_step: float
-    workflow_gives_verdicts: bool
 
 
 def resolve_components(

@@ -1,7 +1,9 @@
 """The policy layer's public face: what a runtime, a run session or a façade may use.
 
-Sans-I/O (docs/architecture.md): nothing here reads a clock, opens a file or awaits. A runtime builds the layer of
-one start with ``build_policy`` and drives its ``Driver``: it feeds events with ``now=``, carries out the decisions
+Sans-I/O (docs/architecture.md): nothing here reads a clock, opens a file, awaits, reads the environment or loads a
+plug-in: a run's task samplers and admission rules arrive resolved (``SamplerSpec``, ``ResolvedRule``; found by
+``platoon.components``). A runtime builds the layer of one start with ``platoon.components.build_policy`` (which
+resolves them and calls ``assemble_policy``) and drives its ``Driver``: it feeds events with ``now=``, carries out the decisions
 they answer (``StartGroup``, ``GrantPermit``, ``SlotGranted``, ``CancelRollout``, ``AwaitTeardowns``,
 ``EndTeardownWait``) and those of the step cycle that ``Driver.poll`` answers (``SaveCheckpoint``, ``Evaluate``,
 ``Train``, ``WriteRow``, ``Publish``, ``Finish``, ``Abort``), and writes the driver's outbox through its run session.
@@ -9,20 +11,21 @@ Modules outside ``platoon/policy`` import from here, not from the modules behind
 """
 
 from platoon.policy.admission import (
+    CORE_RULES,
     Admission,
     AdmissionCheckContext,
     AdmissionRule,
+    AdmissionSet,
     AdmissionSetup,
     AdmitAll,
     GroupAdmission,
     Informative,
+    ResolvedRule,
     accept_answer,
-    parse_rule_options,
-    resolve_group_admission,
 )
 from platoon.policy.assemble import (
     PolicyLayer,
-    build_policy,
+    assemble_policy,
 )
 from platoon.policy.cycle import (
     CYCLE_DECISIONS,
@@ -100,17 +103,28 @@ from platoon.policy.samplers.base import (
     TaskStatsView,
     decision_key,
 )
+from platoon.policy.samplers.core import (
+    CORE_CLASSES as CORE_SAMPLER_CLASSES,
+)
+from platoon.policy.samplers.core import (
+    class_ref,
+)
 from platoon.policy.samplers.member import (
     Member,
+    SamplerSpec,
 )
 from platoon.policy.samplers.metrics import (
     clean_metrics,
 )
-from platoon.policy.samplers.resolve import (
-    class_ref,
-    parse_options,
-    resolve_task_sampler,
-    validate_sampler_class,
+from platoon.policy.samplers.runtime import (
+    Measure,
+    SamplerSet,
+)
+from platoon.policy.samplers.uniform import (
+    UniformSampler,
+)
+from platoon.policy.samplers.weighted import (
+    WeightedSampler,
 )
 from platoon.policy.start_limit import (
     SlotGranted,
@@ -157,16 +171,19 @@ __all__ = [
     "Admission",
     "AdmissionCheckContext",
     "AdmissionRule",
+    "AdmissionSet",
     "AdmissionSetup",
     "AdmitAll",
     "AwaitTeardowns",
-    "build_policy",
+    "assemble_policy",
     "cancel_order",
     "CANCELLED",
     "CancelRollout",
     "check_json",
     "class_ref",
     "clean_metrics",
+    "CORE_RULES",
+    "CORE_SAMPLER_CLASSES",
     "CYCLE_DECISIONS",
     "CycleError",
     "CycleState",
@@ -190,26 +207,26 @@ __all__ = [
     "informative_at",
     "Key",
     "label_value",
+    "Measure",
     "Member",
     "member_rows",
     "MemberResult",
     "MemberWatch",
     "Outbox",
-    "parse_options",
-    "parse_rule_options",
     "pass_at",
     "PolicyLayer",
     "pool_task_id",
     "Publish",
-    "resolve_group_admission",
-    "resolve_task_sampler",
+    "ResolvedRule",
     "rewards_differ",
     "RoutingIdWatch",
     "Row",
     "runs_rollouts_on_lease",
     "Sampler",
     "SamplerContext",
+    "SamplerSet",
     "SamplerSetup",
+    "SamplerSpec",
     "SaveCheckpoint",
     "Schedule",
     "show_table",
@@ -231,7 +248,8 @@ __all__ = [
     "TaskStatsView",
     "Train",
     "TrainStep",
-    "validate_sampler_class",
+    "UniformSampler",
     "VERDICTS",
+    "WeightedSampler",
     "WriteRow",
 ]

@@ -1,7 +1,8 @@
-"""Build the policy layer of one start of a run from its config: pool -> samplers, statistics, admission,
-dispatcher, and the driver that holds them with the start limit and the member watch.
+"""Assemble the policy layer of one start of a run from its config: pool and the resolved samplers and admission
+rules -> statistics, dispatcher, and the driver that holds them with the start limit and the member watch.
 
-Both runtimes call ``build_policy``; only the pool differs (the simulator's tasks are synthetic, the live backend's
+The samplers and rules arrive built from resolved classes (``platoon.components.build_policy`` resolves them and
+calls ``assemble_policy``): this layer finds no plug-in. Both runtimes build through it; only the pool differs (the simulator's tasks are synthetic, the live backend's
 come from its environments), so the driver they drive is the same object built the same way. A start's clock begins
 at 0, or where its checkpoint's left off for a resumed live start (``now=``, ``begin_clock``): the dispatcher's time
 and every metrics window begin there, so the first step after a resume is measured from the resume.
@@ -23,7 +24,7 @@ from platoon.policy.driver import Driver, Schedule
 from platoon.policy.members import MemberWatch
 from platoon.policy.pool import TaskPool
 from platoon.policy.recorder import StatsRecorder
-from platoon.policy.samplers.runtime import Measure, SamplerSet
+from platoon.policy.samplers.runtime import SamplerSet
 from platoon.policy.start_limit import StartLimit, start_timer_s
 
 
@@ -39,26 +40,17 @@ class PolicyLayer:
     driver: Driver
 
 
-def build_policy(cfg: RunConfig, pool: TaskPool, *, start: int = 1, rolling: bool = True,
-                 measure: Measure | None = None, runtime: str = "sim", now: float = 0.0,
-                 group_workflow: bool = True) -> PolicyLayer:
-    """The driver and what it drives, built from ``cfg`` over ``pool``. ``rolling``: the training workflow runs
-    its rollouts on the lease; ``measure`` calls each sampler decision and answers how long it took (``train/sampler/decision_ms``, the
-    runtime's measurement; None: untimed);
+def assemble_policy(cfg: RunConfig, pool: TaskPool, samplers: SamplerSet, admission: AdmissionSet, *,
+                    start: int = 1, rolling: bool = True, runtime: str = "sim", now: float = 0.0,
+                    group_workflow: bool = True) -> PolicyLayer:
+    """The driver and what it drives, built from ``cfg`` over ``pool`` with the run's ``samplers`` and
+    ``admission`` (built from resolved classes). ``rolling``: the training workflow runs its rollouts on the lease;
     ``runtime`` (``sim`` or ``live``) is recorded in checkpoint rows; ``now``: the run's clock when this start
     begins (``begin_clock``); ``group_workflow``: the training workflow is a GroupRolloutWorkflow (the start
     limit's announcement warns when it is not)."""
     train = cfg.train
-    samplers = SamplerSet(
-        pool, run_sampler=train.task_sampler, run_options=train.task_sampler_options,
-        entry_samplers={e.label: (e.task_sampler, e.task_sampler_options) for e in cfg.environments},
-        batch_size=train.batch_size, seed=train.seed, measure=measure)
     recorder = StatsRecorder.for_pool(pool, start=start, group_size=effective_group_size(cfg))
     recorder.add_listener(samplers.observe)
-    admission = AdmissionSet(
-        run_rule=train.group_admission, run_options=train.group_admission_options,
-        entry_rules={e.label: (e.group_admission, e.group_admission_options) for e in cfg.environments},
-        entries=pool.entries, batch_size=train.batch_size, label_column=train.label_by)
     steps = planned_steps(cfg, len(pool.rows))
     if steps is None:
         raise ValueError(f"train: {NO_PLAN}")

@@ -34,10 +34,11 @@ import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from platoon.components import build_policy
 from platoon.config.models import RunConfig
 from platoon.config.resolve import resolve_components
 from platoon.config.steps import check_plan
-from platoon.policy import DRIVER_STATE_FORMAT, build_policy
+from platoon.policy import DRIVER_STATE_FORMAT
 from platoon.runs import LoadedCheckpoint, RunDir, load_latest_checkpoint
 from platoon.runs.checkpoints import stats_file_name
 from platoon.runs.resume import ResumeRefused, commit, decide, released_on_failure

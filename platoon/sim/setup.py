@@ -13,7 +13,7 @@ and their pool, and the learning model.
   opened (its ``service_kwargs``), its ``dataset_kwargs`` splits listed as ``platoon train`` lists them, and each
   task's columns kept for ``label_by``. The built-in stays the presets' stand-in: its entries get a synthesized
   population (``population.tasks``);
-- the policy layer itself is built by ``platoon.policy.assemble.build_policy`` over the pool built here, as the
+- the policy layer itself is built by ``platoon.components.build_policy`` over the pool built here, as the
   live backend builds it over its environments' tasks.
 """
 

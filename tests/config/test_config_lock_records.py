@@ -19,7 +19,7 @@ from platoon.config import EnvironmentConfig, RunConfig, registry, resolve_compo
 from platoon.config.components import CORE_CLASS_PATHS
 from platoon.live.envs import resolve_environment
 from platoon.policy.admission.rules import CORE_RULES
-from platoon.policy.samplers.resolve import CORE_CLASSES
+from platoon.policy.samplers.core import CORE_CLASSES
 
 _names = itertools.count()
 

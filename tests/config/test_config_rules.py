@@ -459,8 +459,8 @@ def test_a_no_effect_key_keeps_its_0_4_type(tmp_path: Path) -> None:
 
 
 def test_the_no_effect_warning_reaches_each_start_of_a_run() -> None:
+    from platoon.components import build_policy
     from platoon.config.config_warnings import config_warnings
-    from platoon.policy.assemble import build_policy
     from platoon.policy.pool import EntrySpec, TaskPool
 
     cfg = load_config(None, ["train.workflow_config.worker_binding_poll_seconds=2"])

@@ -28,8 +28,8 @@ from live_harness import (
     run_virtual,
 )
 
+from platoon.components import build_policy
 from platoon.live.runtime import LiveRuntime
-from platoon.policy.assemble import build_policy
 from platoon.policy.dispatcher import StartGroup
 from platoon.policy.permits import GrantPermit
 from platoon.sim.runtime import SimRuntime

@@ -140,8 +140,8 @@ def test_evaluation_as_rollouts_scores_as_evaluation_in_batches(one_torch_thread
 
 @pytest.mark.parametrize(("limit", "never_binds"), [(40, False), (48, True)])
 def test_the_announcement_counts_evaluations_rollouts_among_those_that_can_run_at_once(limit, never_binds):
+    from platoon.components import build_policy
     from platoon.live.launch.build import build_environments, build_pool
-    from platoon.policy.assemble import build_policy
 
     cfg = schema_config(["train.batch_size=4", "environments.0.workflow_config.group_size=8",
                              "train.max_concurrent_rollouts=32", "eval.every=5", "eval.max_concurrent_rollouts=16",

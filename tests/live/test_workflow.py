@@ -188,8 +188,8 @@ def test_a_live_run_cuts_each_group_by_its_labels_policy_else_its_entrys_else_th
     50 s; entry b's task (label "plain" too, no policy) its entry's own 5 s."""
     import re
 
+    from platoon.components import build_policy
     from platoon.live.runtime import LiveRuntime
-    from platoon.policy.assemble import build_policy
     from platoon.policy.pool import EntrySpec, TaskPool
 
     cfg = schema_config([

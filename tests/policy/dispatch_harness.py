@@ -12,13 +12,12 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from platoon.policy.admission import AdmissionSet
+from platoon.components import admission_set, sampler_set
 from platoon.policy.dispatcher import DispatchConfig, Dispatcher, StartGroup
 from platoon.policy.outputs import GroupOutput, TrainStep
 from platoon.policy.permits import GrantPermit
 from platoon.policy.pool import EntrySpec, TaskPool
 from platoon.policy.recorder import StatsRecorder
-from platoon.policy.samplers.runtime import SamplerSet
 from platoon.policy.stats import MemberResult
 
 
@@ -39,11 +38,11 @@ def build(*, tasks: int = 12, group_size: int = 4, batch_size: int = 4, steps: i
                             permit_release=permit_release, max_staleness=max_staleness,
                             max_groups_per_step=max_groups_per_step,
                             entry_staleness=entry_staleness or {}, uniform_groups_update=uniform_groups_update)
-    samplers = SamplerSet(pool, run_sampler=sampler, run_options=sampler_options or {}, entry_samplers={},
+    samplers = sampler_set(pool, run_sampler=sampler, run_options=sampler_options or {}, entry_samplers={},
                           batch_size=batch_size, seed=seed)
     recorder = StatsRecorder.for_pool(pool, start=start)
     recorder.add_listener(samplers.observe)
-    rules = AdmissionSet(run_rule=admission, run_options=admission_options or {}, entry_rules={},
+    rules = admission_set(run_rule=admission, run_options=admission_options or {}, entry_rules={},
                          entries=pool.entries, batch_size=batch_size)
     return Dispatcher(config, pool, samplers, recorder, rules, rolling=rolling, start=start)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from config_kit import schema_config
 
+from platoon.components import build_policy
 from platoon.policy import (
     CYCLE_DECISIONS,
     Abort,
@@ -31,7 +32,6 @@ from platoon.policy import (
     StartGroup,
     Train,
     WriteRow,
-    build_policy,
 )
 from platoon.policy.pool import EntrySpec, TaskPool
 

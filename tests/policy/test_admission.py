@@ -6,6 +6,8 @@ import inspect
 
 import pytest
 
+from platoon.components import admission_set as build_admission_set
+from platoon.components import parse_rule_options, resolve_group_admission
 from platoon.config import registry
 from platoon.config.components import InformativeOptions
 from platoon.config.errors import ConfigError, ExtensionError
@@ -18,8 +20,6 @@ from platoon.policy.admission import (
     Informative,
     accept_answer,
     carries_datums,
-    parse_rule_options,
-    resolve_group_admission,
     step_cap,
 )
 from platoon.policy.samplers.base import TaskStatsView
@@ -49,7 +49,7 @@ def informative(band=None) -> Informative:
 
 def admission_set(run="informative", run_options=None, entry_rules=None, entries=("a", "b"), batch_size=2):
     entry_rules = entry_rules if entry_rules is not None else {e: (None, {}) for e in entries}
-    return AdmissionSet(
+    return build_admission_set(
         run_rule=run,
         run_options=run_options or {},
         entry_rules=entry_rules,

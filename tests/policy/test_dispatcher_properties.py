@@ -15,14 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from platoon.policy.admission import AdmissionSet
+from platoon.components import admission_set, sampler_set
 from platoon.policy.dispatch_state import restore_exact, state_dict
 from platoon.policy.dispatcher import DispatchConfig, Dispatcher, StartGroup
 from platoon.policy.outputs import GroupOutput
 from platoon.policy.permits import GrantPermit
 from platoon.policy.pool import EntrySpec, TaskPool
 from platoon.policy.recorder import StatsRecorder
-from platoon.policy.samplers.runtime import SamplerSet
 from platoon.policy.start_limit import StartLimit
 from platoon.policy.stats import MemberResult
 
@@ -97,12 +96,12 @@ def build_spec(kw: dict) -> Dispatcher:
                             max_groups_per_step=kw["m"], label_limits=kw["limits"], teardown_wait_s=TEARDOWN_WAIT_S,
                             uniform_groups_update=kw["uniform_updates"])
     run_sampler, entry_samplers = SAMPLING[kw["sampling"]]
-    samplers = SamplerSet(pool, run_sampler=run_sampler, run_options={}, entry_samplers=entry_samplers,
+    samplers = sampler_set(pool, run_sampler=run_sampler, run_options={}, entry_samplers=entry_samplers,
                           batch_size=kw["batch_size"], seed=kw["seed"])
     recorder = StatsRecorder.for_pool(pool)
     recorder.add_listener(samplers.observe)
     run_rule, entry_rules = ADMISSION[kw["admission"]]
-    rules = AdmissionSet(run_rule=run_rule, run_options={}, entry_rules=entry_rules, entries=pool.entries,
+    rules = admission_set(run_rule=run_rule, run_options={}, entry_rules=entry_rules, entries=pool.entries,
                          batch_size=kw["batch_size"], label_column=LABEL_COLUMN)
     return Dispatcher(config, pool, samplers, recorder, rules, rolling=kw["rolling"])
 

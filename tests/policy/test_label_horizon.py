@@ -10,12 +10,11 @@ capped label's waiting draw, once its label has room, still waits for a step to 
 
 from __future__ import annotations
 
-from platoon.policy.admission import AdmissionSet
+from platoon.components import admission_set, sampler_set
 from platoon.policy.dispatcher import DispatchConfig, Dispatcher, StartGroup
 from platoon.policy.outputs import GroupOutput
 from platoon.policy.pool import EntrySpec, TaskPool
 from platoon.policy.recorder import StatsRecorder
-from platoon.policy.samplers.runtime import SamplerSet
 from platoon.policy.stats import MemberResult
 
 
@@ -23,10 +22,10 @@ def capped_dispatcher() -> tuple[Dispatcher, TaskPool]:
     """Eight tasks labelled x, y, x, y, ... in the column ``tier``; x runs one group at a time; k = 1, B = 2."""
     pool = TaskPool.from_entries([EntrySpec("e", [f"t{i}" for i in range(8)], 2, label=["x", "y"] * 4)],
                                  label_column="tier")
-    samplers = SamplerSet(pool, run_sampler="uniform", run_options={}, entry_samplers={}, batch_size=2, seed=0)
+    samplers = sampler_set(pool, run_sampler="uniform", run_options={}, entry_samplers={}, batch_size=2, seed=0)
     recorder = StatsRecorder.for_pool(pool)
     recorder.add_listener(samplers.observe)
-    rules = AdmissionSet(run_rule="all", run_options={}, entry_rules={}, entries=pool.entries, batch_size=2)
+    rules = admission_set(run_rule="all", run_options={}, entry_rules={}, entries=pool.entries, batch_size=2)
     config = DispatchConfig(batch_size=2, steps=4, max_concurrent_rollouts=16, max_staleness=1,
                             label_limits={"x": 1})
     return Dispatcher(config, pool, samplers, recorder, rules), pool

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from dispatch_harness import output_of
 
-from platoon.policy.admission import AdmissionSet
+from platoon.components import admission_set, sampler_set
 from platoon.policy.dispatcher import DispatchConfig, Dispatcher, StartGroup
 from platoon.policy.pool import DEFAULT_LABEL_COLUMN, EntrySpec, TaskPool, label_prefix
 from platoon.policy.recorder import StatsRecorder
-from platoon.policy.samplers.runtime import SamplerSet
 from platoon.policy.task_table import task_metrics
 
 
@@ -19,8 +18,8 @@ def dispatcher(*, limits: dict[str, int], admission: str = "all") -> tuple[Dispa
     """Eight tasks of entry ``e`` labelled x, y, x, y, ... in the column ``tier``; B = 1, 12 steps, no horizon."""
     pool = TaskPool.from_entries([EntrySpec("e", [f"t{i}" for i in range(8)], 2, label=["x", "y"] * 4)],
                                  label_column="tier")
-    samplers = SamplerSet(pool, run_sampler="uniform", run_options={}, entry_samplers={}, batch_size=1, seed=0)
-    rules = AdmissionSet(run_rule=admission, run_options={}, entry_rules={}, entries=pool.entries, batch_size=1,
+    samplers = sampler_set(pool, run_sampler="uniform", run_options={}, entry_samplers={}, batch_size=1, seed=0)
+    rules = admission_set(run_rule=admission, run_options={}, entry_rules={}, entries=pool.entries, batch_size=1,
                          label_column="tier")
     config = DispatchConfig(batch_size=1, steps=12, max_concurrent_rollouts=100, max_staleness=None,
                             label_limits=limits, max_groups_per_step=2.0)

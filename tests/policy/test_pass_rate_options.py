@@ -12,12 +12,12 @@ import pytest
 from pydantic import ValidationError
 from test_pass_rate_drift import G, Run
 
+from platoon.components import sampler_set
 from platoon.config.components import PassRateOptions
 from platoon.policy.pool import EntrySpec, TaskPool
 from platoon.policy.samplers.base import Sampler
 from platoon.policy.samplers.drift import PRIOR_STRENGTH, DriftModel
 from platoon.policy.samplers.pass_rate import PassRateSampler
-from platoon.policy.samplers.runtime import SamplerSet
 from platoon.policy.stats import GroupRecord
 
 
@@ -152,7 +152,7 @@ def _weights(answers: dict, verdicts: str) -> tuple[tuple[float, ...], list[str]
     """The sampler set's loss weights of groups of tasks a, b, c, d with these verdicts (t: trained, u: uniform),
     and its warnings."""
     pool = TaskPool.from_entries([EntrySpec("e", list("abcd"), 2, 1.0, 0)])
-    samplers = SamplerSet(pool, run_sampler="test_pass_rate_options:Weighs", run_options={}, entry_samplers={},
+    samplers = sampler_set(pool, run_sampler="test_pass_rate_options:Weighs", run_options={}, entry_samplers={},
                           batch_size=4, seed=0)
     name = samplers.static_decision(0).sampler
     samplers.sampler().WEIGHTS = answers  # the instance the set built (its class may be another import's)

@@ -5,21 +5,20 @@ one that no longer gets slots (the run's sampler hands none, or it left the run)
 
 from __future__ import annotations
 
-from platoon.policy.admission import AdmissionSet
+from platoon.components import admission_set, sampler_set
 from platoon.policy.dispatch_state import resume
 from platoon.policy.dispatcher import DispatchConfig, Dispatcher, StartGroup
 from platoon.policy.pool import EntrySpec, TaskPool
 from platoon.policy.recorder import StatsRecorder
-from platoon.policy.samplers.runtime import SamplerSet
 
 ENTRIES = [EntrySpec("a", [f"a{i}" for i in range(5)], 2), EntrySpec("b", [f"b{i}" for i in range(5)], 2)]
 
 
 def dispatcher(run_sampler: str, entry_samplers: dict) -> Dispatcher:
     pool = TaskPool.from_entries(ENTRIES)
-    samplers = SamplerSet(pool, run_sampler=run_sampler, run_options={}, entry_samplers=entry_samplers,
+    samplers = sampler_set(pool, run_sampler=run_sampler, run_options={}, entry_samplers=entry_samplers,
                           batch_size=2, seed=0)
-    rules = AdmissionSet(run_rule="all", run_options={}, entry_rules={}, entries=pool.entries, batch_size=2)
+    rules = admission_set(run_rule="all", run_options={}, entry_rules={}, entries=pool.entries, batch_size=2)
     config = DispatchConfig(batch_size=2, steps=10, max_concurrent_rollouts=100, max_staleness=1)
     return Dispatcher(config, pool, samplers, StatsRecorder.for_pool(pool), rules, start=2)
 

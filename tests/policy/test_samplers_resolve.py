@@ -6,12 +6,13 @@ from dataclasses import dataclass
 
 import pytest
 
+from platoon.components import parse_options, resolve_task_sampler
 from platoon.config import registry
 from platoon.config.components import PassRateOptions
 from platoon.config.errors import ExtensionError
 from platoon.policy.samplers import PassRateSampler, UniformSampler, WeightedSampler
 from platoon.policy.samplers.base import Draw, Sampler
-from platoon.policy.samplers.resolve import options_seed, parse_options, resolve_task_sampler
+from platoon.policy.samplers.core import options_seed
 
 
 class Good(Sampler):

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from platoon.components import sampler_set
 from platoon.policy.pool import EntrySpec, TaskPool
 from platoon.policy.recorder import StatsRecorder
 from platoon.policy.samplers.base import Draw, Sampler, SamplerError, Slot, decision_key
@@ -40,7 +41,7 @@ def pool(a: int = 6, b: int = 4, *, b_name: str = "b") -> TaskPool:
 
 
 def sset(p=None, run="auto", run_options=None, entries=None, **kw) -> SamplerSet:
-    return SamplerSet(
+    return sampler_set(
         p or pool(),
         run_sampler=run,
         run_options=run_options or {},

@@ -311,7 +311,7 @@ def test_the_guide_example_runs(capsys):
 
 
 def announced(overrides, **build):
-    from platoon.policy.assemble import build_policy
+    from platoon.components import build_policy
     from platoon.policy.pool import EntrySpec, TaskPool
 
     cfg = schema_config(["train.batch_size=2", "environments.0.workflow_config.group_size=4", *overrides])

@@ -11,6 +11,7 @@ import pytest
 
 from platoon.analysis import load_run
 from platoon.cli import app
+from platoon.components import admission_set, sampler_set
 from platoon.runs.checkpoints import CheckpointError
 from platoon.runs.v040 import (
     is_v040_run,
@@ -103,22 +104,20 @@ def test_the_dispatch_state_reads_with_040_sampler_classes():
 def fixture_dispatcher(start):
     """A dispatcher of this platoon for the fixture's config (config.resolved.yaml: entries easy, 6 tasks,
     pass_rate, and hard, 4 tasks, uniform; weight: tasks; group size 2; batch 4; max_staleness 1; 4 steps)."""
-    from platoon.policy.admission import AdmissionSet
     from platoon.policy.dispatcher import DispatchConfig, Dispatcher
     from platoon.policy.pool import EntrySpec, TaskPool
     from platoon.policy.recorder import StatsRecorder
-    from platoon.policy.samplers.runtime import SamplerSet
 
     entries = [EntrySpec("easy", [f"e{i}" for i in range(6)], 2, weight=None),
                EntrySpec("hard", [f"h{i}" for i in range(4)], 2, weight=None)]
     pool = TaskPool.from_entries(entries)
     assert pool.task_ids[0] == "easy::e0"  # the pool names a mixture's tasks as 0.4.0 did
     config = DispatchConfig(batch_size=4, steps=4, max_concurrent_rollouts=8, max_staleness=1)
-    samplers = SamplerSet(pool, run_sampler="auto", run_options={}, entry_samplers={"easy": ("pass_rate", {})},
+    samplers = sampler_set(pool, run_sampler="auto", run_options={}, entry_samplers={"easy": ("pass_rate", {})},
                           batch_size=4, seed=0)
     recorder = StatsRecorder.for_pool(pool, start=start)
     recorder.add_listener(samplers.observe)
-    rules = AdmissionSet(run_rule="all", run_options={}, entry_rules={}, entries=pool.entries, batch_size=4)
+    rules = admission_set(run_rule="all", run_options={}, entry_rules={}, entries=pool.entries, batch_size=4)
     return Dispatcher(config, pool, samplers, recorder, rules, rolling=True, start=start)
 
 

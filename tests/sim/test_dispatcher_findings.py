@@ -9,24 +9,23 @@ from __future__ import annotations
 
 import pytest
 
-from platoon.policy.admission import AdmissionSet
+from platoon.components import admission_set, sampler_set
 from platoon.policy.dispatcher import DispatchConfig, Dispatcher, StartGroup
 from platoon.policy.outputs import GroupOutput
 from platoon.policy.permits import GrantPermit
 from platoon.policy.pool import EntrySpec, TaskPool
 from platoon.policy.recorder import StatsRecorder
-from platoon.policy.samplers.runtime import SamplerSet
 from platoon.policy.stats import MemberResult
 
 
 def make(*, permits: int, group_size: int = 2, batch_size: int = 1, steps: int = 4, release: str = "rollout",
          max_staleness: int | None = 1, admission: str = "all") -> Dispatcher:
     pool = TaskPool.from_entries([EntrySpec("env", [f"t{i}" for i in range(8)], group_size)])
-    samplers = SamplerSet(pool, run_sampler="auto", run_options={}, entry_samplers={}, batch_size=batch_size,
+    samplers = sampler_set(pool, run_sampler="auto", run_options={}, entry_samplers={}, batch_size=batch_size,
                           seed=0)
     recorder = StatsRecorder.for_pool(pool)
     recorder.add_listener(samplers.observe)
-    rules = AdmissionSet(run_rule=admission, run_options={}, entry_rules={}, entries=pool.entries,
+    rules = admission_set(run_rule=admission, run_options={}, entry_rules={}, entries=pool.entries,
                          batch_size=batch_size)
     config = DispatchConfig(batch_size=batch_size, steps=steps, max_concurrent_rollouts=permits,
                             permit_release=release, max_staleness=max_staleness)

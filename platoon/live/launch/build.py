@@ -1,7 +1,7 @@
 """Build a live run from its config: environments, the task pool, the policy layer, model, trainer, service, workflow.
 
 What this module owns: turning a ``RunConfig`` into the objects one start of ``platoon train`` drives, and nothing
-else (no clock, no loop). The policy layer itself is built by ``platoon.policy.assemble.build_policy``, which the
+else (no clock, no loop). The policy layer itself is built by ``platoon.components.build_policy``, which the
 simulator calls too; only the pool differs between the two runtimes (here it lists the environments' tasks).
 
 - ``build_environments(cfg)``: each entry's environment (``env`` by name or ``module:Class``, ``service_kwargs``);
@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from platoon.components import build_policy
 from platoon.config.effective import (
     eval_concurrency,
     group_size,
@@ -53,7 +54,6 @@ from platoon.policy import (
     PolicyLayer,
     RoutingIdWatch,
     TaskPool,
-    build_policy,
     label_value,
 )
 from platoon.runs.timing import measured_call

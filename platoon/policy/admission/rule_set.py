@@ -17,23 +17,25 @@ Rules it keeps:
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from platoon.config import registry
-from platoon.config.errors import ConfigError
-from platoon.policy.admission.resolution import ResolvedRule, options_json, resolve_rules
+from pydantic import BaseModel
+
+from platoon import __version__
 from platoon.policy.admission.rules import (
     ADMITTED,
     FAILED,
     Admission,
     AdmissionSetup,
     Informative,
+    ResolvedRule,
     accept_answer,
 )
 
@@ -83,38 +85,37 @@ class _Counts:
 class AdmissionSet:
     """The run's admission rules for one start: the dispatcher asks it at each settle and reads its metrics.
 
-    ``entry_rules`` maps an entry label to ``(rule name or None, options)``; None inherits the run's rule, its
-    options and its instance. ``entries`` is ``EntryInfo`` by label, handed to the rules' setup. A problem with a
-    rule or its options raises ``ConfigError`` listing every one.
+    ``run`` is the run's rule and ``own`` each entry's own by label, resolved (``platoon.components.resolve_rules``);
+    an entry without one inherits the run's rule, its options and its instance. ``entries`` is ``EntryInfo`` by
+    label, handed to the rules' setup; ``labels`` the config's entry labels (an entry without training tasks is
+    still logged).
     """
 
     def __init__(
         self,
         *,
-        run_rule: str,
-        run_options: Mapping[str, Any] | None,
-        entry_rules: Mapping[str, tuple[str | None, Mapping[str, Any] | None]],
+        run: ResolvedRule,
+        own: Mapping[str, ResolvedRule],
         entries: Mapping[str, Any],
         batch_size: int,
         label_column: str | None = None,
+        labels: Sequence[str] = (),
     ) -> None:
-        run, own, problems = resolve_rules(run_rule, run_options, entry_rules)
-        if problems:
-            raise ConfigError(problems)
-        assert run is not None
         self.batch_size = batch_size
         self.label_column = label_column
         self._entries = dict(entries)
         self._run = run
-        self._own = own
-        self.labels: tuple[str, ...] = tuple(dict.fromkeys([*entries, *entry_rules]))
+        self._own = dict(own)
+        self.labels: tuple[str, ...] = tuple(dict.fromkeys([*entries, *labels, *own]))
         """Every entry label the set knows, config order first: each is logged every step, even at 0."""
         refs = [(own.get(label) or run).ref for label in self.labels] or [run.ref]
         self.rule_mode: bool = any(ref != "all" for ref in refs)
         """Any entry's effective rule is not literally ``all`` (with no entries, the run's)."""
+        self._instances: dict[str, Any] = {}
+        """Each rule's instance by qualified name, built once per start (a rule keeps no state between calls)."""
         for rule in [run, *own.values()]:
             setup = AdmissionSetup(rule.name, rule.level, rule.entry, self._entries, batch_size, label_column)
-            rule.instance = rule.cls(setup, rule.options)
+            self._instances[rule.name] = rule.cls(setup, rule.options)
         self._counts = _Counts()
         self._label_counts = {label: _Counts() for label in self.labels}
         self._reason_keys: dict[str, set[str]] = {}
@@ -141,8 +142,9 @@ class AdmissionSet:
         rule = (self._own.get(entry) if entry is not None else None) or self._run
         if record is None:
             return FAILED, rule.name
+        instance = self._instances[rule.name]
         try:
-            answer = rule.instance.admit(record, stats)
+            answer = instance.admit(record, stats)
         except Exception as exc:  # noqa: BLE001 - a rule fails open, whatever it raises
             return self._fail_open(rule, record, f"raised {type(exc).__name__}: {exc}"), rule.name
         if inspect.isawaitable(answer):
@@ -155,7 +157,7 @@ class AdmissionSet:
         verdict, problem = accept_answer(answer)
         if verdict is None:
             return self._fail_open(rule, record, problem), rule.name
-        if verdict.reason == "unknown" and verdict.admit and isinstance(rule.instance, Informative):
+        if verdict.reason == "unknown" and verdict.admit and isinstance(instance, Informative):
             if rule.name not in self._unknown_rules:
                 self._unknown_rules.add(rule.name)
                 self._warnings.append(
@@ -309,9 +311,30 @@ class AdmissionSet:
             "resolved": resolved,
             "source": resolved,
             "distribution": "platoon" if core else None,
-            "distribution_version": registry.running_version() if core else None,
+            "distribution_version": __version__ if core else None,
             "entry_point": None,
             "level": level,
             "environments": labels,
             "options": options,
         }
+
+
+def options_json(options: Any) -> Any:
+    """Parsed options as JSON-safe data with their defaults (for ``lock.json``); None -> ``{}``."""
+    if options is None:
+        return {}
+    if isinstance(options, BaseModel):
+        return options.model_dump(mode="json")
+    if dataclasses.is_dataclass(options) and not isinstance(options, type):
+        return _json_safe(dataclasses.asdict(options))
+    return _json_safe(options)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)

@@ -2,8 +2,9 @@
 
 What this module owns (docs/group-admission.md): the verdict type ``Admission`` and the check of a rule's answer
 (``accept_answer``); the rule API (``AdmissionRule``, the ``GroupAdmission`` protocol, ``AdmissionSetup``, and
-``AdmissionCheckContext`` from the config layer, the one a rule's check sees at load and at run); the built-in rules
-``all`` (``AdmitAll``) and ``informative`` (``Informative``) and their registration by name (``CORE_RULES``).
+``AdmissionCheckContext`` from the config layer, the one a rule's check sees at load and at run); ``ResolvedRule``, a
+rule as the policy layer receives it (resolved above it, in ``platoon.components``); the built-in rules ``all``
+(``AdmitAll``) and ``informative`` (``Informative``) and their registration by name (``CORE_RULES``).
 
 Rules it keeps:
 
@@ -21,8 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from platoon.config.components import CORE_GROUP_ADMISSIONS, InformativeOptions
-from platoon.config.resolve import AdmissionCheckContext  # the one a rule's check sees, at load and at run
+from platoon.config.components import (  # AdmissionCheckContext: the one a rule's check sees, at load and at run
+    CORE_GROUP_ADMISSIONS,
+    AdmissionCheckContext,
+    InformativeOptions,
+)
 from platoon.policy.records import VERDICTS
 
 if TYPE_CHECKING:
@@ -71,6 +75,23 @@ class AdmissionSetup:
     entries: Mapping[str, EntryInfo]
     batch_size: int
     label_column: str | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedRule:
+    """One rule of the run as the policy layer receives it, resolved: the run's, or an entry's own.
+
+    ``name`` is qualified (the run's as written, or ``<name>@<entry>``), ``ref`` as written, ``level`` ``run`` or
+    ``entry``; ``cls`` is the class ``ref`` names and ``options`` the config's options as its ``options_schema``
+    parsed them (None for a rule that takes none).
+    """
+
+    name: str
+    ref: str
+    level: str
+    entry: str | None
+    cls: type
+    options: Any
 
 
 @runtime_checkable

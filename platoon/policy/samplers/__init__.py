@@ -1,5 +1,6 @@
-"""Task samplers: the API (`base`), core's samplers (`uniform`, `weighted`, `pass_rate`), resolution (`resolve`)
-and `SamplerSet` (`runtime`), which the dispatcher drives.
+"""Task samplers: the API (`base`), core's samplers (`uniform`, `weighted`, `pass_rate`) and their names (`core`),
+and `SamplerSet` (`runtime`), which the dispatcher drives. A sampler named by a registered name or ``module:Class``
+is found above this layer (``platoon.components.samplers``), which hands `SamplerSet` classes and parsed options.
 
 `runtime` is not imported here, since it imports `platoon.policy.pool`, which imports `base`.
 """
@@ -16,12 +17,13 @@ from platoon.policy.samplers.base import (
     TaskStatsView,
     decision_key,
 )
+from platoon.policy.samplers.core import CORE_CLASSES
 from platoon.policy.samplers.pass_rate import PassRateSampler
-from platoon.policy.samplers.resolve import resolve_task_sampler
 from platoon.policy.samplers.uniform import UniformSampler
 from platoon.policy.samplers.weighted import WeightedSampler
 
 __all__ = [
+    "CORE_CLASSES",
     "Draw",
     "EntryInfo",
     "PassRateSampler",
@@ -35,5 +37,4 @@ __all__ = [
     "UniformSampler",
     "WeightedSampler",
     "decision_key",
-    "resolve_task_sampler",
 ]

@@ -1,20 +1,37 @@
-"""`Member`: one sampler of a `SamplerSet` and what the runtime keeps and precomputes for it."""
+"""`SamplerSpec` and `Member`: one sampler of a `SamplerSet` as it is handed over, and what the set keeps and
+precomputes for it.
+
+Rules it keeps: a spec arrives resolved (its class found and its options parsed above the policy layer, in
+``platoon.components``); a member builds its sampler from the spec alone, so a restore's ``fresh()`` is the same
+sampler the start built.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from platoon.policy.pool import TaskPool
 from platoon.policy.samplers.base import Sampler, SamplerContext, SamplerSetup, TaskStatsView, decision_key
+from platoon.policy.samplers.core import is_core, options_seed
 from platoon.policy.samplers.metrics import RUN_PREFIX, entry_prefix
-from platoon.policy.samplers.resolve import is_core, options_seed, parse_options
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """One resolved sampler as the policy layer receives it: the reference as configured (``auto`` for the run's
+    default), the class it names and its options as the class's ``options_schema`` parsed them."""
+
+    ref: str
+    cls: type
+    options: Any
 
 
 class Member:
-    """One sampler of a `SamplerSet`: its class, parsed options, setup, instance and decision count, with what the
+    """One sampler of a `SamplerSet`: its class, parsed ``options``, setup, instance and decision count, with what the
     runtime precomputes over its pool: each row's distinct-id index, each id's label and group size (of its first
     row), so that eligibility is one numpy gather per decision."""
 
@@ -22,7 +39,7 @@ class Member:
         self,
         name: str,
         cls: type,
-        raw_options: Mapping[str, Any] | None,
+        options: Any,
         *,
         level: str,
         entry: str | None,
@@ -32,7 +49,7 @@ class Member:
         seed: int,
     ) -> None:
         self.name, self.cls = name, cls
-        self.options = parse_options(cls, raw_options)
+        self.options = options
         self.setup = SamplerSetup(
             name=name,
             level=level,

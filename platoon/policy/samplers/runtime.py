@@ -1,6 +1,6 @@
 """`SamplerSet`: the run's task samplers as the dispatcher drives them.
 
-Owns resolution of the run's and the entries' samplers, asking them, accepting their answers, the fallback of
+Owns the run's and the entries' samplers (handed over resolved: `SamplerSpec`), asking them, accepting their answers, the fallback of
 non-core samplers, decision counts, per-step metrics, and their saved state (format 2's ``samplers`` record).
 
 Rules it keeps (docs/task-samplers.md, docs/dispatch.md):
@@ -38,16 +38,9 @@ from platoon.policy.samplers.base import (
     SamplerError,
     TaskStatsView,
 )
-from platoon.policy.samplers.member import Member
+from platoon.policy.samplers.core import class_ref, saved_class_ref, saved_class_refs
+from platoon.policy.samplers.member import Member, SamplerSpec
 from platoon.policy.samplers.metrics import RUN_PREFIX, Counters, clean_metrics
-from platoon.policy.samplers.resolve import (
-    class_ref,
-    resolve_task_sampler,
-    saved_class_ref,
-    saved_class_refs,
-)
-from platoon.policy.samplers.uniform import UniformSampler
-from platoon.policy.samplers.weighted import WeightedSampler
 from platoon.policy.stats import GroupRecord
 
 
@@ -78,10 +71,10 @@ Measure = Callable[[Callable[[Any], Any], Any], tuple[Any, "Exception | None", f
 class SamplerSet:
     """The run's sampler and, under a slot-handing run sampler, each entry's, as the dispatcher drives them.
 
-    ``run_sampler`` is ``train.task_sampler`` as configured (``auto``: uniform for one entry whose own sampler is
-    uniform, else weighted); ``entry_samplers`` maps an entry to its ``(name, options)`` (default uniform), used
-    only when the run sampler hands slots. Qualified names: the run's as configured, an entry's
-    ``<name>@<entry>``. Seeds (``SamplerSetup.seed``, the decision keys' seed): ``seed`` (``train.seed``) plus the
+    ``run`` is the run's sampler, resolved (``platoon.components.resolve_samplers``: ``train.task_sampler`` as
+    configured, ``auto`` resolved to its class); ``entries`` maps each entry of the pool to its own, required
+    exactly when the run's sampler hands slots (an entry's may not). Qualified names: the run's as configured, an
+    entry's ``<name>@<entry>``. Seeds (``SamplerSetup.seed``, the decision keys' seed): ``seed`` (``train.seed``) plus the
     options' ``seed`` for the run's; ``seed`` plus the entry's ``EntryInfo.seed`` plus the options' ``seed`` for
     an entry's, so that ``train.seed`` varies every sampler's draws. ``measure`` (a runtime's, e.g.
     ``platoon.runs.timing.measured_call``) calls each ``next`` and answers its value, the ``Exception`` it raised (or
@@ -92,9 +85,8 @@ class SamplerSet:
         self,
         pool: TaskPool,
         *,
-        run_sampler: str,
-        run_options: Mapping[str, Any] | None,
-        entry_samplers: Mapping[str, tuple[str | None, Mapping[str, Any] | None]],
+        run: SamplerSpec,
+        entries: Mapping[str, SamplerSpec],
         batch_size: int,
         seed: int,
         measure: Measure | None = None,
@@ -103,19 +95,13 @@ class SamplerSet:
             raise ValueError("the run has no training tasks to sample")
         self.pool = pool
         self.seed = seed
-        self.run_name = run_sampler or "auto"
+        self.run_name = run.ref
         self._measure = measure
         self._warnings: list[str] = []
-        entries = pool.entries
-        if self.run_name == "auto":
-            own = [(entry_samplers.get(e) or ("uniform", None))[0] or "uniform" for e in entries]
-            cls: type = UniformSampler if len(entries) == 1 and own == ["uniform"] else WeightedSampler
-        else:
-            cls = resolve_task_sampler(self.run_name)
         self._run = Member(
             self.run_name,
-            cls,
-            run_options,
+            run.cls,
+            run.options,
             level="run",
             entry=None,
             rows=range(len(pool)),
@@ -124,30 +110,31 @@ class SamplerSet:
             seed=seed,
         )
         self._entries: dict[str, Member] = {}
-        if self._run.slots:
-            for name, info in entries.items():
-                ref, options = entry_samplers.get(name) or ("uniform", None)
-                ref = ref or "uniform"
-                ecls = resolve_task_sampler(ref)
-                if getattr(ecls, "entry_slots", False):
-                    raise ValueError(
-                        f"environments[{name}].task_sampler {ref!r} hands slots; an entry's cannot"
-                    )
-                self._entries[name] = Member(
-                    f"{ref}@{name}",
-                    ecls,
-                    options,
-                    level="entry",
-                    entry=name,
-                    rows=pool.entry_indices(name),
-                    pool=pool,
-                    batch_size=batch_size,
-                    seed=seed + info.seed,
-                )
+        wanted = set(pool.entries) if self._run.slots else set()
+        if set(entries) != wanted:
+            raise ValueError(
+                f"the run's sampler {run.ref!r} {'hands' if wanted else 'hands no'} slots: its entries' samplers "
+                f"are {sorted(wanted)}, not {sorted(entries)}"
+            )
+        for name, info in pool.entries.items() if wanted else ():
+            spec = entries[name]
+            if getattr(spec.cls, "entry_slots", False):
+                raise ValueError(f"environments[{name}].task_sampler {spec.ref!r} hands slots; an entry's cannot")
+            self._entries[name] = Member(
+                f"{spec.ref}@{name}",
+                spec.cls,
+                spec.options,
+                level="entry",
+                entry=name,
+                rows=pool.entry_indices(name),
+                pool=pool,
+                batch_size=batch_size,
+                seed=seed + info.seed,
+            )
         self._by_name = {m.name: m for m in self._members()}
         self._slot_weights = [
             (n, float(e.weight) if e.weight is not None else float(len(e.task_ids)) or 1.0)
-            for n, e in entries.items()
+            for n, e in pool.entries.items()
         ]
         self._counters = {m.prefix: Counters() for m in self._members()}
         self._slot_entries = frozenset(self._entries)

@@ -1,9 +1,10 @@
-"""Resolving admission rules: a name or ``module:Class`` to a class, a config's options to parsed ones.
+"""Resolving admission rules: a name or ``module:Class`` to a class, a config's options to parsed ones, and a run's
+rules resolved together into what ``AdmissionSet`` is built from.
 
 What this module owns: ``resolve_group_admission`` (a core name, then a registered name, then ``module:Class``);
-``parse_rule_options`` (a rule's ``options_schema`` applied to the config's mapping); ``options_json`` (parsed
-options as ``lock.json`` records them); and ``resolve_rules``, which resolves a run's rule and each entry's own into
-``ResolvedRule``\\ s for ``AdmissionSet``.
+``parse_rule_options`` (a rule's ``options_schema`` applied to the config's mapping); ``resolve_rules``, which
+resolves a run's rule and each entry's own into ``ResolvedRule``\\ s; and ``admission_set``, which builds the
+policy layer's ``AdmissionSet`` from them.
 
 Rules it keeps:
 
@@ -16,18 +17,16 @@ Rules it keeps:
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from platoon.config import component_resolution as resolution
 from platoon.config.component_resolution import did_you_mean, find_class, options_schema
-from platoon.config.errors import ExtensionError
-from platoon.policy.admission.rules import CORE_RULES
+from platoon.config.errors import ConfigError, ExtensionError
+from platoon.policy import CORE_RULES, AdmissionSet, ResolvedRule
 
 
 def resolve_group_admission(ref: str | type) -> type:
@@ -90,27 +89,6 @@ def _options_error(refused: resolution.OptionsRefused, schema: Any, key: str, na
     return error
 
 
-def options_json(options: Any) -> Any:
-    """Parsed options as JSON-safe data with their defaults (for ``lock.json``); None -> ``{}``."""
-    if options is None:
-        return {}
-    if isinstance(options, BaseModel):
-        return options.model_dump(mode="json")
-    if dataclasses.is_dataclass(options) and not isinstance(options, type):
-        return _json_safe(dataclasses.asdict(options))
-    return _json_safe(options)
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return repr(value)
-
-
 def _unknown_line(key: str, name: str, known: list[str]) -> str:
     hint = did_you_mean(name, known) or (f"; known: {', '.join(known)}" if known else "")
     return f"{key}.{name}: unknown option{hint}"
@@ -126,19 +104,6 @@ def _pydantic_line(key: str, err: Mapping[str, Any], known: list[str]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ the run's rules
-
-
-@dataclass
-class ResolvedRule:
-    """One resolved rule of the run: the run's, or an entry's own. ``AdmissionSet`` fills ``instance``."""
-
-    name: str  # qualified: the run's as written, or <name>@<entry>
-    ref: str  # as written
-    level: str
-    entry: str | None
-    cls: type
-    options: Any
-    instance: Any = None
 
 
 def _entry_key(label: str) -> str:
@@ -186,3 +151,23 @@ def resolve_rules(
         if rule is not None:
             own[label] = rule
     return run, own, problems
+
+
+def admission_set(
+    *,
+    run_rule: str,
+    run_options: Mapping[str, Any] | None,
+    entry_rules: Mapping[str, tuple[str | None, Mapping[str, Any] | None]],
+    entries: Mapping[str, Any],
+    batch_size: int,
+    label_column: str | None = None,
+) -> AdmissionSet:
+    """The run's ``AdmissionSet`` from the config's references (``resolve_rules``): ``entry_rules`` maps an entry
+    label to ``(rule name or None, options)``, None inheriting the run's. A problem with a rule or its options
+    raises ``ConfigError`` listing every one."""
+    run, own, problems = resolve_rules(run_rule, run_options, entry_rules)
+    if problems:
+        raise ConfigError(problems)
+    assert run is not None
+    return AdmissionSet(run=run, own=own, entries=entries, batch_size=batch_size, label_column=label_column,
+                        labels=tuple(entry_rules))

@@ -1,14 +1,17 @@
-"""Resolving a task sampler reference to its class, parsing its options, and naming it.
+"""Resolving a task sampler reference to its class, parsing its options, and a run's samplers resolved together.
 
 ``resolve_task_sampler(ref)`` works in this order (docs/task-samplers.md):
 1. core names map to fixed classes (``weighted``, ``uniform``, ``pass_rate``); nothing registered shadows them;
-2. ``auto`` is an error here: it names no class (the config resolves it);
+2. ``auto`` is an error here: it names no class (``resolve_samplers`` resolves it);
 3. a name without ``:`` must be registered (``@task_sampler``), else ``unknown task sampler '<x>'`` with a
    did-you-mean and core's names;
 4. ``module:Class`` is imported (an import failure names the exception);
 5. the class must be a class with callable ``next``, ``state_dict`` and ``load_state_dict``, a bool ``adaptive``,
    not both ``entry_slots`` and adaptive, and a ``next`` that is not a coroutine function.
-Every refusal is an `ExtensionError`.
+Every refusal is an `ExtensionError`; refused options are a ``ValueError`` naming the problem.
+
+``resolve_samplers`` resolves a run's sampler and, under a slot-handing one, each entry's (default ``uniform``),
+into the `SamplerSpec`\\ s that `SamplerSet` is built from: the policy layer receives classes and parsed options.
 """
 
 from __future__ import annotations
@@ -22,57 +25,23 @@ from pydantic import ValidationError
 from platoon.config import component_resolution as resolution
 from platoon.config.component_resolution import find_class, options_schema
 from platoon.config.errors import ExtensionError
-from platoon.policy.samplers.pass_rate import PassRateSampler
-from platoon.policy.samplers.uniform import UniformSampler
-from platoon.policy.samplers.weighted import WeightedSampler
-
-CORE_CLASSES: dict[str, type] = {
-    "weighted": WeightedSampler,
-    "uniform": UniformSampler,
-    "pass_rate": PassRateSampler,
-}
-"""Core's sampler names and their fixed classes (``auto`` resolves to weighted or uniform in the runtime)."""
-
-
-SAVED_CORE_CLASSES: dict[type, str] = {
-    WeightedSampler: "platoon.train.samplers:WeightedSampler",
-    UniformSampler: "platoon.train.samplers:UniformSampler",
-    PassRateSampler: "platoon.train.samplers:PassRateSampler",
-}
-"""The class paths a dispatch state's ``samplers`` records name core's classes by: platoon 0.4.0's, so that 0.4.0
-reads a state this platoon wrote and each takes the other's samplers up where they stood."""
-
-
-def saved_class_ref(cls: type) -> str:
-    """The class path a dispatch state records for ``cls``: 0.4.0's for a core class, else ``module:Qualname``."""
-    for core, ref in SAVED_CORE_CLASSES.items():
-        if cls is core:
-            return ref
-    return class_ref(cls)
-
-
-def saved_class_refs(cls: type) -> tuple[str, ...]:
-    """Every class path a saved ``samplers`` record may name ``cls`` by: the one :func:`saved_class_ref` writes and
-    ``module:Qualname`` (what this platoon wrote before it wrote 0.4.0's)."""
-    return tuple(dict.fromkeys((saved_class_ref(cls), class_ref(cls))))
-
-
-def is_core(cls: type) -> bool:
-    """Whether ``cls`` is one of core's classes (they get no fallback: their failures stop the run)."""
-    return any(cls is c for c in CORE_CLASSES.values())
-
-
-def class_ref(cls: type) -> str:
-    """``module:Qualname`` of a class."""
-    return f"{cls.__module__}:{cls.__qualname__}"
+from platoon.policy import (
+    CORE_SAMPLER_CLASSES,
+    Measure,
+    SamplerSet,
+    SamplerSpec,
+    TaskPool,
+    UniformSampler,
+    WeightedSampler,
+)
 
 
 def resolve_task_sampler(ref: str) -> type:
     """The class that ``ref`` names (see the module doc); ExtensionError when it names none or a bad one."""
     if not isinstance(ref, str) or not ref:
         raise ExtensionError(f"a task sampler is a name or module:Class, got {ref!r}")
-    if ref in CORE_CLASSES:
-        return CORE_CLASSES[ref]
+    if ref in CORE_SAMPLER_CLASSES:
+        return CORE_SAMPLER_CLASSES[ref]
     if ref == "auto":
         raise ExtensionError("task sampler 'auto' names no class: the run resolves it to weighted or uniform")
     cls = find_class("task_sampler", ref)
@@ -132,7 +101,51 @@ def _options_error(refused: resolution.OptionsRefused, schema: Any, raw: Mapping
     return error
 
 
-def options_seed(parsed: Any) -> int:
-    """The parsed options' integer ``seed`` field, else 0 (it is added to the decision-key seed)."""
-    seed = parsed.get("seed") if isinstance(parsed, Mapping) else getattr(parsed, "seed", None)
-    return seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
+def resolve_samplers(
+    entries: Mapping[str, Any],
+    *,
+    run_sampler: str,
+    run_options: Mapping[str, Any] | None,
+    entry_samplers: Mapping[str, tuple[str | None, Mapping[str, Any] | None]],
+) -> tuple[SamplerSpec, dict[str, SamplerSpec]]:
+    """The run's sampler and, when it hands slots, each entry's: ``(run's spec, entries' specs by label)``.
+
+    ``entries`` are the pool's entries (labels with training tasks, in order); ``run_sampler`` is
+    ``train.task_sampler`` as configured (``auto``: uniform for one entry whose own sampler is uniform, else
+    weighted); ``entry_samplers`` maps an entry to its ``(name, options)`` (default uniform). ExtensionError for a
+    reference that names no sampler class, ValueError for refused options (the run's first, then each entry's).
+    """
+    run_name = run_sampler or "auto"
+    if run_name == "auto":
+        own = [(entry_samplers.get(e) or ("uniform", None))[0] or "uniform" for e in entries]
+        cls: type = UniformSampler if len(entries) == 1 and own == ["uniform"] else WeightedSampler
+    else:
+        cls = resolve_task_sampler(run_name)
+    run = SamplerSpec(run_name, cls, parse_options(cls, run_options))
+    own_specs: dict[str, SamplerSpec] = {}
+    if getattr(cls, "entry_slots", False):
+        for label in entries:
+            ref, options = entry_samplers.get(label) or ("uniform", None)
+            ref = ref or "uniform"
+            ecls = resolve_task_sampler(ref)
+            own_specs[label] = SamplerSpec(ref, ecls, parse_options(ecls, options))
+    return run, own_specs
+
+
+def sampler_set(
+    pool: TaskPool,
+    *,
+    run_sampler: str,
+    run_options: Mapping[str, Any] | None,
+    entry_samplers: Mapping[str, tuple[str | None, Mapping[str, Any] | None]],
+    batch_size: int,
+    seed: int,
+    measure: Measure | None = None,
+) -> SamplerSet:
+    """A `SamplerSet` over ``pool`` from the config's references (``resolve_samplers``); see `SamplerSet`."""
+    if len(pool) == 0:
+        raise ValueError("the run has no training tasks to sample")
+    run, entries = resolve_samplers(
+        pool.entries, run_sampler=run_sampler, run_options=run_options, entry_samplers=entry_samplers
+    )
+    return SamplerSet(pool, run=run, entries=entries, batch_size=batch_size, seed=seed, measure=measure)
