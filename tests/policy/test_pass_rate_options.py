@@ -43,10 +43,10 @@ def test_importance_weights_are_the_uniform_share_over_the_recent_share_capped()
     run = Run(32, {"importance_cap": 2.0})
     _draw_many(run, 96, passes=lambda task: G // 2 if int(task[1:]) < 4 else 0)
     s = run.sampler
-    total = int(s._window_draws.sum() + s._previous.sum())
+    total = int(s.history.window_draws.sum() + s.history.previous.sum())
     for t in run.ids:
         i = run.ids.index(t)
-        drawn = max(int(s._window_draws[i] + s._previous[i]), 1)
+        drawn = max(int(s.history.window_draws[i] + s.history.previous[i]), 1)
         assert s.loss_weight(t) == pytest.approx(min(2.0, total / (32 * drawn)))
     assert max(s.loss_weight(t) for t in run.ids[:4]) < 1.0
     assert max(s.loss_weight(t) for t in run.ids[4:]) > 1.0

@@ -36,6 +36,10 @@ most of ``N``), then one Beta
 draw per candidate, then ties by ``integers``. It stays a deterministic function of (seed, qualified name,
 decision count, state, statistics, eligibility), which is what exact resume needs; it does not replay 0.4.0's draws
 bit for bit, which DESIGN does not ask for.
+
+What was drawn when (windows, the cap, the exploration orders, their saved form) is `DrawHistory`'s
+(``platoon.policy.samplers.draw_history``); the evidence model of ``evidence: drift`` is ``drift``'s; this module
+keeps the decision itself, the scores, the loss weights and the metrics.
 """
 
 from __future__ import annotations
@@ -47,15 +51,14 @@ import numpy as np
 
 from platoon.config.components import PassRateOptions
 from platoon.policy.samplers.base import Draw, Sampler, SamplerContext, SamplerSetup, TaskStatsView
+from platoon.policy.samplers.draw_history import DrawHistory
 from platoon.policy.samplers.drift import PRIOR_STRENGTH as DRIFT_PRIOR
 from platoon.policy.samplers.drift import DriftModel, informative_chance
 from platoon.policy.stats import PRIOR_STRENGTH, GroupRecord, informative_at
 
-_NEVER = np.iinfo(np.int64).max
 SPREAD = PassRateOptions.model_fields["near_best"].default
 """``evidence: drift``'s exploit draws, by default, among the candidates whose expected chance to train is within this
 of the best candidate's, those drawn fewest times in this window first (see `PassRateSampler._spread`)."""
-_STATE_KEYS = ("last_drawn", "window", "window_draws", "previous_window_draws")
 
 
 class _Keep:
@@ -113,17 +116,11 @@ class PassRateSampler(Sampler):
         if n == 0:
             raise ValueError(f"{setup.name}: pass_rate has no tasks to draw")
         self._index: dict[str, int] | None = None
-        self._last = np.full(n, -1, dtype=np.int64)
-        self._window = 0
-        self._window_draws = np.zeros(n, dtype=np.int64)
-        self._previous = np.zeros(n, dtype=np.int64)
+        self.history = DrawHistory(n, options.max_draws_per_epoch)
         self._sizes = self._group_sizes(setup)
         self._sizes_unknown = bool((self._sizes == 0).any())
         one = int(self._sizes[0])
         self._one_size = one if one > 0 and bool((self._sizes == one).all()) else None
-        self._never = np.ones(n, dtype=bool)
-        self._n_never = n
-        self._capped: list[int] = []  # tasks that reached the cap in this window
         self._warned = False
         self._entry_names, codes, group_tasks = self._groups(setup)
         self._model = (
@@ -177,22 +174,11 @@ class PassRateSampler(Sampler):
             "age_n": 0,
         }
 
-    def _roll_window(self, decision: int) -> None:
-        window = decision // self._n
-        if window == self._window:
-            return
-        if window == self._window + 1:
-            self._previous, self._window_draws = self._window_draws, self._previous
-        else:
-            self._previous[:] = 0
-        self._window_draws[:] = 0
-        self._capped = []
-        self._window = window
-
     def next(self, ctx: SamplerContext) -> Draw | None:
         opts: PassRateOptions = self.options
         decision = int(ctx.decision)
-        self._roll_window(decision)
+        history = self.history
+        history.roll(decision)
         keep = _Keep(ctx.eligible_mask(self.ids))
         if keep.count == 0:
             return None
@@ -210,8 +196,8 @@ class PassRateSampler(Sampler):
             self._warned = True
             self.warn(f"{self.setup.name}: no live per-task statistics; drawing by exploration alone")
         lifted = False
-        if self._capped:
-            capped = np.fromiter(self._capped, dtype=np.int64, count=len(self._capped))
+        if history.capped:
+            capped = np.fromiter(history.capped, dtype=np.int64, count=len(history.capped))
             capped = capped[keep.mask[capped]]
             if capped.size < keep.count:
                 keep.knock_out(capped)
@@ -242,9 +228,9 @@ class PassRateSampler(Sampler):
                 ties = cand[score == score.max()]
                 chosen = int(ties[0] if ties.size == 1 else ties[rng.integers(ties.size)])
         if chosen < 0 and opts.explore_order == "reshuffled":
-            chosen = self._not_yet_in_window(keep.mask, rng)
+            chosen = history.not_yet_in_window(keep.mask, rng)
         if chosen < 0:
-            chosen = self._least_recent(keep.mask, rng)
+            chosen = history.least_recent(keep.mask, rng)
         score_out = None
         if stats is not None:
             one, size = np.array([chosen]), int(self._sizes_now(stats)[chosen])
@@ -267,7 +253,7 @@ class PassRateSampler(Sampler):
         self._m["decisions"] += 1
         self._m["eligible"] += keep.count / self._n
         self._m["lifted"] += int(lifted)
-        self._drawn(chosen, decision)
+        history.drawn(chosen, decision)
         if self._model is not None:
             self._model.clock = decision + 1
         return Draw(self.ids[chosen], reason, score_out)
@@ -282,7 +268,7 @@ class PassRateSampler(Sampler):
         trying such tasks is what the ``explore`` share is for. Among the near-best, the sampled score still
         decides, after coverage (every near-best task once before any twice)."""
         close = expected >= expected.max() - near
-        draws = np.where(close, self._window_draws[cand], np.iinfo(np.int64).max)
+        draws = np.where(close, self.history.window_draws[cand], np.iinfo(np.int64).max)
         fewest = close & (draws == draws.min())
         return np.where(fewest, score, -1.0)
 
@@ -318,16 +304,6 @@ class PassRateSampler(Sampler):
             self._index = {t: i for i, t in enumerate(self.ids)}
         return self._index.get(task_id)
 
-    def _drawn(self, i: int, decision: int) -> None:
-        if self._last[i] < 0:
-            self._never[i] = False
-            self._n_never -= 1
-        self._last[i] = decision
-        self._window_draws[i] += 1
-        cap = self.options.max_draws_per_epoch
-        if cap is not None and self._window_draws[i] == cap:
-            self._capped.append(i)
-
     def _candidates(self, scored: _Keep, limit: int, rng: np.random.Generator) -> np.ndarray:
         """At most ``limit`` of the ``scored`` tasks, chosen uniformly without replacement."""
         count, mask = scored.count, scored.mask
@@ -347,29 +323,6 @@ class PassRateSampler(Sampler):
         pool = np.flatnonzero(mask)
         return pool[rng.choice(count, size=limit, replace=False, shuffle=False)]
 
-    def _least_recent(self, keep: np.ndarray, rng: np.random.Generator) -> int:
-        """The kept task drawn least recently (never drawn: -1), ties at random. A drawn task's last decision is
-        unique, so ties happen only among never-drawn tasks."""
-        if self._n_never:
-            batch = rng.integers(self._n, size=64)
-            hits = batch[keep[batch] & self._never[batch]]
-            if hits.size:  # rejection sampling: uniform over the kept never-drawn tasks
-                return int(hits[0])
-            fresh = np.flatnonzero(keep & self._never)
-            if fresh.size:
-                return int(fresh[0] if fresh.size == 1 else fresh[rng.integers(fresh.size)])
-        return int(np.argmin(np.where(keep, self._last, _NEVER)))
-
-    def _not_yet_in_window(self, keep: np.ndarray, rng: np.random.Generator) -> int:
-        """A kept task not drawn in this window, uniformly at random; -1 when every kept task has been."""
-        fresh = keep & (self._window_draws == 0)
-        batch = rng.integers(self._n, size=64)
-        hits = batch[fresh[batch]]
-        if hits.size:  # rejection sampling first: O(1) while most of the window is still to draw
-            return int(hits[0])
-        left = np.flatnonzero(fresh)
-        return int(left[rng.integers(left.size)]) if left.size else -1
-
     def loss_weight(self, task_id: str) -> float:
         """With ``importance_cap``: ``min(cap, (1 / N) / q)``, ``q`` the task's share of this window's and the previous
         window's draws (at least one draw); else 1. The runtime scales a step's trained groups' weights to mean 1."""
@@ -377,25 +330,14 @@ class PassRateSampler(Sampler):
         i = self._position(task_id)
         if cap is None or i is None:
             return 1.0
-        total = int(self._window_draws.sum() + self._previous.sum())
-        drawn = max(int(self._window_draws[i] + self._previous[i]), 1)
+        drawn, total = self.history.recent_share(i)
         return min(float(cap), max(total, 1) / (self._n * drawn))
 
     # -- state
     def state_dict(self) -> dict[str, Any]:
-        ids = self.ids
-
-        def as_map(arr: np.ndarray, present: np.ndarray) -> dict[str, int]:
-            return {ids[i]: int(arr[i]) for i in np.flatnonzero(present).tolist()}
-
-        state: dict[str, Any] = {
-            "last_drawn": as_map(self._last, self._last >= 0),
-            "window": int(self._window),
-            "window_draws": as_map(self._window_draws, self._window_draws > 0),
-            "previous_window_draws": as_map(self._previous, self._previous > 0),
-        }
+        state = self.history.state(self.ids)
         if self._model is not None and not self._model.fresh():  # a fresh model is 0.4.0's state, no more
-            state["model"] = self._model.state(ids)
+            state["model"] = self._model.state(self.ids)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -405,51 +347,21 @@ class PassRateSampler(Sampler):
         drift model afresh; a malformed ``model`` is a ValueError too."""
         if not isinstance(state, Mapping):
             raise ValueError(f"pass_rate state is a mapping, got {type(state).__name__}")
-        n = self._n
         if not state:
-            self._last, self._window = np.full(n, -1, dtype=np.int64), 0
-            self._window_draws, self._previous = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+            self.history.reset()
             if self._model is not None:
                 self._model.reset()
-            self._derive()
             return
-        missing = [k for k in _STATE_KEYS if k not in state]
-        if missing:
-            raise ValueError(f"pass_rate state lacks {missing}")
-        window = state["window"]
-        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-            raise ValueError(f"pass_rate state: window is an int >= 0, got {window!r}")
         if self._index is None:
             self._index = {t: i for i, t in enumerate(self.ids)}
-        arrays = []
-        for key, fill in (("last_drawn", -1), ("window_draws", 0), ("previous_window_draws", 0)):
-            m = state[key]
-            if not isinstance(m, Mapping):
-                raise ValueError(f"pass_rate state: {key} is a mapping, got {type(m).__name__}")
-            arr = np.full(n, fill, dtype=np.int64)
-            for t, v in m.items():
-                if not isinstance(t, str) or isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                    raise ValueError(f"pass_rate state: {key} maps task ids to ints >= 0, got {t!r}: {v!r}")
-                i = self._index.get(t)
-                if i is not None:
-                    arr[i] = v
-            arrays.append(arr)
+        *arrays, window = self.history.parsed(state, self._index)
         model = self._model
         if model is not None:
-            model = DriftModel(n, model.codes, model.names, model.group_tasks, model.forget_versions)
+            model = DriftModel(self._n, model.codes, model.names, model.group_tasks, model.forget_versions)
             if "model" in state:
                 model.load(state["model"], self._index)
-        self._last, self._window_draws, self._previous = arrays
-        self._window = window
+        self.history.assign(*arrays, window)
         self._model = model
-        self._derive()
-
-    def _derive(self) -> None:
-        """Rebuild what follows from the state: the never-drawn tasks and those at the cap in this window."""
-        self._never = self._last < 0
-        self._n_never = int(np.count_nonzero(self._never))
-        cap = self.options.max_draws_per_epoch
-        self._capped = [] if cap is None else np.flatnonzero(self._window_draws >= cap).tolist()
 
     # -- metrics
     def metrics(self, stats: TaskStatsView | None) -> dict[str, float]:
@@ -467,13 +379,9 @@ class PassRateSampler(Sampler):
             out["prior_share"] = m["prior"] / m["prior_n"]
         if m["age_n"]:
             out["evidence_age"] = m["age"] / m["age_n"]
-        draws = self._window_draws
-        if draws.sum() < self._n / 2 and self._previous.any():
-            draws = self._previous
-        total = int(draws.sum())
-        if total > 0:
-            k = max(1, self._n // 10)
-            out["top10_share"] = float(np.partition(draws, self._n - k)[self._n - k :].sum()) / total
+        top = self.history.top_share(max(1, self._n // 10))
+        if top is not None:
+            out["top10_share"] = top
         if self._model is not None:
             out.update(self._model.summary())
         self._reset_metrics()

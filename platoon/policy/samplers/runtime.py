@@ -13,59 +13,34 @@ Rules it keeps (docs/task-samplers.md, docs/dispatch.md):
 - a static run sampler's count is always the position it decides; a static entry sampler's count is the number of
   slots the run's first decisions handed it, so a resume recomputes it by replaying the run sampler;
 - failures are warned about once per sampler and kind (`take_warnings`); metric keys follow 2.7.
+
+Each sampler's own keeping (eligibility masks, warnings, its own metrics) is `Member`'s (``member``); the saved
+state and ``lock.json`` records are ``saved``'s; the answers' checks and fallbacks ``answers``'.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from platoon.policy.pool import TaskPool, TaskRow
+from platoon.policy.pool import TaskPool
 from platoon.policy.samplers.answers import (
     accept,
-    check_json,
     fallback_row,
-    options_json,
     weighted_fallback_entry,
 )
 from platoon.policy.samplers.base import (
     SamplerError,
     TaskStatsView,
 )
-from platoon.policy.samplers.core import class_ref, saved_class_ref, saved_class_refs
+from platoon.policy.samplers.bound import Bound, Measure, Token
 from platoon.policy.samplers.member import Member, SamplerSpec
-from platoon.policy.samplers.metrics import RUN_PREFIX, Counters, clean_metrics
+from platoon.policy.samplers.metrics import RUN_PREFIX, Counters
+from platoon.policy.samplers.saved import component_records, load_member_record, member_record
 from platoon.policy.stats import GroupRecord
-
-
-@dataclass(frozen=True)
-class Bound:
-    """A decision that bound a draw: the pool row, the qualified sampler name to record, its reason and score."""
-
-    row: TaskRow
-    sampler: str
-    reason: str
-    score: float | None
-
-
-@dataclass(frozen=True)
-class Token:
-    """A position handed to an adaptive entry sampler, decided once a group of that entry can start.
-    ``fallback``: the run sampler's fallback handed the slot (the draw is then the run's fallback)."""
-
-    position: int
-    entry: str
-    fallback: bool
-
-
-Measure = Callable[[Callable[[Any], Any], Any], tuple[Any, "Exception | None", float]]
-"""``measure(fn, arg) -> (fn(arg) or None, the Exception it raised or None, seconds it took)``: a runtime's."""
 
 
 class SamplerSet:
@@ -108,6 +83,7 @@ class SamplerSet:
             pool=pool,
             batch_size=batch_size,
             seed=seed,
+            warnings=self._warnings,
         )
         self._entries: dict[str, Member] = {}
         wanted = set(pool.entries) if self._run.slots else set()
@@ -130,6 +106,7 @@ class SamplerSet:
                 pool=pool,
                 batch_size=batch_size,
                 seed=seed + info.seed,
+                warnings=self._warnings,
             )
         self._by_name = {m.name: m for m in self._members()}
         self._slot_weights = [
@@ -169,16 +146,6 @@ class SamplerSet:
         return self._run.sampler if name is None else self._by_name[name].sampler
 
     # -- asking
-    def _warn_once(self, m: Member, kind: str, message: str) -> None:
-        if kind not in m.failures_seen:
-            m.failures_seen.add(kind)
-            self._warnings.append(f"task sampler {m.name}: {message}")
-
-    def _drain(self, m: Member) -> None:
-        notes = m.sampler.__dict__.pop("_platoon_warnings", None) if hasattr(m.sampler, "__dict__") else None
-        for note in notes or ():
-            self._warn_once(m, f"note:{note}", note)
-
     def _ask(
         self,
         m: Member,
@@ -204,7 +171,7 @@ class SamplerSet:
                 c.ms_sum, c.ms_n, c.ms_max = c.ms_sum + ms, c.ms_n + 1, max(c.ms_max, ms)
             return answer, exc
         finally:
-            self._drain(m)
+            m.drain()
 
     def _judge(
         self, m: Member, decision: int, answer: Any, exc: BaseException | None, mask: np.ndarray | None
@@ -231,7 +198,7 @@ class SamplerSet:
                 kind, problem = "refused", str(refusal)
         if m.core:
             raise SamplerError(f"task sampler {m.name} failed at decision {decision}: {problem}") from exc
-        self._warn_once(m, kind, f"{problem} (decision {decision}); falling back, as for later failures")
+        m.warn_once(kind, f"{problem} (decision {decision}); falling back, as for later failures")
         m.fallbacks += 1
         key = m.key(decision)
         if m.slots:
@@ -302,30 +269,6 @@ class SamplerSet:
         m.decisions = max(0, m.decisions - len(positions))
         return [self._fill_static(m, p in fallback_positions) for p in positions]
 
-    def _mask(self, m: Member, eligible: Callable[[str], bool], max_group_size: int | None) -> np.ndarray:
-        ok = np.fromiter((bool(eligible(t)) for t in m.class_task), dtype=bool, count=len(m.class_task))
-        if max_group_size is not None:
-            ok &= m.class_size <= max_group_size
-        if ok.all():
-            return m.all_eligible
-        if not ok.any():
-            return m.none_eligible
-        pattern = ok.tobytes()
-        mask = m.masks.get(pattern)
-        if mask is None:
-            # Comparisons on small class codes: a gather over the whole pool costs ten times more.
-            by_blocked = int(np.count_nonzero(~ok)) <= int(np.count_nonzero(ok))
-            classes = np.flatnonzero(~ok if by_blocked else ok)
-            hit = m.uid_class == classes[0]
-            for c in classes[1:]:
-                hit |= m.uid_class == c
-            mask = ~hit if by_blocked else hit
-            mask.flags.writeable = False
-            if len(m.masks) >= 16:
-                m.masks.clear()
-            m.masks[pattern] = mask
-        return mask
-
     def adaptive_decision(
         self,
         entry: str | None,
@@ -348,7 +291,7 @@ class SamplerSet:
         m = self._run if entry is None else self._entries[entry]
         if not m.adaptive:
             raise SamplerError(f"task sampler {m.name} is static: it is not asked adaptive decisions")
-        mask = self._mask(m, eligible, max_group_size)
+        mask = m.mask(eligible, max_group_size)
         if not mask.any():
             return None
         decision = m.decisions
@@ -376,8 +319,8 @@ class SamplerSet:
             try:
                 m.sampler.observe(record)
             except Exception as exc:  # noqa: BLE001 - a sampler's observe must not stop the statistics
-                self._warn_once(m, "observe", f"observe raised {type(exc).__name__}: {exc}")
-            self._drain(m)
+                m.warn_once("observe", f"observe raised {type(exc).__name__}: {exc}")
+            m.drain()
 
     def note_consumed(self, records: Sequence[GroupRecord]) -> None:
         """The step's consumed groups: ``predicted_informative`` (mean score) and ``informative_share`` (share
@@ -401,7 +344,7 @@ class SamplerSet:
         for record in records:
             m = self._by_name.get(record.sampler)
             weigh = getattr(m.sampler, "loss_weight", None) if m is not None else None
-            raw.append(1.0 if weigh is None or record.verdict != "trained" else self._weight(m, weigh, record))
+            raw.append(1.0 if weigh is None or record.verdict != "trained" else m.loss_weight(record.task_id))
         trained = [w for w, r in zip(raw, records, strict=True) if r.verdict == "trained"]
         if all(w == 1.0 for w in trained):
             return ()
@@ -414,19 +357,6 @@ class SamplerSet:
                     c = self._counters[prefix]
                     c.weight_min, c.weight_max = min(c.weight_min, w), max(c.weight_max, w)
         return out
-
-    def _weight(self, m: Member, weigh: Callable[[str], Any], record: GroupRecord) -> float:
-        try:
-            w = weigh(record.task_id)
-        except Exception as exc:  # noqa: BLE001 - a sampler's weight must not stop a step
-            self._warn_once(m, "loss_weight", f"loss_weight raised {type(exc).__name__}: {exc}; its groups weigh 1")
-            return 1.0
-        finally:
-            self._drain(m)
-        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w <= 0:
-            self._warn_once(m, "loss_weight", f"loss_weight gave {w!r}, not a number above 0; its groups weigh 1")
-            return 1.0
-        return float(w)
 
     # -- metrics
     def metrics(self, view: TaskStatsView | None) -> dict[str, float]:
@@ -448,79 +378,21 @@ class SamplerSet:
                 out[f"{m.prefix}predicted_informative"] = c.score_sum / c.score_n
             if c.weight_max >= c.weight_min:
                 out[f"{m.prefix}loss_weight_min"], out[f"{m.prefix}loss_weight_max"] = c.weight_min, c.weight_max
-            for key, value in self._own_metrics(m, view if m.adaptive else None).items():
+            for key, value in m.own_metrics(view if m.adaptive else None).items():
                 out[f"{m.prefix}{key}"] = value
             c.reset()
         return out
 
-    def _own_metrics(self, m: Member, view: TaskStatsView | None) -> dict[str, float]:
-        try:
-            raw = m.sampler.metrics(view)
-        except Exception as exc:  # noqa: BLE001
-            self._warn_once(
-                m, "metrics", f"metrics raised {type(exc).__name__}: {exc}; its metrics are dropped"
-            )
-            return {}
-        finally:
-            self._drain(m)
-        kept, problem, reserved = clean_metrics(raw)
-        if problem:
-            self._warn_once(m, "metrics", f"metrics {problem}; its metrics are dropped")
-        if reserved:
-            self._warn_once(m, "reserved", f"metrics used reserved keys {reserved}; they are left out")
-        return kept
-
     # -- state
-    def _record(self, m: Member) -> dict[str, Any]:
-        rec: dict[str, Any] = {"name": m.name, "class": saved_class_ref(m.cls), "decisions": m.decisions}
-        try:
-            state = m.sampler.state_dict()
-            check_json(state)
-            rec["state"] = json.loads(json.dumps(state, allow_nan=False))
-        except Exception as exc:  # noqa: BLE001 - an unsaved state only costs a fresh start on resume
-            self._warn_once(
-                m, "state", f"state_dict gave no JSON state ({type(exc).__name__}: {exc}); not saved"
-            )
-        return rec
-
     def state_dict(self) -> dict[str, Any]:
         """Format 2's ``samplers`` record: ``{"run": rec, "entries": {label: rec}}``, ``rec = {name, class,
         decisions, state?}`` (state left out, with a warning once, when ``state_dict`` fails or is not JSON);
         ``class`` names a core class by platoon 0.4.0's path (``saved_class_ref``), and ``restore`` takes either
         spelling."""
         return {
-            "run": self._record(self._run),
-            "entries": {e: self._record(m) for e, m in self._entries.items()},
+            "run": member_record(self._run),
+            "entries": {e: member_record(m) for e, m in self._entries.items()},
         }
-
-    def _load(self, m: Member, rec: Any, warnings: list[str]) -> bool:
-        if rec is None:
-            return False
-        ok = (
-            isinstance(rec, Mapping)
-            and rec.get("name") == m.name
-            and rec.get("class") in saved_class_refs(m.cls)
-            and isinstance(rec.get("decisions"), int)
-            and not isinstance(rec.get("decisions"), bool)
-            and rec["decisions"] >= 0
-            and "state" in rec
-        )
-        if not ok:
-            saved = (rec.get("name"), rec.get("class")) if isinstance(rec, Mapping) else rec
-            warnings.append(
-                f"task sampler {m.name}: the checkpoint's record {saved!r} does not fit; starting afresh"
-            )
-            return False
-        try:
-            m.sampler.load_state_dict(rec["state"])
-        except Exception as exc:  # noqa: BLE001
-            warnings.append(
-                f"task sampler {m.name}: load_state_dict raised {type(exc).__name__}: {exc}; "
-                "starting it afresh"
-            )
-            m.sampler = m.fresh()
-            return False
-        return True
 
     def restore(self, state: Mapping[str, Any] | None, next_position: int) -> list[str]:
         """Restore counts and states (6.4.1); returns warnings. ``state`` None (a format-1 checkpoint) recomputes
@@ -536,7 +408,7 @@ class SamplerSet:
         state = state or {}
         entries = state.get("entries") if isinstance(state.get("entries"), Mapping) else {}
         run = self._run
-        loaded = self._load(run, state.get("run"), warnings)
+        loaded = load_member_record(run, state.get("run"), warnings)
         if run.adaptive:
             run.decisions = state["run"]["decisions"] if loaded else 0
             if not loaded:
@@ -545,7 +417,7 @@ class SamplerSet:
             run.decisions = int(next_position)
         replay: list[Member] = []
         for name, m in self._entries.items():
-            if self._load(m, entries.get(name), warnings):
+            if load_member_record(m, entries.get(name), warnings):
                 m.decisions = entries[name]["decisions"]
             elif m.adaptive:
                 m.sampler, m.decisions = m.fresh(), 0
@@ -560,36 +432,10 @@ class SamplerSet:
 
     def take_warnings(self) -> list[str]:
         """Warnings since the last call (each failure kind once per sampler)."""
-        out, self._warnings = self._warnings, []
+        out = list(self._warnings)
+        self._warnings.clear()  # in place: the members share this outbox
         return out
 
     def component_records(self) -> list[dict[str, Any]]:
         """lock.json's task sampler components (6.6), without the distribution fields the run directory adds."""
-        run = self._run
-        records = [
-            {
-                "kind": "task_sampler",
-                "ref": run.name,
-                "resolved": class_ref(run.cls),
-                "level": "run",
-                "environments": list(self.pool.entries),
-                "options": {"train": options_json(run.options)},
-            }
-        ]
-        groups: dict[tuple[str, str], dict[str, Any]] = {}
-        for label, m in self._entries.items():
-            ref = m.name.rsplit("@", 1)[0]
-            rec = groups.setdefault(
-                (ref, class_ref(m.cls)),
-                {
-                    "kind": "task_sampler",
-                    "ref": ref,
-                    "resolved": class_ref(m.cls),
-                    "level": "entry",
-                    "environments": [],
-                    "options": {},
-                },
-            )
-            rec["environments"].append(label)
-            rec["options"][label] = options_json(m.options)
-        return records + list(groups.values())
+        return component_records(self._run, self._entries, list(self.pool.entries))
