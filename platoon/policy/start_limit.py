@@ -21,7 +21,8 @@ Rules it keeps:
   once and nothing is counted.
 
 Metrics are kept per scope (``"train"`` or ``"eval"``, named by the request) under the relative names
-``rollout_client/start_limit/...``; the runtime logs each scope's under its own tracker. Warnings are per start.
+``rollout_client/start_limit/...`` (`ScopeWindow`, ``platoon.policy.start_scope``, integrates and reports them); the
+runtime logs each scope's under its own tracker. Warnings are per start.
 """
 
 from __future__ import annotations
@@ -30,15 +31,14 @@ import enum
 import math
 from collections import OrderedDict, deque
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-RELEASE_REASONS = ("first_call", "end", "timer", "cancelled")
-"""Why a slot came back; every one is always logged (``rollout_client/start_limit/releases/<reason>``)."""
+from platoon.policy.start_scope import PREFIX, RELEASE_REASONS, ScopeWindow
+
 TIMER_MARGIN_S = 300.0
 """Seconds the timer adds to ``worker_startup_budget_seconds``."""
 MOSTLY_WHOLE_MIN_RELEASES = 32
 """Non-cancelled releases needed before the run judges whether the limit bounds whole rollouts."""
-PREFIX = "rollout_client/start_limit/"
 
 
 def start_timer_s(worker_startup_budget_seconds: float = 300.0) -> float:
@@ -94,30 +94,6 @@ del S, E
 
 
 @dataclass
-class _Scope:
-    """Per-scope counters since the last metrics read."""
-
-    asked: bool = False
-    starting: int = 0
-    waiting: int = 0
-    window_start: float | None = None
-    last_t: float | None = None
-    starting_area: float = 0.0
-    waiting_area: float = 0.0
-    releases: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RELEASE_REASONS, 0))
-    waits: list[tuple[Hashable, float]] = field(default_factory=list)
-
-    def advance(self, now: float) -> None:
-        if self.last_t is not None:
-            dt = now - self.last_t
-            self.starting_area += self.starting * dt
-            self.waiting_area += self.waiting * dt
-        if self.window_start is None:
-            self.window_start = now
-        self.last_t = now
-
-
-@dataclass
 class _Key:
     state: SlotState
     scope: str
@@ -146,7 +122,7 @@ class StartLimit:
         self._queue: deque[Hashable] = deque()
         # Grant times never decrease and the timer is one constant, so grant order is deadline order.
         self._deadlines: OrderedDict[Hashable, float] = OrderedDict()
-        self._scopes: dict[str, _Scope] = {}
+        self._scopes: dict[str, ScopeWindow] = {}
         self._now: float | None = None
         self._released_total = 0
         self._released_whole = 0
@@ -282,27 +258,7 @@ class StartLimit:
         sc = self._scopes.get(scope)
         if sc is None or not sc.asked:
             return {}
-        sc.advance(now)
-        span = now - sc.window_start if sc.window_start is not None else 0.0
-        if span > 0:
-            out = {
-                PREFIX + "starting_mean": sc.starting_area / span,
-                PREFIX + "waiting_mean": sc.waiting_area / span,
-            }
-        else:
-            out = {PREFIX + "starting_mean": float(sc.starting), PREFIX + "waiting_mean": float(sc.waiting)}
-        for reason in RELEASE_REASONS:
-            out[PREFIX + "releases/" + reason] = float(sc.releases[reason])
-        if sc.waits:
-            waits = sorted(w for _, w in sc.waits)
-            out[PREFIX + "wait_seconds_p50"] = _percentile(waits, 0.5)
-            out[PREFIX + "wait_seconds_p90"] = _percentile(waits, 0.9)
-            out[PREFIX + "wait_seconds_max"] = waits[-1]
-        sc.window_start = now
-        sc.starting_area = sc.waiting_area = 0.0
-        sc.releases = dict.fromkeys(RELEASE_REASONS, 0)
-        sc.waits = []
-        return out
+        return sc.read(now)
 
     # -- state ---------------------------------------------------------------------------------------------
 
@@ -313,9 +269,7 @@ class StartLimit:
             "keys": [[list(k), e.state.value, e.scope, e.asked_at] for k, e in self._keys.items()],
             "queue": [list(k) for k in self._queue],
             "deadlines": [[list(k), t] for k, t in self._deadlines.items()],
-            "scopes": {name: [sc.asked, sc.starting, sc.waiting, sc.window_start, sc.last_t, sc.starting_area,
-                              sc.waiting_area, dict(sc.releases), [[list(k), w] for k, w in sc.waits]]
-                       for name, sc in self._scopes.items()},
+            "scopes": {name: sc.saved() for name, sc in self._scopes.items()},
             "now": self._now, "released_total": self._released_total, "released_whole": self._released_whole,
             "warned_timer": self._warned_timer, "warned_whole": self._warned_whole,
         }
@@ -326,10 +280,7 @@ class StartLimit:
         self._keys = {tuple(k): _Key(SlotState(st), scope, asked) for k, st, scope, asked in state["keys"]}
         self._queue = deque(tuple(k) for k in state["queue"])
         self._deadlines = OrderedDict((tuple(k), t) for k, t in state["deadlines"])
-        self._scopes = {}
-        for name, (asked, starting, waiting, ws, last, sa, wa, releases, waits) in state["scopes"].items():
-            self._scopes[name] = _Scope(asked, starting, waiting, ws, last, sa, wa, dict(releases),
-                                        [(tuple(k), w) for k, w in waits])
+        self._scopes = {name: ScopeWindow.from_saved(saved) for name, saved in state["scopes"].items()}
         self._now = state["now"]
         self._released_total, self._released_whole = state["released_total"], state["released_whole"]
         self._warned_timer, self._warned_whole = state["warned_timer"], state["warned_whole"]
@@ -341,10 +292,10 @@ class StartLimit:
             raise ValueError(f"start limit: {event} at now={now!r} is before the last event at {self._now!r}")
         self._now = now
 
-    def _scope(self, scope: str) -> _Scope:
+    def _scope(self, scope: str) -> ScopeWindow:
         sc = self._scopes.get(scope)
         if sc is None:
-            sc = self._scopes[scope] = _Scope()
+            sc = self._scopes[scope] = ScopeWindow()
         return sc
 
     def _check(self, key: Hashable, state: SlotState, event: SlotEvent) -> SlotState:
@@ -412,14 +363,6 @@ class StartLimit:
             )
 
 
-def _percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile of sorted ``values`` by linear interpolation between order statistics (numpy's default)."""
-    pos = (len(values) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
-
-
 def announcement(
     limit: int | None,
     *,
@@ -460,3 +403,7 @@ def announcement(
             )
         )
     return lines
+
+
+__all__ = ["PREFIX", "RELEASE_REASONS", "SlotGranted", "SlotState", "StartLimit", "StartLimitError", "announcement",
+           "start_timer_s"]  # PREFIX, RELEASE_REASONS: start_scope's, named here too
