@@ -1,7 +1,8 @@
 """`SamplerSet`: the run's task samplers as the dispatcher drives them.
 
-Owns the run's and the entries' samplers (handed over resolved: `SamplerSpec`), asking them, accepting their answers, the fallback of
-non-core samplers, decision counts, per-step metrics, and their saved state (format 2's ``samplers`` record).
+Owns the run's and the entries' samplers (handed over resolved: `SamplerSpec`, found and parsed in
+``platoon.components``), asking them, accepting their answers, the fallback of non-core samplers, decision counts,
+per-step metrics, and restoring their saved state (format 2's ``samplers`` record).
 
 Rules it keeps (docs/task-samplers.md, docs/dispatch.md):
 - a decision's key is ``decision_key(setup.seed, qualified name, count)``; the count advances by one whenever a
