@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from platoon.components import sampler_set
+from platoon.components import resolve_samplers, sampler_set
 from platoon.policy.pool import EntrySpec, TaskPool
 from platoon.policy.recorder import StatsRecorder
 from platoon.policy.samplers.base import Draw, Sampler, SamplerError, Slot, decision_key
+from platoon.policy.samplers.member import SamplerSpec
 from platoon.policy.samplers.runtime import Bound, SamplerSet, Token
 from platoon.policy.samplers.uniform import UniformSampler
 from platoon.policy.samplers.weighted import WeightedSampler
@@ -50,6 +51,23 @@ def sset(p=None, run="auto", run_options=None, entries=None, **kw) -> SamplerSet
         seed=kw.pop("seed", 0),
         **kw,
     )
+
+
+def test_the_set_takes_resolved_samplers_and_refuses_ones_that_do_not_fit():
+    """The policy layer receives classes and parsed options (platoon.components resolves them): an entry's own sampler
+    exactly when the run's hands slots, never one that hands slots itself."""
+    p = pool()
+    run, entries = resolve_samplers(p.entries, run_sampler="auto", run_options={}, entry_samplers={"b": ("uniform", {})})
+    assert run == SamplerSpec("auto", WeightedSampler, {}) and set(entries) == {"a", "b"}
+    sset = SamplerSet(p, run=run, entries=entries, batch_size=4, seed=0)
+    assert sset.run_class is WeightedSampler and sset.entry_sampler_name("b") == "uniform@b"
+    with pytest.raises(ValueError, match="'auto' hands slots: its entries' samplers are \\['a', 'b'\\], not \\[\\]"):
+        SamplerSet(p, run=run, entries={}, batch_size=4, seed=0)
+    uniform = SamplerSpec("uniform", UniformSampler, {})
+    with pytest.raises(ValueError, match="'uniform' hands no slots"):
+        SamplerSet(p, run=uniform, entries={"a": uniform}, batch_size=4, seed=0)
+    with pytest.raises(ValueError, match=r"environments\[a\].task_sampler 'auto' hands slots; an entry's cannot"):
+        SamplerSet(p, run=run, entries={"a": run, "b": uniform}, batch_size=4, seed=0)
 
 
 def yes(_task: str) -> bool:
