@@ -3,7 +3,8 @@
 Sans-I/O (docs/architecture.md): nothing here reads a clock, opens a file, awaits, reads the environment or loads a
 plug-in: a run's task samplers and admission rules arrive resolved (``SamplerSpec``, ``ResolvedRule``; found by
 ``platoon.components``). A runtime builds the layer of one start with ``platoon.components.build_policy`` (which
-resolves them and calls ``assemble_policy``) and drives its ``Driver``: it feeds events with ``now=``, carries out the decisions
+resolves them and calls ``assemble_policy``) and drives its ``Driver``: it reports events (``platoon.policy.events``,
+the union ``Event``) to ``Driver.handle(event, now=)``, carries out the decisions (``Decision``, a closed union)
 they answer (``StartGroup``, ``GrantPermit``, ``SlotGranted``, ``CancelRollout``, ``AwaitTeardowns``,
 ``EndTeardownWait``) and those of the step cycle that ``Driver.poll`` answers (``SaveCheckpoint``, ``Evaluate``,
 ``Train``, ``WriteRow``, ``Publish``, ``Finish``, ``Abort``), and writes the driver's outbox through its run session.
@@ -39,17 +40,46 @@ from platoon.policy.cycle import (
     Train,
     WriteRow,
 )
+from platoon.policy.decisions import (
+    DECISIONS,
+    ROLLOUT_DECISIONS,
+    AwaitTeardowns,
+    CycleDecision,
+    Decision,
+    EndTeardownWait,
+    RolloutDecision,
+)
 from platoon.policy.dispatcher import (
     StartGroup,
 )
 from platoon.policy.driver import (
     BLOCKED_WORDS,
     DRIVER_STATE_FORMAT,
-    AwaitTeardowns,
     Driver,
-    EndTeardownWait,
     Outbox,
     Schedule,
+)
+from platoon.policy.events import (
+    EVENTS,
+    BlockCancelled,
+    BlockEntered,
+    BlockExited,
+    Evaluated,
+    Event,
+    GroupEntered,
+    GroupFinished,
+    MemberCancelled,
+    MemberEnded,
+    MemberExited,
+    MemberStarted,
+    Published,
+    RunStarted,
+    SlotReleased,
+    SlotRequested,
+    SlotWaitCancelled,
+    StepTrained,
+    TeardownsEnded,
+    TimerFired,
 )
 from platoon.policy.launch_gate import (
     ESTIMATE_BYTES,
@@ -163,6 +193,31 @@ __all__ = [
     "LaunchVerdict",
     "MemoryReadings",
     "reserve_for",
+    "DECISIONS",
+    "ROLLOUT_DECISIONS",
+    "CycleDecision",
+    "Decision",
+    "RolloutDecision",
+    "EVENTS",
+    "BlockCancelled",
+    "BlockEntered",
+    "BlockExited",
+    "Evaluated",
+    "Event",
+    "GroupEntered",
+    "GroupFinished",
+    "MemberCancelled",
+    "MemberEnded",
+    "MemberExited",
+    "MemberStarted",
+    "Published",
+    "RunStarted",
+    "SlotReleased",
+    "SlotRequested",
+    "SlotWaitCancelled",
+    "StepTrained",
+    "TeardownsEnded",
+    "TimerFired",
     "BLOCKED_WORDS",
     "DRIVER_STATE_FORMAT",
     "Abort",

@@ -146,6 +146,8 @@ class Abort:
     cause: str = "stalled"
 
 
+#: The cycle's decisions, the ones ``Driver.poll`` answers (a part of ``platoon.policy.decisions.Decision``).
+CycleDecision = SaveCheckpoint | Evaluate | Train | WriteRow | Publish | Finish | Abort
 CYCLE_DECISIONS = (SaveCheckpoint, Evaluate, Train, WriteRow, Publish, Finish, Abort)
 
 
@@ -191,5 +193,5 @@ class Cycle:
         self.step, self.eval_metrics, self.wake = None, {}, True
 
 
-__all__ = ["Abort", "CYCLE_DECISIONS", "Cycle", "CycleError", "CycleState", "Evaluate", "Finish", "Publish",
-           "SaveCheckpoint", "TRANSITIONS", "Train", "WriteRow", "prefixed", "step_row"]
+__all__ = ["Abort", "CYCLE_DECISIONS", "Cycle", "CycleDecision", "CycleError", "CycleState", "Evaluate", "Finish",
+           "Publish", "SaveCheckpoint", "TRANSITIONS", "Train", "WriteRow", "prefixed", "step_row"]

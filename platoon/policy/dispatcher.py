@@ -82,6 +82,10 @@ class StartGroup:
     row: TaskRow = field(compare=False, repr=False)
 
 
+#: What the dispatcher's events answer (a part of ``platoon.policy.decisions.Decision``).
+DispatchDecision = StartGroup | GrantPermit
+
+
 class Dispatcher:
     """See the module docstring. ``rolling``: the training workflow runs its rollouts on the lease."""
 
@@ -121,7 +125,8 @@ class Dispatcher:
         self.skipped_rows: dict[str | None, int] = {}  # drawn rows skipped by a full backlog since the last step
 
     # ----------------------------------------------------------------------------------------------- events
-    def start(self, *, now: float, checkpoint: str | None = None, state_lost: str | None = None) -> list[Any]:
+    def start(self, *, now: float, checkpoint: str | None = None,
+              state_lost: str | None = None) -> list[DispatchDecision]:
         """The run begins (or resumes from ``checkpoint``): announce the permit mode, then draw and start what fits.
         ``state_lost`` names a problem that kept the checkpoint's dispatch state from being read."""
         self._tick(now)
@@ -133,14 +138,14 @@ class Dispatcher:
                              "checkpoint": checkpoint, "state_lost": state_lost, "loaded": checkpoint})
         return self._dispatch(now)
 
-    def on_block_entered(self, key: Key, index: int, *, now: float) -> list[Any]:
+    def on_block_entered(self, key: Key, index: int, *, now: float) -> list[GrantPermit]:
         """Member ``index`` of ``key`` entered its lease block: a ``GrantPermit`` now, or later from another call."""
         self._tick(now)
         lease = self._lease(key, "on_block_entered")
         grant = self.permits.enter_block(lease, index, now=now)
         return self._granted([grant], now) if grant is not None else []
 
-    def on_group_entered(self, key: Key, size: int, *, now: float) -> list[Any]:
+    def on_group_entered(self, key: Key, size: int, *, now: float) -> list[GrantPermit]:
         """Members ``0..size-1`` of ``key`` entered their lease blocks at once, in index order: the grants that
         ``on_block_entered`` would answer for each in turn, in one call."""
         self._tick(now)
@@ -148,13 +153,14 @@ class Dispatcher:
         grants = self.permits.enter_blocks(lease, size, now=now)
         return self._granted(grants, now) if grants else []
 
-    def on_block_cancelled(self, key: Key, index: int, *, now: float) -> list[Any]:
+    def on_block_cancelled(self, key: Key, index: int, *, now: float) -> list[DispatchDecision]:
         """A member's wait for its permit was cancelled: its index never ran."""
         self._tick(now)
         self.permits.cancel_block(self._lease(key, "on_block_cancelled"), index)
         return []
 
-    def on_block_exited(self, key: Key, index: int, *, now: float, teardowns_pending: bool = False) -> list[Any]:
+    def on_block_exited(self, key: Key, index: int, *, now: float,
+                        teardowns_pending: bool = False) -> list[DispatchDecision]:
         """Member ``index`` of ``key`` ended. With teardowns still running, its permit waits for
         ``on_teardowns_done`` or ``teardown_wait_s`` (a deadline), whichever comes first."""
         self._tick(now)
@@ -164,7 +170,7 @@ class Dispatcher:
             return []
         return self._exit_block(lease, index, now)
 
-    def on_teardowns_done(self, key: Key, index: int, *, now: float) -> list[Any]:
+    def on_teardowns_done(self, key: Key, index: int, *, now: float) -> list[DispatchDecision]:
         self._tick(now)
         waits = self.teardowns.get(key, {})
         if waits.pop(index, None) is None:
@@ -179,10 +185,10 @@ class Dispatcher:
             return None
         return min((t for waits in self.teardowns.values() for t in waits.values()), default=None)
 
-    def on_deadline(self, *, now: float) -> list[Any]:
+    def on_deadline(self, *, now: float) -> list[DispatchDecision]:
         """Return the permits whose teardowns outlasted their wait, with a warning each."""
         self._tick(now)
-        decisions: list[Any] = []
+        decisions: list[DispatchDecision] = []
         for key in list(self.teardowns):
             for index, due in list(self.teardowns[key].items()):
                 if due <= now:
@@ -196,7 +202,7 @@ class Dispatcher:
                 del self.teardowns[key]
         return decisions
 
-    def on_group_finished(self, key: Key, output: GroupOutput | None, *, now: float) -> list[Any]:
+    def on_group_finished(self, key: Key, output: GroupOutput | None, *, now: float) -> list[DispatchDecision]:
         """The group's workflow returned ``output`` (None: it raised). Settle, admit, release its lease."""
         self._tick(now)
         if key not in self.running:
@@ -205,7 +211,7 @@ class Dispatcher:
         self.teardowns.pop(key, None)
         record = self._record(draw, output)
         self.recorder.settle(record)
-        decisions: list[Any] = self._granted(self.permits.release(lease, now=now), now)
+        granted = self._granted(self.permits.release(lease, now=now), now)
         self.gauges.group_ended(lease, now=now)
         self.mixture.release_label(draw.label)
         item = SettledGroup(draw.key, draw.task_id, draw.entry, draw.position, output, record,
@@ -214,10 +220,10 @@ class Dispatcher:
             item = self._admit(item, draw)
         if item is not None:
             self.queue.append(item)
-        return decisions + self._dispatch(now)
+        return granted + self._dispatch(now)
 
     # ------------------------------------------------------------------------------------------------ steps
-    def poll(self, *, now: float) -> list[Any]:
+    def poll(self, *, now: float) -> list[DispatchDecision]:
         """Start whatever may start now. A runtime calls it after ``take_step``, whose dequeues can free horizon
         places under an admission rule (stale, failed and held groups give theirs back when a step takes them)."""
         self._tick(now)
@@ -288,7 +294,7 @@ class Dispatcher:
         verdict = item.output.verdict
         return verdict == "trained" or (self.config.uniform_groups_update and verdict == "uniform")
 
-    def publish(self, *, now: float) -> list[Any]:
+    def publish(self, *, now: float) -> list[DispatchDecision]:
         """New weights are live: the version moves on (unless the step trained no group: in-flight groups do not age
         without an update) and the next step begins (or the run is done)."""
         self._tick(now)
@@ -388,12 +394,12 @@ class Dispatcher:
         sizes = [row.group_size for row in self.pool.rows] or [1]
         return min(budget, max(1, budget // min(sizes)) * max(sizes))
 
-    def _exit_block(self, lease: DrawLease, index: int, now: float) -> list[Any]:
+    def _exit_block(self, lease: DrawLease, index: int, now: float) -> list[DispatchDecision]:
         grants = self.permits.exit_block(lease, index, now=now)
         self.gauges.rollout_ended(now=now)  # every exit is a rollout that ran (a waiting block is cancelled)
         return self._granted(grants, now) + self._dispatch(now)
 
-    def _granted(self, grants: list[GrantPermit], now: float) -> list[Any]:
+    def _granted(self, grants: list[GrantPermit], now: float) -> list[GrantPermit]:
         """Count each granted block as a rollout in flight (under either setting) and note the permits held."""
         self.gauges.granted(len(grants), self.permits.held, now=now)
         return grants
@@ -405,9 +411,9 @@ class Dispatcher:
         return info.success_threshold if info is not None else 1.0
 
     # -- the choose loop
-    def _dispatch(self, now: float) -> list[Any]:
+    def _dispatch(self, now: float) -> list[DispatchDecision]:
         """Start every group that may start now; set the blocked reason for the time until the next change."""
-        decisions: list[Any] = []
+        decisions: list[DispatchDecision] = []
         if self.phase is StepPhase.FINISHED:
             self.gauges.blocked.set("plan", now=now)
             return decisions
@@ -438,7 +444,7 @@ class Dispatcher:
                 continue
             self._draw_static(now, decisions)
 
-    def _start_waiting(self, now: float, decisions: list[Any]) -> bool:
+    def _start_waiting(self, now: float, decisions: list[DispatchDecision]) -> bool:
         """Start the waiting draw or token with the smallest ticket whose label/entry can start, and for which the
         horizon has room (the places held for its labels released for it); True if one did. The caller has found
         that the horizon has room with no places held."""
@@ -453,7 +459,7 @@ class Dispatcher:
             self._start_draw(waiting, now, decisions)
         return True
 
-    def _draw_static(self, now: float, decisions: list[Any]) -> None:
+    def _draw_static(self, now: float, decisions: list[DispatchDecision]) -> None:
         position = self.next_position
         self.next_position += 1
         answer = self.samplers.static_decision(position)
@@ -473,16 +479,16 @@ class Dispatcher:
             self._warn_once(f"skip:{draw.label}", f"label {draw.label}'s backlog is full: skipping drawn rows "
                                                   "(counted in train/batch/skipped_rows)")
 
-    def _start_draw(self, draw: BoundDraw, now: float, decisions: list[Any]) -> None:
+    def _start_draw(self, draw: BoundDraw, now: float, decisions: list[DispatchDecision]) -> None:
         self.mixture.take_label(draw.label)
         self._reserve(PendingStart(PendingKind.DRAW, self._new_lease(draw.group_size, draw), draw=draw), now,
                       decisions)
 
-    def _start_token(self, token: Token, now: float, decisions: list[Any]) -> None:
+    def _start_token(self, token: Token, now: float, decisions: list[DispatchDecision]) -> None:
         lease = self._new_lease(self.pool.entries[token.entry].group_size)
         self._reserve(PendingStart(PendingKind.TOKEN, lease, token=token), now, decisions)
 
-    def _reserve(self, pending: PendingStart, now: float, decisions: list[Any]) -> None:
+    def _reserve(self, pending: PendingStart, now: float, decisions: list[DispatchDecision]) -> None:
         self.horizon.reserved()
         self.pending = pending
         decisions += self._granted(self.permits.reserve(pending.lease, now=now), now)
@@ -611,5 +617,5 @@ class Dispatcher:
         self.step_items.append(item)
 
 
-__all__ = ["Dispatcher", "DispatchConfig", "TEARDOWN_WAIT_S", "StartGroup", "GrantPermit", "TrainStep", "StepPhase",
-           "dispatch_config"]
+__all__ = ["DispatchDecision", "Dispatcher", "DispatchConfig", "TEARDOWN_WAIT_S", "StartGroup", "GrantPermit",
+           "TrainStep", "StepPhase", "dispatch_config"]

@@ -1,8 +1,9 @@
 """The driver: one step cycle, one timer source and one outbox, for every runtime.
 
 What this module owns (docs/architecture.md, "The driver"): everything a runtime would otherwise decide itself. A
-runtime (``platoon.sim``, ``platoon.live``) owns a clock and its I/O; it tells the driver what happened, with
-``now=``, carries out the decisions it answers, asks ``poll(now=)`` whenever it has nothing left to carry out,
+runtime (``platoon.sim``, ``platoon.live``) owns a clock and its I/O; it reports what happened as an event
+(``platoon.policy.events``) to ``handle(event, now=)``, carries out the decisions it answers
+(``platoon.policy.decisions``: one closed union), asks ``poll(now=)`` whenever it has nothing left to carry out,
 re-arms one timer at ``next_deadline()``, and hands ``take_outbox()`` to its run session. The driver holds the
 policy layer of one start of a run:
 
@@ -27,17 +28,18 @@ Rules about members kept here rather than in a runtime: whether a block's permit
 warning once per group), the fate of a workflow that returns no ``GroupOutput`` or is cancelled, and the count of
 blocks running at once for the over-budget warning.
 
-(About 575 lines, past the ~450 of one idea a module: it is one idea, every event of a start routed to the part that
+(About 625 lines, past the ~450 of one idea a module: it is one idea, every event of a start routed to the part that
 keeps its rule and every answer given in order; the cycle's states are ``platoon.policy.cycle``'s and the member
 rules ``platoon.policy.members``', and splitting the routing further would scatter one call's answer over modules.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never, cast
 
+from platoon.policy import events as ev
 from platoon.policy.cycle import (
     Abort,
     Cycle,
@@ -52,6 +54,7 @@ from platoon.policy.cycle import (
     prefixed,
     step_row,
 )
+from platoon.policy.decisions import AwaitTeardowns, Decision, EndTeardownWait
 from platoon.policy.dispatch_records import StepPhase
 from platoon.policy.dispatch_state import STATE_FORMAT
 from platoon.policy.dispatcher import Dispatcher, StartGroup
@@ -100,24 +103,6 @@ class Outbox:
     events: list[dict] = field(default_factory=list)
     infos: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class AwaitTeardowns:
-    """Decision: member ``index`` of ``key`` ended with background teardowns running: its permit and its block wait
-    for them, until ``on_teardowns_done`` or an ``EndTeardownWait`` (the dispatcher's ``teardown_wait_s``)."""
-
-    key: Key
-    index: int
-
-
-@dataclass(frozen=True)
-class EndTeardownWait:
-    """Decision: member ``index``'s teardowns outlasted their wait: its permit came back (with a warning) and its
-    block is done; the teardowns run on."""
-
-    key: Key
-    index: int
 
 
 class Driver:
@@ -175,15 +160,62 @@ class Driver:
         the last step whenever evaluation is on; step 0 under ``eval.at_start``."""
         return self.schedule.eval_due(step, self.steps)
 
+    # ---------------------------------------------------------------------------------------------- the entry
+    def handle(self, event: ev.Event, *, now: float) -> tuple[Decision, ...]:
+        """What a runtime reports (``platoon.policy.events``), routed to the handler that keeps its rule: the
+        decisions to carry out, in order. A ``SlotRequested`` that finds a free slot is answered with its
+        ``SlotGranted`` at once. (The cases run from the most frequent event down: a match tries them in turn.)"""
+        match event:
+            case ev.MemberExited(key, index, teardowns):
+                out = self.on_member_exited(key, index, now=now, teardowns=teardowns)
+            case ev.MemberStarted(key, index, delay_s):
+                out = self.on_member_started(key, index, now=now, delay_s=delay_s)
+            case ev.SlotReleased(key, index, reason):
+                out = self.release_slot(key, index, reason, now=now)
+            case ev.SlotRequested(key, index, scope):
+                granted = self.request_slot(key, index, now=now, scope=scope)
+                return (SlotGranted((*key, index), 0.0),) if granted else ()
+            case ev.GroupEntered(key, size):
+                out = self.on_group_entered(key, size, now=now)
+            case ev.GroupFinished(key, result, error, cancelled):
+                out = self.on_group_finished(key, result, now=now, error=error, cancelled=cancelled)
+            case ev.TimerFired():
+                out = self.on_deadline(now=now)
+            case ev.BlockEntered(key, index):
+                out = self.on_block_entered(key, index, now=now)
+            case ev.BlockExited(key, index, teardowns):
+                out = self.on_block_exited(key, index, now=now, teardowns=teardowns)
+            case ev.MemberEnded(key, index, raised):
+                out = self.on_member_ended(key, index, now=now, raised=raised)
+            case ev.TeardownsEnded(key, index):
+                out = self.on_teardowns_done(key, index, now=now)
+            case ev.MemberCancelled(key, index):
+                out = self.on_member_cancelled(key, index, now=now)
+            case ev.BlockCancelled(key, index):
+                out = self.on_block_cancelled(key, index, now=now)
+            case ev.SlotWaitCancelled(key, index):
+                out = self.on_slot_cancelled(key, index, now=now)
+            case ev.Evaluated(metrics):
+                out = self.on_evaluated(now=now, metrics=metrics)
+            case ev.StepTrained(trainer, runtime):
+                out = self.on_trained(now=now, trainer=trainer, runtime=runtime)
+            case ev.Published():
+                out = self.on_published(now=now)
+            case ev.RunStarted(checkpoint, state_lost):
+                out = self.start(now=now, checkpoint=checkpoint, state_lost=state_lost)
+            case _:
+                assert_never(event)
+        return tuple(out) if out else ()
+
     # ------------------------------------------------------------------------------------------------ cycle
-    def start(self, *, now: float, checkpoint: str | None = None, state_lost: str | None = None) -> list[Any]:
+    def start(self, *, now: float, checkpoint: str | None = None, state_lost: str | None = None) -> list[Decision]:
         """This start of the run begins (``checkpoint``: the one a resume loaded; ``state_lost``: what of it did not
         read): the cycle's first decisions (the launch save)."""
         self.cycle.expect(C.LAUNCHING, event="start")
         self._start_args = (checkpoint, state_lost)
         return self.poll(now=now)
 
-    def poll(self, *, now: float) -> list[Any]:
+    def poll(self, *, now: float) -> list[Decision]:
         """The cycle's decisions due now (``platoon.policy.cycle``), in order; [] while the runtime's work is what
         the cycle waits for. Cheap when nothing is due: a runtime asks after every event it carried out."""
         state = self.cycle.state
@@ -194,7 +226,7 @@ class Driver:
         handler = _POLLS.get(state)
         return handler(self, now) if handler is not None else []
 
-    def on_evaluated(self, *, now: float, metrics: Mapping[str, Any] | None = None) -> list[Any]:
+    def on_evaluated(self, *, now: float, metrics: Mapping[str, Any] | None = None) -> list[Decision]:
         """The evaluation ``Evaluate`` asked for is done (``metrics``: held-out pass@1 and the like; ``eval/`` is
         added to a name without it, and the start limit's evaluation metrics join them)."""
         measured = prefixed("eval/", metrics)
@@ -205,7 +237,7 @@ class Driver:
         return []
 
     def on_trained(self, *, now: float, trainer: Mapping[str, Any] | None = None,
-                   runtime: Mapping[str, Any] | None = None) -> list[Any]:
+                   runtime: Mapping[str, Any] | None = None) -> list[Decision]:
         """The update of the step ``Train`` asked for is done: commit it. ``trainer``: the trainer's metrics (named
         ``trainer/...`` in the row); ``runtime``: the runtime's own, named as they are (``sim/...``, the workflow's)."""
         self.cycle.go("on_trained")
@@ -233,7 +265,7 @@ class Driver:
         self._row = step_row(step.step, now, row)
         return []
 
-    def on_published(self, *, now: float) -> list[Any]:
+    def on_published(self, *, now: float) -> list[Decision]:
         """The weights ``Publish`` named are live: the next step begins (or the run's end does)."""
         self.cycle.go("on_published")
         self.cycle.step = None
@@ -245,7 +277,7 @@ class Driver:
         return decisions
 
     # ----------------------------------------------------------------------------------------------- events
-    def on_block_entered(self, key: Key, index: int, *, now: float) -> list[Any]:
+    def on_block_entered(self, key: Key, index: int, *, now: float) -> list[Decision]:
         """Member ``index`` entered its lease block: its ``GrantPermit`` now or later. A block of a group whose
         draw was released already runs at once on no permit, with a warning once per group."""
         if key not in self.dispatcher.running:
@@ -256,17 +288,17 @@ class Driver:
             return self._seen([self._late_grant(key, index, task)], now)
         return self._seen(self.dispatcher.on_block_entered(key, index, now=now), now)
 
-    def on_group_entered(self, key: Key, size: int, *, now: float) -> list[Any]:
+    def on_group_entered(self, key: Key, size: int, *, now: float) -> list[Decision]:
         """Members ``0..size-1`` of a started group entered their lease blocks at once, in index order: what
         ``on_block_entered`` answers for each in turn, in one call (a runtime whose members all enter together)."""
         return self._seen(self.dispatcher.on_group_entered(key, size, now=now), now)
 
-    def on_block_cancelled(self, key: Key, index: int, *, now: float) -> list[Any]:
+    def on_block_cancelled(self, key: Key, index: int, *, now: float) -> list[Decision]:
         """A member's wait for its permit was cancelled: it never ran."""
         self.members.on_cancelled(key, index)
         return self._seen(self.dispatcher.on_block_cancelled(key, index, now=now), now)
 
-    def on_block_exited(self, key: Key, index: int, *, now: float, teardowns: bool = False) -> list[Any]:
+    def on_block_exited(self, key: Key, index: int, *, now: float, teardowns: bool = False) -> list[Decision]:
         """Member ``index``'s block exited (``teardowns``: with background teardowns still running). Its permit
         comes back, or, under ``permit_release: rollout`` while it holds one, waits for them (``AwaitTeardowns``)."""
         self._blocks -= 1
@@ -275,12 +307,12 @@ class Driver:
         waits = teardowns and self._holds_permit(key, index)
         if not waits:
             self.members.on_exited(key, index)
-        decisions = self.dispatcher.on_block_exited(key, index, now=now, teardowns_pending=waits)
+        decisions: Sequence[Decision] = self.dispatcher.on_block_exited(key, index, now=now, teardowns_pending=waits)
         if waits:
             decisions = [*decisions, AwaitTeardowns(key, index)]
         return self._seen(decisions, now)
 
-    def on_teardowns_done(self, key: Key, index: int, *, now: float) -> list[Any]:
+    def on_teardowns_done(self, key: Key, index: int, *, now: float) -> list[Decision]:
         self.members.on_exited(key, index)
         return self._seen(self.dispatcher.on_teardowns_done(key, index, now=now), now)
 
@@ -291,24 +323,24 @@ class Driver:
             return True
         return self.start_limit.request((*key, index), now=now, scope=scope)
 
-    def on_slot_cancelled(self, key: Key, index: int, *, now: float) -> list[Any]:
+    def on_slot_cancelled(self, key: Key, index: int, *, now: float) -> list[Decision]:
         """A member's wait for its start slot was cancelled."""
         if self.start_limit is None:
             return []
         return self._seen(self.start_limit.cancel((*key, index), now=now), now)
 
-    def release_slot(self, key: Key, index: int, reason: str, *, now: float) -> list[Any]:
+    def release_slot(self, key: Key, index: int, reason: str, *, now: float) -> list[Decision]:
         """Member ``index`` gives its slot back: ``first_call``, ``end`` or ``cancelled`` (later calls: no-ops)."""
         if self.start_limit is None:
             return []
         return self._seen(self.start_limit.release((*key, index), reason, now=now), now)
 
-    def on_member_started(self, key: Key, index: int, *, now: float, delay_s: float) -> list[Any]:
+    def on_member_started(self, key: Key, index: int, *, now: float, delay_s: float) -> list[Decision]:
         """Member ``index`` began its rollout after waiting ``delay_s`` for its permit and slot."""
         self.members.on_started(key, index, now=now, delay_s=delay_s)
         return []
 
-    def on_member_ended(self, key: Key, index: int, *, now: float, raised: bool = False) -> list[Any]:
+    def on_member_ended(self, key: Key, index: int, *, now: float, raised: bool = False) -> list[Decision]:
         """Member ``index``'s rollout ran to its end (``raised``: with an exception): the cancellations that
         follow (a failing group's others, in the order they must be cancelled)."""
         cancels = self.members.on_ended(key, index, now=now, raised=raised)
@@ -316,7 +348,7 @@ class Driver:
             self.window.rollout_ended()
         return self._seen(cancels, now)
 
-    def on_member_exited(self, key: Key, index: int, *, now: float, teardowns: bool = False) -> list[Any]:
+    def on_member_exited(self, key: Key, index: int, *, now: float, teardowns: bool = False) -> list[Decision]:
         """Member ``index``'s rollout ran to its normal end and its block exits (``teardowns``: with background
         teardowns running): what ``on_member_ended`` then ``on_block_exited`` answer, in one call."""
         if teardowns and self._holds_permit(key, index):
@@ -327,7 +359,7 @@ class Driver:
             self.window.rollout_ended()
         return self._seen(self.dispatcher.on_block_exited(key, index, now=now), now)
 
-    def on_member_cancelled(self, key: Key, index: int, *, now: float) -> list[Any]:
+    def on_member_cancelled(self, key: Key, index: int, *, now: float) -> list[Decision]:
         """A ``CancelRollout`` stopped member ``index`` wherever it stood: the events that stand for that in its
         phase (a wait for its permit cancelled; its wait for teardowns ended; its wait for a start slot cancelled,
         or its slot given back, and its block exited)."""
@@ -336,7 +368,7 @@ class Driver:
         if index in self.dispatcher.teardowns.get(key, ()):
             return self.on_teardowns_done(key, index, now=now)
         limit = self.start_limit
-        decisions: list[Any] = []
+        decisions: list[Decision] = []
         if limit is not None and limit.state((*key, index)) is SlotState.WAITING:
             decisions += self.on_slot_cancelled(key, index, now=now)
         else:
@@ -344,7 +376,7 @@ class Driver:
         return decisions + self.on_block_exited(key, index, now=now)
 
     def on_group_finished(self, key: Key, result: object, *, now: float, error: BaseException | None = None,
-                          cancelled: bool = False, warn: bool = True) -> list[Any]:
+                          cancelled: bool = False, warn: bool = True) -> list[Decision]:
         """The group's workflow returned ``result`` (None: it failed). It counts as failed when it raised
         ``error``, was ``cancelled`` or returned anything but a ``GroupOutput``, with a warning that says which
         (``warn=False``: a failure the runtime made up on purpose, the simulator's ``error_rate``, is not said; it
@@ -389,13 +421,14 @@ class Driver:
                 due = t
         return due
 
-    def on_deadline(self, *, now: float) -> list[Any]:
+    def on_deadline(self, *, now: float) -> list[Decision]:
         """Fire every deadline that has come: teardown waits, start slots' timers, straggler cuts."""
-        decisions: list[Any] = []
+        decisions: list[Decision] = []
         d = self.dispatcher
         if (due := d.next_deadline()) is not None and due <= now:
             over = [EndTeardownWait(k, i) for k, waits in d.teardowns.items() for i, t in waits.items() if t <= now]
-            decisions += d.on_deadline(now=now) + over
+            decisions += d.on_deadline(now=now)
+            decisions += over
         if self.start_limit is not None and (due := self.start_limit.next_deadline()) is not None and due <= now:
             decisions += self.start_limit.on_deadline(now=now)
         decisions += self.members.on_deadline(now=now)
@@ -433,7 +466,7 @@ class Driver:
         self._failures.load_state_dict(state.get("failures"))
 
     # ------------------------------------------------------------------------------------------- the polls
-    def _launch(self, now: float) -> list[Any]:
+    def _launch(self, now: float) -> list[Decision]:
         """The launch save, before this start draws (none when every step is done: only the end is left)."""
         if self.dispatcher.step >= self.steps:
             self.cycle.state = C.FINAL
@@ -442,7 +475,7 @@ class Driver:
         done = self.dispatcher.step
         return [self._checkpoint(done, permanent=done == 0)]
 
-    def _begin(self, now: float) -> list[Any]:
+    def _begin(self, now: float) -> list[Decision]:
         """The dispatcher starts: the config's warnings, the start limit's announcement, the first draws."""
         self._warnings += self.config_warnings
         if self.start_limit is not None:
@@ -457,7 +490,7 @@ class Driver:
         decisions = self._seen(self.dispatcher.start(now=now, checkpoint=checkpoint, state_lost=state_lost), now)
         return decisions or self._take_step(now)  # nothing started: a stall is said at once
 
-    def _take_step(self, now: float) -> list[Any]:
+    def _take_step(self, now: float) -> list[Decision]:
         """A group settled or a step published: the step once its batch is complete, and the starts its dequeues
         allow (the step's own decision comes on the next poll); a stall when nothing can ever complete it."""
         self.cycle.wake = False
@@ -473,7 +506,7 @@ class Driver:
             return [Abort(self._stall_reason())]
         return decisions
 
-    def _step_ready(self, now: float) -> list[Any]:
+    def _step_ready(self, now: float) -> list[Decision]:
         step = self.cycle.step
         assert step is not None
         if self.eval_due(step.step):
@@ -482,15 +515,15 @@ class Driver:
         self.cycle.state = C.TRAINING
         return [Train(step)]
 
-    def _evaluated(self, now: float) -> list[Any]:
+    def _evaluated(self, now: float) -> list[Decision]:
         assert self.cycle.step is not None
         self.cycle.state = C.TRAINING
         return [Train(self.cycle.step)]
 
-    def _committed(self, now: float) -> list[Any]:
+    def _committed(self, now: float) -> list[Decision]:
         """The committed step's row, its checkpoint when due (captured with its publish due), its publish."""
         assert self._row is not None and self.cycle.step is not None
-        decisions: list[Any] = [WriteRow(self._row)]
+        decisions: list[Decision] = [WriteRow(self._row)]
         self._row = None
         done = self.cycle.step.step + 1
         due, permanent = self.schedule.checkpoint_due(done, self.steps)
@@ -499,18 +532,18 @@ class Driver:
             decisions.append(self._checkpoint(done, permanent=permanent))
         return decisions + self._publish(now)
 
-    def _publish(self, now: float) -> list[Any]:
+    def _publish(self, now: float) -> list[Decision]:
         self.cycle.state = C.PUBLISHING
         return [Publish(self.dispatcher.next_version)]
 
-    def _final(self, now: float) -> list[Any]:
+    def _final(self, now: float) -> list[Decision]:
         if self.eval_due(self.steps):
             self.cycle.state = C.FINAL_EVALUATING
             return [Evaluate(self.steps, final=True)]
         self.cycle.state = C.FINAL_EVALUATED
         return self._end(now)
 
-    def _end(self, now: float) -> list[Any]:
+    def _end(self, now: float) -> list[Decision]:
         row = self.cycle.eval_metrics
         self.cycle.eval_metrics, self.cycle.state = {}, C.FINISHED
         end = Finish(self.steps, self.dispatcher.start_number)
@@ -568,10 +601,11 @@ class Driver:
                                   "released: it runs on no permit, so more rollouts can run than the budget")
         return GrantPermit(key, index, 0.0, False)
 
-    def _seen(self, decisions: list[Any], now: float) -> list[Any]:
-        """Note what the decisions change for the members (groups opened, permits granted, blocks running)."""
+    def _seen(self, decisions: Sequence[Decision], now: float) -> list[Decision]:
+        """Note what the decisions change for the members (groups opened, permits granted, blocks running).
+        ``decisions``: a fresh list of one part's decisions (of a narrower type), answered as it is."""
         if not decisions:  # most calls: nothing to note
-            return decisions
+            return cast(list[Decision], decisions)
         for dec in decisions:
             if isinstance(dec, GrantPermit):
                 self._blocks += 1
@@ -582,7 +616,7 @@ class Driver:
             elif isinstance(dec, StartGroup):
                 self.members.open(dec.key, dec.group_size, entry=dec.entry,
                                   label=dec.row.label)
-        return decisions
+        return cast(list[Decision], decisions)
 
 
 _POLLS = {C.LAUNCHING: Driver._launch, C.STARTING: Driver._begin, C.STEP_READY: Driver._step_ready,
@@ -590,5 +624,5 @@ _POLLS = {C.LAUNCHING: Driver._launch, C.STARTING: Driver._begin, C.STEP_READY: 
           C.FINAL: Driver._final, C.FINAL_EVALUATED: Driver._end}
 
 
-__all__ = ["Abort", "AwaitTeardowns", "CancelRollout", "CycleError", "Driver", "EndTeardownWait", "Evaluate", "Finish", "Outbox",
-           "Publish", "SaveCheckpoint", "Schedule", "SlotGranted", "Train", "WriteRow"]
+__all__ = ["Abort", "AwaitTeardowns", "CancelRollout", "CycleError", "Decision", "Driver", "EndTeardownWait", "Evaluate",
+           "Finish", "Outbox", "Publish", "SaveCheckpoint", "Schedule", "SlotGranted", "Train", "WriteRow"]

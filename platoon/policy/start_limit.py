@@ -32,6 +32,7 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 
 from platoon.policy.start_scope import PREFIX, RELEASE_REASONS, ScopeWindow
 
@@ -52,9 +53,11 @@ class StartLimitError(RuntimeError):
 
 @dataclass(frozen=True)
 class SlotGranted:
-    """Decision: the waiting ``key`` now holds a start slot; it waited ``waited_s`` seconds for it."""
+    """Decision: the waiting ``key`` now holds a start slot; it waited ``waited_s`` seconds for it. ``key`` is the
+    key as asked: from the driver, a member's ``(step, seq, index)`` (``("eval", number, index)`` for an evaluation's
+    rollout); any hashable from a ``StartLimit`` used alone."""
 
-    key: Hashable
+    key: Any
     waited_s: float
 
 
