@@ -591,9 +591,10 @@ def test_the_rule_check_allows_reading_a_verdict_and_arming_the_drivers_deadline
 # - reading the driver's internals: any attribute ``.dispatcher`` (the driver's public face is what a runtime uses);
 # - deciding the cycle: a call or read of what decides it (``take_step``, ``commit_step``, ``finish_step``,
 #   ``eval_due``, ``checkpoint_due``, ``step_metrics``, ``next_version``);
-# - ordering it: one function that feeds two or more of the cycle's events (``on_evaluated``, ``on_trained``,
-#   ``on_published``), as a runtime that trains and then publishes on its own would.
-CYCLE_EVENTS = {"on_evaluated", "on_trained", "on_published"}
+# - ordering it: one function that feeds two or more of the cycle's events (``Evaluated``, ``StepTrained``,
+#   ``Published``, or the handlers they reach: ``on_evaluated``, ``on_trained``, ``on_published``), as a runtime
+#   that trains and then publishes on its own would.
+CYCLE_EVENTS = {"on_evaluated", "on_trained", "on_published", "Evaluated", "StepTrained", "Published"}
 CYCLE_DECIDERS = {"take_step", "commit_step", "finish_step", "eval_due", "checkpoint_due", "step_metrics",
                   "next_version"}
 
@@ -607,7 +608,9 @@ def runtime_cycle_decisions(source: str) -> list[str]:
         elif isinstance(node, ast.Attribute) and node.attr in CYCLE_DECIDERS:
             found.append(f"line {node.lineno}: decides the cycle with {node.attr}")
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            events = sorted({n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and n.attr in CYCLE_EVENTS})
+            names = (n.attr if isinstance(n, ast.Attribute) else n.id if isinstance(n, ast.Name) else None
+                     for n in ast.walk(node))
+            events = sorted({name for name in names if name in CYCLE_EVENTS})
             if len(events) > 1:
                 found.append(f"line {node.lineno}: {node.name} orders the cycle's events {', '.join(events)} itself")
     return found
@@ -625,6 +628,8 @@ def test_runtimes_order_no_cycle_and_read_no_dispatcher(relpath):
     ("if self.driver.eval_due(step.step):\n    evaluate()", "decides the cycle with eval_due"),
     ("def _trained(self):\n    self.driver.on_trained(now=t)\n    self.driver.on_published(now=t)",
      "_trained orders the cycle's events on_published, on_trained itself"),
+    ("def _trained(self):\n    self._feed(StepTrained(metrics))\n    self._feed(Published())",
+     "_trained orders the cycle's events Published, StepTrained itself"),
 ])
 def test_the_cycle_check_catches_a_runtime_that_orders_the_cycle(source, what):
     assert any(what in f for f in runtime_cycle_decisions(source))
@@ -633,6 +638,7 @@ def test_the_cycle_check_catches_a_runtime_that_orders_the_cycle(source, what):
 def test_the_cycle_check_allows_feeding_one_event_where_its_work_ends():
     assert runtime_cycle_decisions("def _trained(self):\n    self.carry(self.driver.on_trained(now=t))\n"
                                    "def _published(self):\n    self.carry(self.driver.on_published(now=t))\n"
+                                   "def _evaluated(self):\n    self._feed(Evaluated(metrics))\n"
                                    "version = dec.version\n") == []
 
 

@@ -1,13 +1,14 @@
 """The asyncio runtime of the live backend: an executor of the policy layer's driver on the event loop's clock.
 
-What this module owns: the adapter between the driver and the live I/O, nothing that decides. It tells the driver
-what happened, with ``now`` on the run's clock (``clock_start_s + loop.time() - t0``, so that a resumed start's
-``time`` goes on from its checkpoint's; docs/run-directory.md), carries out its decisions, asks ``driver.poll``
-whenever nothing of the cycle waits to be carried out, keeps one ``loop.call_at`` timer at ``next_deadline()``, and
-hands the cycle's writes and the outbox to its run session (``platoon.runs.session``). Who carries out what:
+What this module owns: the adapter between the driver and the live I/O, nothing that decides. It reports what
+happened as events (``driver.handle(event, now=)``, on the run's clock: ``clock_start_s + loop.time() - t0``, so that
+a resumed start's ``time`` goes on from its checkpoint's; docs/run-directory.md), carries out the decisions in one
+``match`` (``assert_never`` ends it: mypy proves it exhaustive), asks ``driver.poll`` whenever nothing of the cycle
+waits to be carried out, keeps one ``loop.call_at`` timer at ``next_deadline()``, and hands the cycle's writes and
+the outbox to its run session (``platoon.runs.session``). Who carries out what:
 
 - ``StartGroup`` -> a task running the workflow's ``arun_episode(row)`` with the group's lease in its context
-  (``platoon.live.rollouts.lease``); its end -> ``on_group_finished`` with what it returned, raised, or that it was
+  (``platoon.live.rollouts.lease``); its end -> ``GroupFinished`` with what it returned, raised, or that it was
   cancelled;
 - the other rollout decisions -> the lease host (``platoon.live.rollouts.lease_host``), where every lease's blocks wait;
 - the cycle's decisions -> the trainer task, one at a time, in order: ``SaveCheckpoint`` (sealed at once; the
@@ -24,8 +25,8 @@ import contextvars
 import inspect
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, assert_never
 
 from platoon.live.launch.errors import TrainError
 from platoon.live.rollouts.lease import RolloutLease, set_lease
@@ -35,20 +36,28 @@ from platoon.live.rollouts.workflow import GroupRow
 from platoon.live.training.checkpoint import TRAINER_FILE, LiveRunDir
 from platoon.live.training.datums import datum_tokens, step_datums
 from platoon.policy import (
-    CYCLE_DECISIONS,
     Abort,
     AwaitTeardowns,
     CancelRollout,
+    CycleDecision,
+    Decision,
     Driver,
     EndTeardownWait,
     Evaluate,
+    Evaluated,
+    Event,
     Finish,
     GrantPermit,
+    GroupFinished,
     Key,
     Publish,
+    Published,
+    RunStarted,
     SaveCheckpoint,
     SlotGranted,
     StartGroup,
+    StepTrained,
+    TimerFired,
     Train,
     TrainStep,
     WriteRow,
@@ -76,7 +85,7 @@ class LiveRuntime:
     ``activity(description)``: a context showing long work; ``trackers``: where rows also go (``platoon.runs``)."""
 
     def __init__(self, driver: Driver, workflow: Any, trainer: Any, service: Any, *,
-                 run_dir: LiveRunDir | None = None, evaluate: Callable[[], Mapping[str, float]] | None = None,
+                 run_dir: LiveRunDir | None = None, evaluate: Callable[..., Any] | None = None,
                  trainer_state: Callable[[], bytes] | None = None, log: Logger | None = None,
                  on_step: Callable[[dict], None] | None = None, checkpoint_name: str | None = None,
                  clock_start_s: float = 0.0, state_lost: str | None = None,
@@ -97,7 +106,7 @@ class LiveRuntime:
         self.groups: dict[Key, asyncio.Task] = {}
         self.host = LeaseHost(driver, feed=self._feed, rearm=self._rearm, now=self.now,
                               stopping=lambda: self._stopping, groups=lambda: self.groups)
-        self._cycle: deque[Any] = deque()  # the cycle's decisions, for the trainer task in order
+        self._cycle: deque[CycleDecision] = deque()  # the cycle's decisions, for the trainer task in order
         self._executing, self._evaluations = False, 0
         self._armed: tuple[float, asyncio.TimerHandle] | None = None
         self._wake: asyncio.Event | None = None
@@ -137,7 +146,7 @@ class LiveRuntime:
                 await start(self.run_dir.path / "inference" if self.run_dir is not None else None, log=self.log,
                             activity=self.activity)
             self._t0 = self.loop.time()  # the run's clock starts once its servers are up: start-up is no step's
-            self._feed(self.driver.start, checkpoint=self.resumed_from, state_lost=self.state_lost)
+            self._feed(RunStarted(self.resumed_from, self.state_lost))
             await self._trainer_task()
         finally:
             await self._shutdown()
@@ -190,10 +199,10 @@ class LiveRuntime:
         self.track.observe(self.service, on=False)
 
     # ----------------------------------------------------------------------------------------------- driver
-    def _feed(self, handler: Callable[..., list], *args: Any, **kwargs: Any) -> None:
-        """Call a driver handler at ``now`` and carry out what it answers, then what the cycle has due while nothing
-        of it waits for the trainer task; drain the outbox, re-arm the deadline."""
-        self._carry(handler(*args, now=self.now(), **kwargs))
+    def _feed(self, event: Event) -> None:
+        """Report ``event`` to the driver at ``now`` and carry out what it answers, then what the cycle has due while
+        nothing of it waits for the trainer task; drain the outbox, re-arm the deadline."""
+        self._carry(self.driver.handle(event, now=self.now()))
         self._pump()
 
     def _pump(self) -> None:
@@ -203,27 +212,28 @@ class LiveRuntime:
         self.session.drain(self.driver.take_outbox())
         self._rearm()
 
-    def _carry(self, decisions: list) -> None:
+    def _carry(self, decisions: Sequence[Decision]) -> None:
+        """Carry out each decision: the rollouts' at once (the lease host), the cycle's on the trainer task."""
         for dec in decisions:
-            if isinstance(dec, GrantPermit):
-                self.host.granted(dec.key, dec.index, dec, "GrantPermit")
-            elif isinstance(dec, StartGroup):
-                self._start_group(dec)
-            elif isinstance(dec, SlotGranted):
-                s, q, i = dec.key
-                self.host.granted((s, q), i, dec, "SlotGranted")
-            elif isinstance(dec, CancelRollout):
-                self.host.cancel_member(dec.key, dec.index, dec.reason)
-            elif isinstance(dec, AwaitTeardowns):
-                self.host.await_teardowns(dec.key, dec.index)
-            elif isinstance(dec, EndTeardownWait):
-                self.host.teardown_wait_over(dec.key, dec.index)
-            elif isinstance(dec, CYCLE_DECISIONS):
-                self._cycle.append(dec)
-                if self._wake is not None:
-                    self._wake.set()
-            else:
-                raise TypeError(f"the live runtime cannot carry out {dec!r}")
+            match dec:
+                case GrantPermit(key=key, index=index):
+                    self.host.granted(key, index, dec, "GrantPermit")
+                case StartGroup():
+                    self._start_group(dec)
+                case SlotGranted(key=key):  # (step, seq, index), or ("eval", number, index)
+                    self.host.granted(key[:2], key[2], dec, "SlotGranted")
+                case CancelRollout(key=key, index=index, reason=reason):
+                    self.host.cancel_member(key, index, reason)
+                case AwaitTeardowns(key=key, index=index):
+                    self.host.await_teardowns(key, index)
+                case EndTeardownWait(key=key, index=index):
+                    self.host.teardown_wait_over(key, index)
+                case SaveCheckpoint() | Evaluate() | Train() | WriteRow() | Publish() | Finish() | Abort():
+                    self._cycle.append(dec)
+                    if self._wake is not None:
+                        self._wake.set()
+                case _:
+                    assert_never(dec)
 
     def _rearm(self) -> None:
         if self._stopping or self.loop is None:
@@ -239,12 +249,12 @@ class LiveRuntime:
     def _on_deadline(self, due: float) -> None:
         self._armed = None
         self._now = max(self.now(), due)  # a timer may fire a clock tick early
-        self._guarded(self.driver.on_deadline)
+        self._guarded(TimerFired())
 
-    def _guarded(self, handler: Callable[..., list], *args: Any, **kwargs: Any) -> None:
+    def _guarded(self, event: Event) -> None:
         """``_feed`` from a callback: a failure is a bug of the runtime or the policy, and ends the run with it."""
         try:
-            self._feed(handler, *args, **kwargs)
+            self._feed(event)
         except Exception as exc:  # noqa: BLE001
             if self._fatal is None:
                 self._fatal = exc
@@ -278,27 +288,30 @@ class LiveRuntime:
         self.groups.pop(key, None)
         self.host.forget(key)
         if not self._stopping:
-            self._guarded(self.driver.on_group_finished, key, result, error=error, cancelled=cancelled)
+            self._guarded(GroupFinished(key, result, error, cancelled))
 
     # ------------------------------------------------------------------------------------------------ cycle
-    async def _carry_cycle(self, dec: Any) -> bool:
+    async def _carry_cycle(self, dec: CycleDecision) -> bool:
         """Carry out one of the cycle's decisions; True at ``Finish``."""
-        if isinstance(dec, Train):
-            await self._train(dec.step)
-        elif isinstance(dec, Evaluate):
-            metrics = await self._evaluate(dec.step) if self.evaluate is not None else None
-            self._feed(self.driver.on_evaluated, metrics=metrics)
-        elif isinstance(dec, WriteRow):
-            self.session.write_row(dec, self.driver.take_outbox())
-        elif isinstance(dec, SaveCheckpoint):
-            await self._checkpoint(dec)
-        elif isinstance(dec, Publish):
-            await self._publish(dec.version)
-        elif isinstance(dec, Finish):
-            self.session.finish(dec, self.driver.take_outbox())
-            return True
-        elif isinstance(dec, Abort):
-            raise RuntimeStalled(dec.reason)
+        match dec:
+            case Train(step=step):
+                await self._train(step)
+            case Evaluate(step=step):
+                metrics = await self._evaluate(step) if self.evaluate is not None else None
+                self._feed(Evaluated(metrics))
+            case WriteRow():
+                self.session.write_row(dec, self.driver.take_outbox())
+            case SaveCheckpoint():
+                await self._checkpoint(dec)
+            case Publish(version=version):
+                await self._publish(version)
+            case Finish():
+                self.session.finish(dec, self.driver.take_outbox())
+                return True
+            case Abort(reason=reason):
+                raise RuntimeStalled(reason)
+            case _:
+                assert_never(dec)
         return False
 
     async def _train(self, step: TrainStep) -> None:
@@ -311,7 +324,7 @@ class LiveRuntime:
         self.trained.append(step)
         runtime = {k: v for source in (self.workflow, self.service)  # the workflow's and an inference engine's own
                    if (own := getattr(source, "step_metrics", None)) is not None for k, v in own().items()}
-        self._feed(self.driver.on_trained, trainer=metrics, runtime=runtime or None)
+        self._feed(StepTrained(metrics, runtime or None))
 
     async def _evaluate(self, step: int) -> dict[str, Any]:
         """The ``eval/...`` metrics of the policy step ``step`` trains from."""
@@ -334,7 +347,7 @@ class LiveRuntime:
         if inspect.isawaitable(result):
             await result
         self.track.published(began, version, getattr(self.service, "last_pause_s", None))
-        self._feed(self.driver.on_published)
+        self._feed(Published())
 
     async def _checkpoint(self, dec: SaveCheckpoint) -> None:
         """Seal the checkpoint now, on the loop (its log lengths match the state the driver captured), then write it

@@ -11,9 +11,9 @@ hands them over); every rule about them is the driver's:
   rollout's server (``platoon.sim.servers``), then its environment step; its time limit (``timeout_s``) is a timer
   of its own there;
 - ``SlotGranted`` -> the member starts up; ``CancelRollout`` -> the member stops where it stands (leaving the
-  service's queue), and the driver hears of it (``on_member_cancelled``: what that means in its phase is the
+  service's queue), and the driver hears of it (``MemberCancelled``: what that means in its phase is the
   driver's); ``AwaitTeardowns`` -> its teardown runs, its permit held, until it ends or ``EndTeardownWait``;
-- all members done -> the group's output (``platoon.policy.outputs.group_output``) to ``on_group_finished``; a
+- all members done -> the group's output (``platoon.policy.outputs.group_output``) in a ``GroupFinished``; a
   group one of whose rollouts raised (``error_rate``) is reported failed with a ``RolloutRaised`` as its error, as
   the live runtime reports a workflow that raised, so that groups failing in a row stop the run as live
   (``platoon.policy.failures``), without a warning per group (a chosen rate of failures is no news);
@@ -23,10 +23,28 @@ hands them over); every rule about them is the driver's:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from platoon.config.models import RunConfig
-from platoon.policy import CancelRollout, Driver, GrantPermit, MemberResult, StartGroup, group_output
+from platoon.policy import (
+    BlockExited,
+    CancelRollout,
+    Decision,
+    Driver,
+    GrantPermit,
+    GroupEntered,
+    GroupFinished,
+    MemberCancelled,
+    MemberEnded,
+    MemberExited,
+    MemberResult,
+    MemberStarted,
+    SlotReleased,
+    SlotRequested,
+    StartGroup,
+    TeardownsEnded,
+    group_output,
+)
 from platoon.runs.trace import SERVICE, TraceWriter, rollout_status
 from platoon.sim.clock import TimerClock
 from platoon.sim.records import Phase, SimGroup, SimMember, Timer
@@ -36,7 +54,7 @@ from platoon.sim.setup import SimTasks
 from platoon.sim.startups import StartupServer
 from platoon.sim.workload import MemberOutcome
 
-Carry = Callable[[list], None]
+Carry = Callable[[Sequence[Decision]], None]
 
 
 class RolloutRaised(RuntimeError):
@@ -84,7 +102,7 @@ class RolloutWork:
             clock.on(kind, handler)
 
     # -------------------------------------------------------------------------------------------- decisions
-    def start_group(self, dec: StartGroup) -> list:
+    def start_group(self, dec: StartGroup) -> Sequence[Decision]:
         """Open the group; its members enter their blocks at once: what the driver answers to that."""
         entry = self.tasks.row_entry[dec.row_index]
         g = SimGroup(dec.key, dec.row_index, dec.task_id, entry, dec.group_size, self.clock.now,
@@ -93,9 +111,12 @@ class RolloutWork:
         if self.trace is not None and self.trace.wants(dec.position):
             for m in g.members:
                 m.lane = self.trace.open_lane()
-        return self.driver.on_group_entered(dec.key, dec.group_size, now=self.clock.now)
+        return self.driver.handle(GroupEntered(dec.key, dec.group_size), now=self.clock.now)
 
-    def granted(self, dec: GrantPermit) -> None:
+    def granted(self, dec: GrantPermit) -> Sequence[Decision]:
+        """The member's rollout: its outcome now; it asks for a start slot and starts up once it has one. What the
+        driver answers to the slot's request (its ``SlotGranted`` when one is free now) comes back, to carry out
+        next."""
         g = self.groups.get(dec.key)
         if g is None or g.members[dec.index].phase is not Phase.WAIT:
             raise RuntimeError(f"GrantPermit for rollout {dec.index} of group {dec.key}, which does not wait")
@@ -108,8 +129,10 @@ class RolloutWork:
             g.draws = self.tasks.workloads[g.entry].group(self.seed, g.key, g.size, self.learner.length[g.row])
         m.out = g.draws.member(dec.index, self.learner.pass_rate(g.row))
         m.phase = Phase.SLOT
-        if not self.slots or self.driver.request_slot(g.key, dec.index, now=self.clock.now):
-            self.start_up(g, dec.index)
+        if self.slots:
+            return self.driver.handle(SlotRequested(g.key, dec.index), now=self.clock.now)
+        self.start_up(g, dec.index)
+        return ()
 
     def slot_granted(self, key: tuple[int, int, int]) -> None:
         s, q, i = key
@@ -133,7 +156,8 @@ class RolloutWork:
     def start_up(self, g: SimGroup, i: int) -> None:
         m = g.members[i]
         m.phase, m.started = Phase.STARTUP, self.clock.now
-        self.driver.on_member_started(g.key, i, now=self.clock.now, delay_s=self.clock.now - g.created)
+        if started := self.driver.handle(MemberStarted(g.key, i, self.clock.now - g.created), now=self.clock.now):
+            self.carry(started)  # the driver answers nothing to a start today
         work = m.out.first_call_s
         if work <= 0:
             self._first_call(g, i)
@@ -149,7 +173,7 @@ class RolloutWork:
         if m.lane is not None and self.clock.now > m.started:  # no span for a start-up of no time
             self._span(m, "startup", m.started)
         if self.slots:
-            self.carry(self.driver.release_slot(g.key, i, "first_call", now=self.clock.now))
+            self.carry(self.driver.handle(SlotReleased(g.key, i, "first_call"), now=self.clock.now))
         o = m.out
         if o.turns:
             limit = self.timeouts[g.entry]
@@ -286,10 +310,10 @@ class RolloutWork:
             self.clock.cancel(m.deadline)
             m.deadline = None
         if self.slots:
-            self.carry(self.driver.release_slot(g.key, i, "end", now=self.clock.now))
+            self.carry(self.driver.handle(SlotReleased(g.key, i, "end"), now=self.clock.now))
         m.result = self._result(g, i, outcome="pass" if m.out.passed else "fail", disposition="completed")
         m.phase, m.since = Phase.TEARDOWN, self.clock.now
-        self.carry(self.driver.on_member_exited(g.key, i, now=self.clock.now, teardowns=m.out.teardown_s > 0))
+        self.carry(self.driver.handle(MemberExited(g.key, i, m.out.teardown_s > 0), now=self.clock.now))
         if m.phase is Phase.TEARDOWN and m.timer is None:  # no teardown held its permit
             self._done(g, i)
 
@@ -302,11 +326,11 @@ class RolloutWork:
     def _raised(self, g: SimGroup, i: int) -> None:
         self.clock.cancel(g.members[i].deadline)
         g.members[i].deadline = None
-        self.carry(self.driver.release_slot(g.key, i, "end", now=self.clock.now))
+        self.carry(self.driver.handle(SlotReleased(g.key, i, "end"), now=self.clock.now))
         g.members[i].result = self._result(g, i, outcome="error", disposition="error")
         g.failed = True
-        cancels = self.driver.on_member_ended(g.key, i, now=self.clock.now, raised=True)
-        self.carry(self.driver.on_block_exited(g.key, i, now=self.clock.now))
+        cancels = self.driver.handle(MemberEnded(g.key, i, raised=True), now=self.clock.now)
+        self.carry(self.driver.handle(BlockExited(g.key, i), now=self.clock.now))
         self._done(g, i)
         self.carry(cancels)
 
@@ -324,7 +348,7 @@ class RolloutWork:
         g.members[i].timer = None
         if g.members[i].lane is not None:
             self._span(g.members[i], "teardown", g.members[i].since)
-        self.carry(self.driver.on_teardowns_done(g.key, i, now=self.clock.now))
+        self.carry(self.driver.handle(TeardownsEnded(g.key, i), now=self.clock.now))
         self._done(g, i)
 
     def cancel_member(self, dec: CancelRollout) -> None:
@@ -356,7 +380,7 @@ class RolloutWork:
             m.result = MemberResult(outcome="none", disposition=dec.reason, steps=m.turn if m.out.turns else None,
                                     seconds=self.clock.now - m.started if m.started is not None else None,
                                     versions={"main": (m.version, m.version)})
-        self.carry(self.driver.on_member_cancelled(key, i, now=self.clock.now))
+        self.carry(self.driver.handle(MemberCancelled(key, i), now=self.clock.now))
         self._done(g, i)
 
     # --------------------------------------------------------------------------------------------- groups
@@ -376,12 +400,12 @@ class RolloutWork:
         if g.failed:  # the first member that raised names the failure (a checkpoint keeps the members' outcomes)
             raised = next(i for i, m in enumerate(g.members) if m.result is not None and m.result.outcome == "error")
             error = RolloutRaised.of(raised, self.error_rates[g.entry])
-            self.carry(self.driver.on_group_finished(g.key, None, now=self.clock.now, error=error, warn=False))
+            self.carry(self.driver.handle(GroupFinished(g.key, None, error, warn=False), now=self.clock.now))
             return
         members = [m.result for m in g.members]
         output = group_output(members, min_successful=self.min_successful,
                               datums=lambda: ((i, r.reward) for i, r in enumerate(members) if r.valid))
-        self.carry(self.driver.on_group_finished(g.key, output, now=self.clock.now))
+        self.carry(self.driver.handle(GroupFinished(g.key, output), now=self.clock.now))
 
     # ---------------------------------------------------------------------------------------------- trace
     def _span(self, m: SimMember, name: str, start: float, **args) -> None:

@@ -13,28 +13,34 @@ Decisions and who carries them out: ``StartGroup``, ``GrantPermit``, ``SlotGrant
 ``AwaitTeardowns``, ``EndTeardownWait`` -> the rollouts; ``Evaluate``, ``Train``, ``Publish`` -> the trainer;
 ``WriteRow``, ``SaveCheckpoint`` (with this runtime's own state, ``sim-<name>.json``), ``Finish`` -> the session;
 ``Abort`` -> ``SimulationStalled`` (exit 1; groups failed in a row: the driver's reason, word for word as the
-live runtime says it). Decisions that a decision leads to are carried out after the ones already
-queued (breadth first), as the driver's order of a call's answers has it.
+live runtime says it), all in one ``match`` that a type checker proves exhaustive (``assert_never``). Decisions
+that a decision leads to are carried out after the ones already queued (breadth first), as the driver's order of a
+call's answers has it; a start slot granted at once is carried out next.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
+from typing import assert_never
 
 from platoon.config.models import RunConfig
 from platoon.policy import (
     Abort,
     AwaitTeardowns,
     CancelRollout,
+    Decision,
     EndTeardownWait,
     Evaluate,
     Finish,
     GrantPermit,
     PolicyLayer,
     Publish,
+    RunStarted,
     SaveCheckpoint,
     SlotGranted,
     StartGroup,
+    TimerFired,
     Train,
     WriteRow,
 )
@@ -109,7 +115,7 @@ class SimRuntime:
         self.work.trace = self.trainer.trace = trace
 
     # -------------------------------------------------------------------------------------------- decisions
-    def _carry(self, decisions: list) -> None:
+    def _carry(self, decisions: Sequence[Decision]) -> None:
         """Carry out the driver's decisions, in order (those they lead to after them), then what its poll answers,
         until it answers nothing."""
         if not decisions:  # most calls: nothing to carry out, and the cycle has nothing due
@@ -119,47 +125,50 @@ class SimRuntime:
         queue = deque(decisions)
         while True:
             while queue:
-                dec = queue.popleft()
-                if isinstance(dec, GrantPermit):
-                    self.work.granted(dec)  # what a grant leads to it carries out itself
-                elif isinstance(dec, StartGroup):
-                    queue.extend(self.work.start_group(dec))
-                elif isinstance(dec, CancelRollout):
-                    self.work.cancel_member(dec)
-                else:
-                    self._carry_other(dec)
+                self._carry_one(queue.popleft(), queue)
             more = self.driver.poll(now=self.clock.now)
             if not more:
                 return
             queue.extend(more)
 
-    def _carry_other(self, dec: object) -> None:
-        if isinstance(dec, SlotGranted):
-            self.work.slot_granted(dec.key)
-        elif isinstance(dec, AwaitTeardowns):
-            self.work.await_teardowns(dec.key, dec.index)
-        elif isinstance(dec, EndTeardownWait):
-            self.work.end_teardown_wait(dec.key, dec.index)
-        elif isinstance(dec, Evaluate):
-            self.trainer.evaluate(dec)
-        elif isinstance(dec, Train):
-            self.trainer.train(dec)
-        elif isinstance(dec, Publish):
-            self.trainer.publish(dec)
-        elif isinstance(dec, WriteRow):
-            self.session.write_row(dec, self.driver.take_outbox())
-        elif isinstance(dec, SaveCheckpoint):
-            self.session.save(dec, self.driver.take_outbox(), files={f"sim-{dec.name}.json": self.state_dict()})
-        elif isinstance(dec, Finish):
-            self.session.finish(dec, self.driver.take_outbox())
-            self.done = True
-            self._stop.succeed()
-        elif isinstance(dec, Abort):
-            self.session.drain(self.driver.take_outbox())  # the events and words so far, as live's shutdown writes them
-            # a stall says when, in simulated time; groups failed in a row: the driver's words, as live says them
-            raise SimulationStalled(dec.reason if dec.cause == "failures" else f"{dec.reason} (t={self.clock.now:.1f}s)")
-        else:
-            raise TypeError(f"the simulator cannot carry out {dec!r}")
+    def _carry_one(self, dec: Decision, queue: deque[Decision]) -> None:
+        """Carry out one decision; what it leads to joins ``queue`` (the most frequent decisions come first: a
+        match tries its cases in turn)."""
+        match dec:
+            case GrantPermit():
+                if slot := self.work.granted(dec):  # a start slot granted at once: the member starts up next
+                    queue.extendleft(reversed(slot))
+            case StartGroup():
+                queue.extend(self.work.start_group(dec))
+            case CancelRollout():
+                self.work.cancel_member(dec)
+            case SlotGranted(key=key):
+                self.work.slot_granted(key)
+            case AwaitTeardowns(key=key, index=index):
+                self.work.await_teardowns(key, index)
+            case EndTeardownWait(key=key, index=index):
+                self.work.end_teardown_wait(key, index)
+            case Evaluate():
+                self.trainer.evaluate(dec)
+            case Train():
+                self.trainer.train(dec)
+            case Publish():
+                self.trainer.publish(dec)
+            case WriteRow():
+                self.session.write_row(dec, self.driver.take_outbox())
+            case SaveCheckpoint():
+                self.session.save(dec, self.driver.take_outbox(), files={f"sim-{dec.name}.json": self.state_dict()})
+            case Finish():
+                self.session.finish(dec, self.driver.take_outbox())
+                self.done = True
+                self._stop.succeed()
+            case Abort():
+                self.session.drain(self.driver.take_outbox())  # the events and words so far, as live's shutdown writes
+                # a stall says when, in simulated time; groups failed in a row: the driver's words, as live says them
+                raise SimulationStalled(dec.reason if dec.cause == "failures"
+                                        else f"{dec.reason} (t={self.clock.now:.1f}s)")
+            case _:
+                assert_never(dec)
 
     def _service_changed(self) -> None:
         self.trainer.service_changed()
@@ -177,12 +186,12 @@ class SimRuntime:
 
     def _t_deadline(self) -> None:
         self.armed = None
-        self._carry(self.driver.on_deadline(now=self.clock.now))
+        self._carry(self.driver.handle(TimerFired(), now=self.clock.now))
 
     # ------------------------------------------------------------------------------------------------ run
     def begin(self) -> None:
         """A new run: the driver starts (its launch save, then its first draws)."""
-        self._carry(self.driver.start(now=self.clock.now))
+        self._carry(self.driver.handle(RunStarted(), now=self.clock.now))
         self._arm_deadline()
 
     def resume(self) -> None:

@@ -26,7 +26,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from platoon.config.models import RunConfig
-from platoon.policy import Driver, Evaluate, Publish, TaskPool, Train, TrainStep
+from platoon.policy import (
+    Driver,
+    Evaluate,
+    Evaluated,
+    Publish,
+    Published,
+    StepTrained,
+    TaskPool,
+    Train,
+    TrainStep,
+)
 from platoon.runs.trace import SERVICE, TRAINER, TraceWriter
 from platoon.sim.clock import TimerClock
 from platoon.sim.learning import Learner
@@ -108,7 +118,7 @@ class SimTrainer:
         if self.trace is not None:
             self.trace.span("eval", TRAINER, self.since, self.clock.now, step=step)
         metrics = {"pass@1": self.learner.pass_at_1()} if self.learns else None
-        self.carry(self.driver.on_evaluated(now=self.clock.now, metrics=metrics))
+        self.carry(self.driver.handle(Evaluated(metrics), now=self.clock.now))
 
     def _trained(self) -> None:
         step, self.step, self.training = self.step, None, None
@@ -122,7 +132,7 @@ class SimTrainer:
                    "sim/train_pass_rate_mean": self.learner.mean_pass_rate()}
         if self.servers is not None:
             metrics.update(self.servers.take_metrics())
-        self.carry(self.driver.on_trained(now=now, runtime=metrics))
+        self.carry(self.driver.handle(StepTrained(runtime=metrics), now=now))
 
     def _servers_paused(self) -> None:
         self.servers.pause()
@@ -138,7 +148,7 @@ class SimTrainer:
             self.servers.resume(now - self.since)
         if self.trace is not None:
             self.trace.span("publish", TRAINER, self.since, now, version=version)
-        self.carry(self.driver.on_published(now=self.clock.now))
+        self.carry(self.driver.handle(Published(), now=self.clock.now))
 
     # ------------------------------------------------------------------------------------ the service's share
     def _slowed(self) -> bool:

@@ -2,15 +2,15 @@
 
 What this module owns (the face a workflow sees is ``platoon.live.rollouts.lease``): turning what a member's block does
 at any instant — entering, waiting, being cancelled while it waits, exiting with teardowns still running — into the
-driver event that says so, and waiting for the decision that answers it. Rules it keeps:
+event (``platoon.policy.events``) that says so, and waiting for the decision that answers it. Rules it keeps:
 
-- A block entered feeds ``on_block_entered`` and waits for its ``GrantPermit`` (one that enters after its group's
-  draw was released gets one at once, on no permit: the driver's rule). A wait that is cancelled feeds
-  ``on_block_cancelled``; a permit granted at the instant of cancellation goes back (the block exits at once).
-- A start slot (``train.max_starting_rollouts``) is asked for with ``request_slot`` and waited for until its
-  ``SlotGranted``; a wait that is cancelled feeds ``on_slot_cancelled``.
-- A block that exits feeds ``on_block_exited``; when the driver holds its permit for its teardowns
-  (``AwaitTeardowns``), the block waits until they end (``on_teardowns_done``) or the driver gives the permit back
+- A block entered reports ``BlockEntered`` and waits for its ``GrantPermit`` (one that enters after its group's
+  draw was released gets one at once, on no permit: the driver's rule). A wait that is cancelled reports
+  ``BlockCancelled``; a permit granted at the instant of cancellation goes back (the block exits at once).
+- A start slot (``train.max_starting_rollouts``) is asked for with ``SlotRequested`` and waited for until its
+  ``SlotGranted`` (at once when one is free); a wait that is cancelled reports ``SlotWaitCancelled``.
+- A block that exits reports ``BlockExited``; when the driver holds its permit for its teardowns
+  (``AwaitTeardowns``), the block waits until they end (``TeardownsEnded``) or the driver gives the permit back
   (``EndTeardownWait``).
 - Members report their start and end; ``CancelRollout`` cancels the member's task with its reason.
 - While the run stops (``stopping()``), nothing is fed: the driver is done with this start.
@@ -22,14 +22,27 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from platoon.policy import Driver, Key
+from platoon.policy import (
+    BlockCancelled,
+    BlockEntered,
+    BlockExited,
+    Driver,
+    Event,
+    Key,
+    MemberEnded,
+    MemberStarted,
+    SlotReleased,
+    SlotRequested,
+    SlotWaitCancelled,
+    TeardownsEnded,
+)
 
-Feed = Callable[..., None]
+Feed = Callable[[Event], None]
 
 
 class LeaseHost:
-    """The driver's side of every training lease of one start (see the module docstring). ``feed(handler, *args,
-    **kwargs)`` calls a driver handler at the run's clock and carries out what it answers; ``now()`` is that clock."""
+    """The driver's side of every training lease of one start (see the module docstring). ``feed(event)`` reports an
+    event to the driver at the run's clock and carries out what it answers; ``now()`` is that clock."""
 
     def __init__(self, driver: Driver, *, feed: Feed, rearm: Callable[[], None], now: Callable[[], float],
                  stopping: Callable[[], bool], groups: Callable[[], Any]) -> None:
@@ -71,36 +84,26 @@ class LeaseHost:
 
     async def enter_block(self, key: Key, index: int) -> float:
         """A member's block is entered (``platoon.live.rollouts.lease``): wait for its permit; the seconds waited."""
-        return await self._wait(self.permit_waiters, (key, index), self.driver.on_block_entered,
-                                self.driver.on_block_cancelled,
-                                granted_back=lambda: self.exit_block(key, index, []))
+        return await self._wait(self.permit_waiters, (key, index), BlockEntered(key, index),
+                                BlockCancelled(key, index), granted_back=lambda: self.exit_block(key, index, []))
 
     async def take_slot(self, key: Key, index: int, scope: str = "train") -> float:
         """Take a start slot for member ``index`` (``scope`` ``eval`` for an evaluation's rollout); the seconds
         waited."""
-        if self.driver.request_slot(key, index, now=self.now(), scope=scope):
-            self._rearm()  # the slot's own timer may be the driver's next deadline
-            return 0.0
-        fut = asyncio.get_running_loop().create_future()
-        self.slot_waiters[(key, index)] = fut
-        try:
-            return (await fut).waited_s
-        except asyncio.CancelledError:
-            self.slot_waiters.pop((key, index), None)
-            if not self.stopping():  # a slot granted at the instant of cancellation passes on
-                self._feed(self.driver.on_slot_cancelled, key, index)
-            raise
+        cancelled = SlotWaitCancelled(key, index)  # a slot granted at the instant of cancellation passes on
+        return await self._wait(self.slot_waiters, (key, index), SlotRequested(key, index, scope), cancelled,
+                                granted_back=lambda: self._feed(cancelled))
 
     def release_slot(self, key: Key, index: int, reason: str) -> None:
         if not self.stopping():
-            self._feed(self.driver.release_slot, key, index, reason)
+            self._feed(SlotReleased(key, index, reason))
 
     def exit_block(self, key: Key, index: int, teardowns: list[asyncio.Task]) -> asyncio.Future | None:
         """A member's block exited, ``teardowns`` still running; what the block waits for before it is done (None:
         nothing, its permit came back)."""
         if self.stopping():
             return None
-        self._feed(self.driver.on_block_exited, key, index, teardowns=bool(teardowns))
+        self._feed(BlockExited(key, index, bool(teardowns)))
         fut = self.teardown_waits.get((key, index))
         if fut is None:
             return None
@@ -114,26 +117,26 @@ class LeaseHost:
 
     def member_started(self, key: Key, index: int, delay_s: float) -> None:
         if not self.stopping() and key in self._groups():
-            self._feed(self.driver.on_member_started, key, index, delay_s=delay_s)
+            self._feed(MemberStarted(key, index, delay_s))
 
     def member_ended(self, key: Key, index: int, raised: bool) -> None:
         if not self.stopping() and key in self._groups():
-            self._feed(self.driver.on_member_ended, key, index, raised=raised)
+            self._feed(MemberEnded(key, index, raised))
 
     # -------------------------------------------------------------------------------------------- internals
     def _teardowns_done(self, key: Key, index: int) -> None:
         if (key, index) in self.teardown_waits and not self.stopping():
-            self._feed(self.driver.on_teardowns_done, key, index)
+            self._feed(TeardownsEnded(key, index))
         self.teardown_wait_over(key, index)
 
-    async def _wait(self, waiters: dict, k: tuple, ask: Callable[..., list], cancelled: Callable[..., list], *,
+    async def _wait(self, waiters: dict, k: tuple, ask: Event, cancelled: Event, *,
                     granted_back: Callable[[], Any]) -> float:
         """Ask the driver for what ``k`` waits for (a permit or a slot) and wait for its decision; a wait that is
         cancelled tells the driver, and what was granted at the instant of cancellation goes back."""
         fut = asyncio.get_running_loop().create_future()
         waiters[k] = fut
         try:
-            self._feed(ask, *k)
+            self._feed(ask)
             decision = fut.result() if fut.done() else await fut
         except asyncio.CancelledError:
             granted = waiters.pop(k, None) is not fut or (fut.done() and not fut.cancelled())
@@ -141,7 +144,7 @@ class LeaseHost:
                 if granted:
                     granted_back()
                 else:
-                    self._feed(cancelled, *k)
+                    self._feed(cancelled)
             raise
         except BaseException:
             waiters.pop(k, None)
