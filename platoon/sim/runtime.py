@@ -117,7 +117,7 @@ class SimRuntime:
     # -------------------------------------------------------------------------------------------- decisions
     def _carry(self, decisions: Sequence[Decision]) -> None:
         """Carry out the driver's decisions, in order (those they lead to after them), then what its poll answers,
-        until it answers nothing."""
+        until it answers nothing. One match, the most frequent decisions first (it tries its cases in turn)."""
         if not decisions:  # most calls: nothing to carry out, and the cycle has nothing due
             decisions = self.driver.poll(now=self.clock.now)
             if not decisions:
@@ -125,50 +125,47 @@ class SimRuntime:
         queue = deque(decisions)
         while True:
             while queue:
-                self._carry_one(queue.popleft(), queue)
+                dec = queue.popleft()
+                match dec:
+                    case GrantPermit():
+                        if slot := self.work.granted(dec):  # a start slot free at once: the start-up comes next
+                            queue.extendleft(reversed(slot))
+                    case StartGroup():
+                        queue.extend(self.work.start_group(dec))
+                    case CancelRollout():
+                        self.work.cancel_member(dec)
+                    case SlotGranted():
+                        self.work.slot_granted(dec.key)
+                    case AwaitTeardowns():
+                        self.work.await_teardowns(dec.key, dec.index)
+                    case EndTeardownWait():
+                        self.work.end_teardown_wait(dec.key, dec.index)
+                    case Evaluate():
+                        self.trainer.evaluate(dec)
+                    case Train():
+                        self.trainer.train(dec)
+                    case Publish():
+                        self.trainer.publish(dec)
+                    case WriteRow():
+                        self.session.write_row(dec, self.driver.take_outbox())
+                    case SaveCheckpoint():
+                        files = {f"sim-{dec.name}.json": self.state_dict()}
+                        self.session.save(dec, self.driver.take_outbox(), files=files)
+                    case Finish():
+                        self.session.finish(dec, self.driver.take_outbox())
+                        self.done = True
+                        self._stop.succeed()
+                    case Abort():
+                        self.session.drain(self.driver.take_outbox())  # as live's shutdown writes them
+                        # a stall says when, in simulated time; groups failed in a row: the driver's words, as live
+                        raise SimulationStalled(dec.reason if dec.cause == "failures"
+                                                else f"{dec.reason} (t={self.clock.now:.1f}s)")
+                    case _:
+                        assert_never(dec)
             more = self.driver.poll(now=self.clock.now)
             if not more:
                 return
             queue.extend(more)
-
-    def _carry_one(self, dec: Decision, queue: deque[Decision]) -> None:
-        """Carry out one decision; what it leads to joins ``queue`` (the most frequent decisions come first: a
-        match tries its cases in turn)."""
-        match dec:
-            case GrantPermit():
-                if slot := self.work.granted(dec):  # a start slot granted at once: the member starts up next
-                    queue.extendleft(reversed(slot))
-            case StartGroup():
-                queue.extend(self.work.start_group(dec))
-            case CancelRollout():
-                self.work.cancel_member(dec)
-            case SlotGranted(key=key):
-                self.work.slot_granted(key)
-            case AwaitTeardowns(key=key, index=index):
-                self.work.await_teardowns(key, index)
-            case EndTeardownWait(key=key, index=index):
-                self.work.end_teardown_wait(key, index)
-            case Evaluate():
-                self.trainer.evaluate(dec)
-            case Train():
-                self.trainer.train(dec)
-            case Publish():
-                self.trainer.publish(dec)
-            case WriteRow():
-                self.session.write_row(dec, self.driver.take_outbox())
-            case SaveCheckpoint():
-                self.session.save(dec, self.driver.take_outbox(), files={f"sim-{dec.name}.json": self.state_dict()})
-            case Finish():
-                self.session.finish(dec, self.driver.take_outbox())
-                self.done = True
-                self._stop.succeed()
-            case Abort():
-                self.session.drain(self.driver.take_outbox())  # the events and words so far, as live's shutdown writes
-                # a stall says when, in simulated time; groups failed in a row: the driver's words, as live says them
-                raise SimulationStalled(dec.reason if dec.cause == "failures"
-                                        else f"{dec.reason} (t={self.clock.now:.1f}s)")
-            case _:
-                assert_never(dec)
 
     def _service_changed(self) -> None:
         self.trainer.service_changed()
