@@ -323,7 +323,10 @@ class Driver:
         ``SlotGranted`` comes later). Always True without a limit."""
         if self.start_limit is None:
             return True
-        return self.start_limit.request((*key, index), now=now, scope=scope)
+        granted = self.start_limit.request((*key, index), now=now, scope=scope)
+        if granted and key in self.members.groups:
+            self.members.on_slot_granted(key, index)
+        return granted
 
     def on_slot_cancelled(self, key: Key, index: int, *, now: float) -> list[Decision]:
         """A member's wait for its start slot was cancelled."""
@@ -332,7 +335,10 @@ class Driver:
         return self._seen(self.start_limit.cancel((*key, index), now=now), now)
 
     def release_slot(self, key: Key, index: int, reason: str, *, now: float) -> list[Decision]:
-        """Member ``index`` gives its slot back: ``first_call``, ``end`` or ``cancelled`` (later calls: no-ops)."""
+        """Member ``index`` gives its slot back: ``first_call``, ``end`` or ``cancelled`` (later calls: no-ops).
+        A first call moves a training member on to running, with a start limit or without."""
+        if reason == "first_call":
+            self.members.on_first_call(key, index)
         if self.start_limit is None:
             return []
         return self._seen(self.start_limit.release((*key, index), reason, now=now), now)
@@ -618,6 +624,8 @@ class Driver:
             elif isinstance(dec, StartGroup):
                 self.members.open(dec.key, dec.group_size, entry=dec.entry,
                                   label=dec.row.label)
+            elif isinstance(dec, SlotGranted) and (group := dec.key[:2]) in self.members.groups:
+                self.members.on_slot_granted(group, dec.key[2])  # a training member's (evaluation's are not here)
         return cast("list[Decision]", decisions)
 
 

@@ -4,7 +4,10 @@ table is closed (every state but the final ones has a way out, every state is re
 from __future__ import annotations
 
 import pytest
+from dispatch_harness import build
 
+from platoon.policy.driver import Driver
+from platoon.policy.events import BlockEntered, MemberStarted, SlotReleased, SlotRequested
 from platoon.policy.lifecycle import (
     ACTIVE,
     FINAL,
@@ -17,6 +20,8 @@ from platoon.policy.lifecycle import (
     path,
     table,
 )
+from platoon.policy.permits import GrantPermit
+from platoon.policy.start_limit import SlotGranted, StartLimit
 
 S, E = RolloutState, RolloutEvent
 
@@ -56,3 +61,27 @@ def test_every_move_names_its_rule_and_the_table_lists_them_in_order():
     assert all(rule for *_, rule in rows)
     assert rows[0] == ("WAITING_PERMIT", "permit_granted", "WAITING_SLOT",
                        "permits: a permit is free (platoon.policy.permits)")
+
+
+def test_the_driver_moves_a_member_through_its_slot_and_first_call():
+    """Through the driver, with one start slot: permit -> waiting for its slot -> (slot) waiting for its launch ->
+    (started) starting -> (first call) running; the second member waits for the slot the first holds until its first
+    call gives it back."""
+    driver = Driver(build(permits=8, group_size=2, batch_size=1), start_limit=StartLimit(1, timer_s=600.0))
+    driver.start(now=0.0)
+    key = next(iter(driver.dispatcher.running)) if driver.dispatcher.running else None
+    while key is None:
+        driver.poll(now=0.0)
+        key = next(iter(driver.dispatcher.running), None)
+    grants = [d for i in (0, 1) for d in driver.handle(BlockEntered(key, i), now=0.0) if isinstance(d, GrantPermit)]
+    assert [g.index for g in grants] == [0, 1]
+    assert driver.members.state(key, 0) is S.WAITING_SLOT
+    assert driver.handle(SlotRequested(key, 0), now=0.0) == (SlotGranted((*key, 0), 0.0),)
+    assert driver.members.state(key, 0) is S.WAITING_LAUNCH
+    assert driver.handle(SlotRequested(key, 1), now=0.0) == ()  # the one slot is member 0's
+    driver.handle(MemberStarted(key, 0, delay_s=0.0), now=0.0)
+    assert driver.members.state(key, 0) is S.STARTING
+    answer = driver.handle(SlotReleased(key, 0, "first_call"), now=1.0)
+    assert driver.members.state(key, 0) is S.RUNNING
+    assert [d for d in answer if isinstance(d, SlotGranted)] == [SlotGranted((*key, 1), 1.0)]
+    assert driver.members.state(key, 1) is S.WAITING_LAUNCH
