@@ -3,6 +3,8 @@ table is closed (every state but the final ones has a way out, every state is re
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from dispatch_harness import build
 
@@ -85,3 +87,9 @@ def test_the_driver_moves_a_member_through_its_slot_and_first_call():
     assert driver.members.state(key, 0) is S.RUNNING
     assert [d for d in answer if isinstance(d, SlotGranted)] == [SlotGranted((*key, 1), 1.0)]
     assert driver.members.state(key, 1) is S.WAITING_LAUNCH
+
+
+def test_the_architecture_page_shows_the_table_as_it_is():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text()
+    for state, event, to, rule in table():
+        assert f"| {state} | `{event}` | {to} | {rule} |" in page, (state, event)
