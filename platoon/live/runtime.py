@@ -7,8 +7,8 @@ a resumed start's ``time`` goes on from its checkpoint's; docs/run-directory.md)
 waits to be carried out, keeps one ``loop.call_at`` timer at ``next_deadline()``, and hands the cycle's writes and
 the outbox to its run session (``platoon.runs.session``). Who carries out what:
 
-- ``StartGroup`` -> a task running the workflow's ``arun_episode(row)`` with the group's lease in its context
-  (``platoon.live.rollouts.lease``); its end -> ``GroupFinished`` with what it returned, raised, or that it was
+- ``StartGroup`` -> the group's task (``platoon.live.rollouts.group_tasks``): the workflow's ``arun_episode(row)``
+  with the group's lease in its context; its end -> ``GroupFinished`` with what it returned, raised, or that it was
   cancelled;
 - the other rollout decisions -> the lease host (``platoon.live.rollouts.lease_host``), where every lease's blocks wait;
 - the cycle's decisions -> the trainer task, one at a time, in order: ``SaveCheckpoint`` (sealed at once; the
@@ -21,7 +21,6 @@ the outbox to its run session (``platoon.runs.session``). Who carries out what:
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 import math
 from collections import deque
@@ -29,10 +28,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, assert_never
 
 from platoon.live.launch.errors import TrainError
-from platoon.live.rollouts.lease import RolloutLease, set_lease
+from platoon.live.rollouts.group_tasks import GroupTasks
 from platoon.live.rollouts.lease_host import EvalSlots, LeaseHost
-from platoon.live.rollouts.rollout_trace import GroupTrace, TrainerTrack
-from platoon.live.rollouts.workflow import GroupRow
+from platoon.live.rollouts.rollout_trace import TrainerTrack
 from platoon.live.training.checkpoint import TRAINER_FILE, LiveRunDir
 from platoon.live.training.datums import datum_tokens, step_datums
 from platoon.policy import (
@@ -48,8 +46,6 @@ from platoon.policy import (
     Event,
     Finish,
     GrantPermit,
-    GroupFinished,
-    Key,
     Publish,
     Published,
     RunStarted,
@@ -103,7 +99,9 @@ class LiveRuntime:
         self.trace, self.staging, self.activity = trace, staging, activity
         self.track = TrainerTrack(trace, self.now, self._thread_clock)
         self.trained: list[TrainStep] = []
-        self.groups: dict[Key, asyncio.Task] = {}
+        self.group_tasks = GroupTasks(workflow, trace=trace, now=self.now, finished=self._guarded,
+                                      stopping=lambda: self._stopping)
+        self.groups = self.group_tasks.tasks  # the running groups' tasks, by key
         self.host = LeaseHost(driver, feed=self._feed, rearm=self._rearm, now=self.now,
                               stopping=lambda: self._stopping, groups=lambda: self.groups)
         self._cycle: deque[CycleDecision] = deque()  # the cycle's decisions, for the trainer task in order
@@ -183,11 +181,7 @@ class LiveRuntime:
         self._stopping = True
         if self._armed is not None:
             self._armed[1].cancel()
-        tasks = list(self.groups.values())
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self.group_tasks.cancel_all()
         workers = getattr(self.workflow, "rollout_workers", None)
         if workers is not None:
             await workers.aclose()
@@ -261,34 +255,9 @@ class LiveRuntime:
             if self._wake is not None:
                 self._wake.set()
 
-    # ----------------------------------------------------------------------------------------------- groups
     def _start_group(self, dec: StartGroup) -> None:
         assert self.loop is not None
-        row = GroupRow(dec.key, dec.task_id, dec.entry, dec.group_size, dec.version, dec.row_index, dec.row.data,
-                       env_task_id=dec.row.env_task_id)
-        trace = (GroupTrace(self.trace, self.now, task_id=dec.task_id, key=dec.key, version=dec.version)
-                 if self.trace is not None and self.trace.wants(dec.position) else None)
-        context = contextvars.copy_context()
-        context.run(set_lease, RolloutLease(self.host, dec.key, dec.group_size, trace))
-        self.groups[dec.key] = self.loop.create_task(self._run_group(row), context=context)
-
-    async def _run_group(self, row: GroupRow) -> None:
-        key = row.key
-        result: Any = None
-        error: BaseException | None = None
-        cancelled = False
-        try:
-            result = await self.workflow.arun_episode(row)
-        except asyncio.CancelledError:
-            if self._stopping:
-                raise
-            cancelled = True
-        except Exception as exc:  # noqa: BLE001 - a group that raises fails; the run goes on
-            error = exc
-        self.groups.pop(key, None)
-        self.host.forget(key)
-        if not self._stopping:
-            self._guarded(GroupFinished(key, result, error, cancelled))
+        self.group_tasks.start(dec, self.host, self.loop)
 
     # ------------------------------------------------------------------------------------------------ cycle
     async def _carry_cycle(self, dec: CycleDecision) -> bool:
