@@ -135,7 +135,7 @@ def test_the_live_runtime_carries_out_every_decision(cls):
 
 HANDLERS = ("start", "on_deadline", "on_group_entered", "on_group_finished", "on_block_entered", "on_block_cancelled",
             "on_block_exited", "on_teardowns_done", "request_slot", "on_slot_cancelled", "release_slot",
-            "on_member_started", "on_member_ended", "on_member_exited", "on_member_cancelled", "on_evaluated",
+            "on_launch_admitted", "on_member_started", "on_member_ended", "on_member_exited", "on_member_cancelled", "on_evaluated",
             "on_trained", "on_published")
 
 

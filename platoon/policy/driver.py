@@ -134,8 +134,8 @@ class Driver(CyclePolls):
             r.on_block_entered, r.on_group_entered, r.on_block_cancelled)
         self.on_block_exited, self.on_teardowns_done, self.on_group_finished = (
             r.on_block_exited, r.on_teardowns_done, r.on_group_finished)
-        self.request_slot, self.on_slot_cancelled, self.release_slot = (
-            r.request_slot, r.on_slot_cancelled, r.release_slot)
+        self.request_slot, self.on_slot_cancelled, self.release_slot, self.on_launch_admitted = (
+            r.request_slot, r.on_slot_cancelled, r.release_slot, r.on_launch_admitted)
         self.on_member_started, self.on_member_ended, self.on_member_exited, self.on_member_cancelled = (
             r.on_member_started, r.on_member_ended, r.on_member_exited, r.on_member_cancelled)
         self.on_deadline = r.on_deadline
@@ -171,6 +171,8 @@ class Driver(CyclePolls):
             case ev.SlotRequested():
                 granted = self.request_slot(e.key, e.index, now=now, scope=e.scope)
                 return (SlotGranted((*e.key, e.index), 0.0),) if granted else ()
+            case ev.LaunchAdmitted():
+                out = self.on_launch_admitted(e.key, e.index, now=now)
             case ev.GroupEntered():
                 out = self.on_group_entered(e.key, e.size, now=now)
             case ev.GroupFinished():

@@ -22,6 +22,8 @@ What each stands for, and the driver's handler it reaches:
 - a member's start slot (``train.max_starting_rollouts``): ``SlotRequested`` (answered with a ``SlotGranted`` at
   once when one is free, or later), ``SlotWaitCancelled``, ``SlotReleased`` (``first_call``: the rollout issued its
   first model call; ``end``; ``cancelled``);
+- a member's worker launch (``rollout_isolation: process``): ``LaunchAdmitted`` (the launch gate let it start:
+  ``on_launch_admitted``);
 - a member's rollout: ``MemberStarted``, ``MemberEnded`` (ran to its end, or raised), ``MemberExited`` (ran to its
   normal end and its block exited, in one event), ``MemberCancelled`` (a ``CancelRollout`` stopped it);
 - the trainer: ``Evaluated``, ``StepTrained``, ``Published``.
@@ -137,6 +139,16 @@ class SlotReleased:
     reason: str
 
 
+# ------------------------------------------------------------------------------------------------------ launches
+@dataclass(frozen=True, slots=True)
+class LaunchAdmitted:
+    """The launch gate (``platoon.policy.launch_gate``) let member ``index``'s worker start; reported before its
+    ``MemberStarted``, which then finds it starting."""
+
+    key: Key
+    index: int
+
+
 # ----------------------------------------------------------------------------------------------------- members
 @dataclass(frozen=True, slots=True)
 class MemberStarted:
@@ -197,11 +209,11 @@ class Published:
 
 #: Every event a runtime reports.
 Event: TypeAlias = (RunStarted | TimerFired | GroupEntered | GroupFinished | BlockEntered | BlockCancelled
-                    | BlockExited | TeardownsEnded | SlotRequested | SlotWaitCancelled | SlotReleased | MemberStarted
-                    | MemberEnded | MemberExited | MemberCancelled | Evaluated | StepTrained | Published)
+                    | BlockExited | TeardownsEnded | SlotRequested | SlotWaitCancelled | SlotReleased | LaunchAdmitted
+                    | MemberStarted | MemberEnded | MemberExited | MemberCancelled | Evaluated | StepTrained | Published)
 EVENTS: tuple[type, ...] = get_args(Event)
 
 __all__ = ["BlockCancelled", "BlockEntered", "BlockExited", "EVENTS", "Evaluated", "Event", "GroupEntered",
-           "GroupFinished", "MemberCancelled", "MemberEnded", "MemberExited", "MemberStarted", "Published",
-           "RunStarted", "SlotReleased", "SlotRequested", "SlotWaitCancelled", "StepTrained", "TeardownsEnded",
+           "GroupFinished", "LaunchAdmitted", "MemberCancelled", "MemberEnded", "MemberExited", "MemberStarted",
+           "Published", "RunStarted", "SlotReleased", "SlotRequested", "SlotWaitCancelled", "StepTrained", "TeardownsEnded",
            "TimerFired"]

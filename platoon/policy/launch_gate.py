@@ -189,6 +189,19 @@ class LaunchRules:
         """The groups launching and the launches in flight (for tests and diagnostics)."""
         return {"groups": len(self.groups), "in_flight": self.in_flight}
 
+    def state_dict(self) -> dict:
+        """The gate's state, for a runtime's checkpoint (an exact resume): the groups launching and their launches
+        in flight (a group's key as a list, where it is a tuple), the sizes measured, the warnings given."""
+        return {"groups": [[list(g) if isinstance(g, tuple) else g, n] for g, n in self.groups.items()],
+                "measured": list(self.measured), "warned_wait": self._warned_wait,
+                "warned_budget": self._warned_budget}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what ``state_dict`` saved (a group's key read back as a tuple where it was a list)."""
+        self.groups = {tuple(g) if isinstance(g, list) else g: int(n) for g, n in state["groups"]}
+        self.measured = [int(n) for n in state["measured"]]
+        self._warned_wait, self._warned_budget = bool(state["warned_wait"]), bool(state["warned_budget"])
+
 
 def _with(in_flight: int, each: int, sign: str = "-") -> str:
     return f" ({sign} {in_flight} launch(es) in flight at ~{_mb(each)} each)" if in_flight else ""

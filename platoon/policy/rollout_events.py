@@ -113,6 +113,15 @@ class RolloutEvents:
             return []
         return self.seen(self.start_limit.release((*key, index), reason, now=now), now)
 
+    def on_launch_admitted(self, key: Key, index: int, *, now: float) -> list[Decision]:
+        """The launch gate let a training member's worker start: it moves on to starting. Without a start limit
+        nothing reported its slot (``request_slot`` answers True and moves nothing): it takes its slot here first."""
+        if key in self.members.groups:  # a training member's (evaluation's are not here)
+            if self.start_limit is None:
+                self.members.on_slot_granted(key, index)
+            self.members.on_launch_admitted(key, index)
+        return []
+
     def on_member_started(self, key: Key, index: int, *, now: float, delay_s: float) -> list[Decision]:
         """Member ``index`` began its rollout after waiting ``delay_s`` for its permit and slot."""
         self.members.on_started(key, index, now=now, delay_s=delay_s)

@@ -17,6 +17,7 @@ class Timer(Enum):
     """What a timer record does when it fires (its value is what checkpoints store)."""
 
     STARTED_UP = "started_up"                  # a member's own start-up work is done: its first model call
+    LAUNCH_WAITED = "launch_waited"            # a member's wait at the launch gate reached its limit: it goes ahead
     STARTUPS_DONE = "startups_done"            # the shared start-up capacity finished some members' start-ups
     ROLLOUT_ENDED = "rollout_ended"
     ROLLOUT_RAISED = "rollout_raised"
@@ -37,11 +38,13 @@ class Timer(Enum):
 
 
 class Phase(Enum):
-    """Where a member stands: waiting for its permit, for a start slot, starting up (up to its first model call),
-    running, waiting for its teardown (its permit held), done."""
+    """Where a member stands: waiting for its permit, for a start slot, for the launch gate (its rollout began; a
+    worker's launch held: ``rollout_isolation: process``), starting up (up to its first model call), running,
+    waiting for its teardown (its permit held), done."""
 
     WAIT = "wait"
     SLOT = "slot"
+    LAUNCH = "launch"
     STARTUP = "startup"
     RUN = "run"
     TEARDOWN = "teardown"
@@ -53,8 +56,9 @@ class SimMember:
     """One member of a group in flight. ``out`` is decided when its permit is granted; ``timer`` is the seq of the
     pending timer that ends its phase (in turns mode: its environment step; None while its model call is at the
     service). Turns mode: ``turn`` counts the model calls answered, ``deadline`` is the seq of its time limit's
-    timer. ``since``: when its current span began (model call, environment step, teardown); ``lane``: its trace
-    lane (None: not traced)."""
+    timer. ``since``: when its current span began (launch wait, start-up after the launch gate, model call,
+    environment step, teardown); ``lane``: its trace lane (None: not traced). At the launch gate ``started`` is when
+    its rollout began and ``timer`` is the seq of its wait's limit."""
 
     phase: Phase = Phase.WAIT
     granted: float | None = None

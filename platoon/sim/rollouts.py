@@ -10,15 +10,26 @@ hands them over); every rule about them is the driver's:
   queued at the batching model service (``platoon.sim.service``), or under ``train.inference.engine: vllm`` at its
   rollout's server (``platoon.sim.servers``), then its environment step; its time limit (``timeout_s``) is a timer
   of its own there;
-- ``SlotGranted`` -> the member starts up; ``CancelRollout`` -> the member stops where it stands (leaving the
+- ``SlotGranted`` -> the member starts up (under ``rollout_isolation: process``, once the launch gate admits its
+  worker's launch: see below); ``CancelRollout`` -> the member stops where it stands (leaving the
   service's queue), and the driver hears of it (``MemberCancelled``: what that means in its phase is the
   driver's); ``AwaitTeardowns`` -> its teardown runs, its permit held, until it ends or ``EndTeardownWait``;
 - all members done -> the group's output (``platoon.policy.outputs.group_output``) in a ``GroupFinished``; a
   group one of whose rollouts raised (``error_rate``) is reported failed with a ``RolloutRaised`` as its error, as
   the live runtime reports a workflow that raised, so that groups failing in a row stop the run as live
   (``platoon.policy.failures``), without a warning per group (a chosen rate of failures is no news);
+- the launch gate (``train.workflow_config.rollout_isolation: process``): ``platoon.policy.launch_gate``'s
+  ``LaunchRules`` with the config's start method, floor, soft limit and ``worker_launch_concurrent_groups``, and
+  ``wait_limit_s`` = ``worker_startup_budget_seconds``. A member whose rollout began (after its permit and start
+  slot) asks it before its start-up work; held, it waits in FIFO order, looked at again whenever a launch ends (a
+  start-up reached its first model call, or its member was cancelled during it) and at its wait's limit (a timer:
+  it then goes ahead, with the gate's warning, as live's does). The simulator models no node memory: it reads
+  ``NO_MEMORY`` and keeps no reserve, so only the group rule holds a launch. Each admission is reported to the
+  driver (``LaunchAdmitted``, then ``MemberStarted`` with the delay up to the rollout's beginning, as live reports
+  it); the gate's warnings go to the run's log (``log``) at once, as live's do;
 - the spans of the rollouts of traced groups (``trace.wants`` their draw position), each on its lane (kept in the
-  member's record): ``permit_wait``, ``startup``, ``model_call``, ``env_step``, ``teardown``, ``rollout``.
+  member's record): ``permit_wait``, ``launch_wait`` (at the launch gate), ``startup``, ``model_call``,
+  ``env_step``, ``teardown``, ``rollout``.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from collections.abc import Callable, Sequence
 
 from platoon.config.models import RunConfig
 from platoon.policy import (
+    NO_MEMORY,
     BlockExited,
     CancelRollout,
     Decision,
@@ -34,6 +46,8 @@ from platoon.policy import (
     GrantPermit,
     GroupEntered,
     GroupFinished,
+    LaunchAdmitted,
+    LaunchRules,
     MemberCancelled,
     MemberEnded,
     MemberExited,
@@ -55,6 +69,7 @@ from platoon.sim.startups import StartupServer
 from platoon.sim.workload import MemberOutcome
 
 Carry = Callable[[Sequence[Decision]], None]
+Log = Callable[[str, str], None]
 
 
 class RolloutRaised(RuntimeError):
@@ -70,10 +85,12 @@ Grade = Callable[[SimGroup, int, MemberOutcome], float]
 class RolloutWork:
     """The groups in flight and their members' work (see the module docstring). ``carry`` carries out decisions;
     ``grade`` scores a valid member; ``version`` is the policy version live now; ``service_changed`` tells the
-    trainer that the model service started or ended a batch (or the servers' load changed)."""
+    trainer that the model service started or ended a batch (or the servers' load changed); ``log(level, message)``
+    is the run's log (the launch gate's warnings)."""
 
     def __init__(self, cfg: RunConfig, tasks: SimTasks, driver: Driver, clock: TimerClock, *, carry: Carry,
-                 grade: Grade, version: Callable[[], int], service_changed: Callable[[], None]) -> None:
+                 grade: Grade, version: Callable[[], int], service_changed: Callable[[], None],
+                 log: Log | None = None) -> None:
         self.driver, self.clock, self.carry, self.grade, self.version = driver, clock, carry, grade, version
         self.tasks, self.learner, self.seed = tasks, tasks.learner, cfg.train.seed
         self.service_changed = service_changed
@@ -90,11 +107,20 @@ class RolloutWork:
         self.service = ModelService(cfg.sim.service) if turns and not vllm else None
         self.servers = (Deployment(cfg.sim.service, servers=inference.server_count(), in_flight=inference.in_flight,
                                    clock=clock, answered=self._answered, changed=service_changed) if vllm else None)
+        w = cfg.train.workflow_config
+        self.gate = (LaunchRules(method=w.worker_start_method, floor_bytes=w.worker_mem_available_floor_bytes,
+                                 rss_limit_bytes=w.worker_rss_soft_limit_bytes,
+                                 concurrent_groups=w.worker_launch_concurrent_groups,
+                                 wait_limit_s=w.worker_startup_budget_seconds, reserve_bytes=0)
+                     if w.rollout_isolation == "process" and w.worker_launch_concurrent_groups else None)
+        self.held: list[tuple[int, int, int]] = []  # members held at the launch gate, in the order they asked
+        self.log: Log = log or (lambda level, message: None)
         self.trace: TraceWriter | None = None
         self.groups: dict[tuple[int, int], SimGroup] = {}
         self.startups_timer: tuple[int, float] | None = None
         self.rollouts = 0  # permits granted in this process (a benchmark's count; not part of the state)
-        for kind, handler in ((Timer.STARTED_UP, self._t_started_up), (Timer.STARTUPS_DONE, self._t_startups_done),
+        for kind, handler in ((Timer.STARTED_UP, self._t_started_up),
+                              (Timer.LAUNCH_WAITED, self._t_launch_waited), (Timer.STARTUPS_DONE, self._t_startups_done),
                               (Timer.ROLLOUT_ENDED, self._t_rollout_ended), (Timer.ROLLOUT_RAISED, self._t_raised),
                               (Timer.TEARDOWN_ENDED, self._t_teardown_ended), (Timer.BATCH_DONE, self._t_batch_done),
                               (Timer.SERVICE_FREE, self._t_service_free), (Timer.ENV_STEPPED, self._t_env_stepped),
@@ -154,10 +180,24 @@ class RolloutWork:
 
     # -------------------------------------------------------------------------------------------- starting
     def start_up(self, g: SimGroup, i: int) -> None:
+        """Member ``i``'s rollout begins (its permit and start slot held): its start-up work, once the launch gate
+        (if any) admits its worker's launch."""
         m = g.members[i]
+        if self.gate is not None:
+            m.phase, m.started = Phase.LAUNCH, self.clock.now
+            m.since = m.started
+            if not self._ask_gate(g, i, waited_s=0.0):
+                m.timer = self.clock.at(self.clock.now + self.gate.wait_limit_s, Timer.LAUNCH_WAITED, (*g.key, i))
+                self.held.append((*g.key, i))
+            return
         m.phase, m.started = Phase.STARTUP, self.clock.now
         if started := self.driver.handle(MemberStarted(g.key, i, self.clock.now - g.created), now=self.clock.now):
             self.carry(started)  # the driver answers nothing to a start today
+        self._start_work(g, i)
+
+    def _start_work(self, g: SimGroup, i: int) -> None:
+        """Member ``i``'s start-up work, up to its first model call."""
+        m = g.members[i]
         work = m.out.first_call_s
         if work <= 0:
             self._first_call(g, i)
@@ -167,10 +207,59 @@ class RolloutWork:
         else:
             m.timer = self.clock.at(self.clock.now + work, Timer.STARTED_UP, (*g.key, i))
 
+    # ---------------------------------------------------------------------------------------- launch gate
+    def _ask_gate(self, g: SimGroup, i: int, *, waited_s: float) -> bool:
+        """Member ``i`` (at the gate since ``m.since``, ``waited_s`` ago) asks the gate: admitted, it starts up
+        (True); else it stays held. The gate's warning, if any, goes to the run's log."""
+        verdict = self.gate.verdict(g.key, waited_s=waited_s, readings=NO_MEMORY)
+        if verdict.warning is not None:
+            self.log("warning", verdict.warning)
+        if not verdict.admit:
+            return False
+        self.gate.admitted(g.key)
+        m = g.members[i]
+        self.clock.cancel(m.timer)
+        m.timer = None
+        if m.lane is not None and self.clock.now > m.since:  # no span for a wait of no time
+            self._span(m, "launch_wait", m.since)
+        m.phase, m.since = Phase.STARTUP, self.clock.now
+        # the table's order: admitted (waiting_launch -> starting), then started, with the delay up to the
+        # rollout's beginning (its permit and slot), as live reports it
+        for event in (LaunchAdmitted(g.key, i), MemberStarted(g.key, i, m.started - g.created)):
+            if answered := self.driver.handle(event, now=self.clock.now):
+                self.carry(answered)  # the driver answers nothing to either today
+        self._start_work(g, i)
+        return True
+
+    def _launch_ended(self, g: SimGroup) -> None:
+        """A launch of ``g`` ended (its start-up reached its first model call, or its member was cancelled): the
+        members held look again, in the order they asked."""
+        self.gate.ended(g.key)
+        if not self.held:
+            return
+        held, self.held = self.held, []
+        for s, q, i in held:
+            h = self.groups[(s, q)]
+            if not self._ask_gate(h, i, waited_s=self.clock.now - h.members[i].since):
+                self.held.append((s, q, i))
+
+    def _t_launch_waited(self, s: int, q: int, i: int) -> None:
+        """Member ``i``'s wait at the gate reached its limit: it goes ahead (the gate says so in a warning)."""
+        g = self.groups[(s, q)]
+        g.members[i].timer = None
+        self.held.remove((s, q, i))
+        # the timer fires at exactly since + wait_limit_s: the limit itself, not what float subtraction leaves
+        admitted = self._ask_gate(g, i, waited_s=self.gate.wait_limit_s)
+        assert admitted, "the launch gate holds no launch past its wait limit"
+
     def _first_call(self, g: SimGroup, i: int) -> None:
         m = g.members[i]
         m.phase = Phase.RUN
-        if m.lane is not None and self.clock.now > m.started:  # no span for a start-up of no time
+        if self.gate is not None:
+            if m.lane is not None and self.clock.now > m.since:  # the start-up after the gate admitted it
+                self._span(m, "startup", m.since)
+            self._launch_ended(g)
+        elif m.lane is not None and self.clock.now > m.started:  # no span for a start-up of no time
             self._span(m, "startup", m.started)
         if self.slots:
             self.carry(self.driver.handle(SlotReleased(g.key, i, "first_call"), now=self.clock.now))
@@ -363,6 +452,10 @@ class RolloutWork:
             if m.lane is not None and self.clock.now > g.created:
                 self._span(m, "permit_wait", g.created)
             m.result = MemberResult(outcome="none", disposition=dec.reason)
+        elif phase is Phase.LAUNCH:  # held at the launch gate: it leaves the queue (its wait's timer goes below)
+            self.held.remove((*key, i))
+            if m.lane is not None and self.clock.now > m.since:
+                self._span(m, "launch_wait", m.since)
         elif phase is Phase.TEARDOWN:  # a cancellation ends the wait, not the teardown
             self.clock.cancel(m.timer)
             m.timer = None
@@ -377,6 +470,8 @@ class RolloutWork:
                 self._arm_startups()
             self.clock.cancel(m.timer)
             m.timer = None
+            if phase is Phase.STARTUP and self.gate is not None:  # its launch ends: the held look again
+                self._launch_ended(g)
             m.result = MemberResult(outcome="none", disposition=dec.reason, steps=m.turn if m.out.turns else None,
                                     seconds=self.clock.now - m.started if m.started is not None else None,
                                     versions={"main": (m.version, m.version)})
@@ -427,7 +522,9 @@ class RolloutWork:
                 "startups_timer": None if self.startups_timer is None else list(self.startups_timer),
                 "startups": None if self.startups is None else self.startups.state_dict(),
                 "service": None if self.service is None else self.service.state_dict(),
-                "servers": None if self.servers is None else self.servers.state_dict()}
+                "servers": None if self.servers is None else self.servers.state_dict(),
+                "gate": None if self.gate is None else {**self.gate.state_dict(),
+                                                        "held": [list(k) for k in self.held]}}
 
     def load_state_dict(self, s: dict) -> None:
         self.startups_timer = None if s["startups_timer"] is None else (s["startups_timer"][0], s["startups_timer"][1])
@@ -441,6 +538,9 @@ class RolloutWork:
             self.service.load_state_dict(s["service"])
         if self.servers is not None and s.get("servers") is not None:
             self.servers.load_state_dict(s["servers"])
+        if self.gate is not None and s["gate"] is not None:
+            self.gate.load_state_dict(s["gate"])
+            self.held = [(k[0], k[1], k[2]) for k in s["gate"]["held"]]
 
 
 __all__ = ["RolloutRaised", "RolloutWork"]

@@ -53,7 +53,7 @@ from platoon.sim.setup import SimTasks
 from platoon.sim.trainer import SimTrainer
 from platoon.sim.workload import MemberOutcome
 
-STATE_FORMAT = 3
+STATE_FORMAT = 4
 
 
 class SimulationStalled(RuntimeError):
@@ -71,7 +71,8 @@ class SimRuntime:
         self.clock.on(Timer.DEADLINE, self._t_deadline)
         self.clock.after = self._arm_deadline
         self.work = RolloutWork(cfg, tasks, self.driver, self.clock, carry=self._carry, grade=self.member_reward,
-                                version=lambda: self.trainer.version, service_changed=self._service_changed)
+                                version=lambda: self.trainer.version, service_changed=self._service_changed,
+                                log=lambda level, message: self.session.log(level, message))
         self.trainer = SimTrainer(cfg, tasks.learner, tasks.pool, self.driver, self.clock, carry=self._carry,
                                   service=self.work.servers or self.work.service)
         self.session = RunSession(None, log=lambda level, message: None)

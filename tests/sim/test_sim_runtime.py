@@ -75,7 +75,14 @@ SERVER_TIES = {  # ... whole seconds, requests kept across each update
 WEIGHTED = {"train": {"task_sampler": "pass_rate", "batch_size": 6,
                       "task_sampler_options": {"importance_cap": 3.0, "explore_order": "reshuffled",
                                                "forget_versions": 4.0, "near_best": 0.2}}}
-CASES = {"everything": EVERYTHING, "weighted": WEIGHTED, "ties": TIES, "group": GROUP, "plain": {}, "turns": TURNS, "turn-ties": TURN_TIES,
+GATED = {  # everything, rollouts in worker processes: one group launching at a time, a launch held 4 s at most
+    **EVERYTHING,
+    "train": {**EVERYTHING["train"],
+              "workflow_config": {**EVERYTHING["train"]["workflow_config"], "rollout_isolation": "process",
+                                  "worker_launch_concurrent_groups": 1, "worker_startup_budget_seconds": 4.0}},
+    "trace": {"group_every": 1},
+}
+CASES = {"everything": EVERYTHING, "gated": GATED, "weighted": WEIGHTED, "ties": TIES, "group": GROUP, "plain": {}, "turns": TURNS, "turn-ties": TURN_TIES,
          "contended": CONTENDED, "servers": SERVERS, "server-ties": SERVER_TIES}
 
 
