@@ -240,6 +240,8 @@ class RolloutWork:
         held, self.held = self.held, []
         for s, q, i in held:
             h = self.groups[(s, q)]
+            if h.members[i].phase is not Phase.LAUNCH:
+                continue  # cancelled while the held looked again
             if not self._ask_gate(h, i, waited_s=self.clock.now - h.members[i].since):
                 self.held.append((s, q, i))
 
@@ -453,7 +455,8 @@ class RolloutWork:
                 self._span(m, "permit_wait", g.created)
             m.result = MemberResult(outcome="none", disposition=dec.reason)
         elif phase is Phase.LAUNCH:  # held at the launch gate: it leaves the queue (its wait's timer goes below)
-            self.held.remove((*key, i))
+            if (*key, i) in self.held:  # (not there while the held look again: they skip it)
+                self.held.remove((*key, i))
             if m.lane is not None and self.clock.now > m.since:
                 self._span(m, "launch_wait", m.since)
         elif phase is Phase.TEARDOWN:  # a cancellation ends the wait, not the teardown
