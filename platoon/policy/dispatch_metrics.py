@@ -1,5 +1,5 @@
 """The dispatcher's step metrics: blocked shares, permits and rollouts in flight, batch kinds, the stale and the
-short-step warnings.
+short-step warnings; ``step_metrics``, what the dispatcher reports for a step.
 
 Names are the release's: ``train/dispatch/blocked_share/<reason>``, ``rollout_client/permits_held_mean``,
 ``rollout_client/concurrency_achieved_fraction`` (= rollouts in flight, time-weighted, over the configured
@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from platoon.policy.outputs import SettledGroup
+from platoon.policy.task_table import task_metrics
 from platoon.policy.timeweighted import BlockedClock, TimeWeighted
+
+if TYPE_CHECKING:  # the dispatcher calls step_metrics with itself; only the type goes the other way
+    from platoon.policy.dispatcher import Dispatcher
 
 STALE_WINDOW_STEPS = 10
 STALE_SHARE = 0.02
@@ -210,3 +215,32 @@ def censoring_metrics(items: Sequence[SettledGroup], threshold: Callable[[str | 
             out[f"{p}slowest_pass_rate"] = slowest / mixed
             out[f"{p}others_pass_rate"] = others_p / others_n if others_n else 0.0
     return out
+
+
+def step_metrics(d: Dispatcher, now: float) -> dict[str, float]:
+    """The metrics of the step ``d`` just committed: its gauges' window, the batch kinds, the samplers' and the
+    tasks', admission's; the skipped slots and rows are counted since the last step (read resets them)."""
+    metrics = d.gauges.read(now=now, groups_in_flight=len(d.running))
+    metrics.update(batch_kind_metrics(d.step_items, d.threshold))
+    if d.config.straggler_policy:
+        metrics.update(censoring_metrics(d.step_items, d.threshold))
+    metrics["train/sampler/skipped_slots"] = float(d.skipped_slots)
+    d.skipped_slots = 0
+    metrics.update(d.mixture.row_metrics(d.skipped_rows))
+    d.skipped_rows = {}
+    for entry, queue in d.mixture.tokens.items():
+        waiting = len(queue) + (d.pending is not None and d.pending.token is not None
+                                and d.pending.token.entry == entry)
+        metrics[f"train/sampler/environment/{entry.replace('/', '--')}/tokens"] = float(waiting)
+    view = d.recorder.view(d.version)
+    metrics.update(d.samplers.metrics(view))
+    if not d.recorder.stopped:
+        metrics.update(task_metrics(d.recorder.store, d.version))
+    if d.admission is not None:
+        draws = metrics.get("train/sampler/draws")
+        metrics.update(d.admission.metrics(draws=draws))
+        metrics["train/admission/counted"] = float(d.horizon.step_counted)
+        metrics["train/admission/short"] = float(d.horizon.step_admitted < d.config.batch_size)
+    metrics["train/dispatch/groups_in_flight"] = float(len(d.running))
+    metrics["train/policy_version"] = float(d.version)
+    return metrics

@@ -2,21 +2,23 @@
 
 This is the heart of the policy layer; the driver (``platoon.policy.driver``) holds it for both runtimes. It is
 sans-I/O: every handler takes ``now=`` and returns decisions (``StartGroup``, ``GrantPermit``); the trainer asks
-``take_step(now=)`` for a ``TrainStep``. Rules it keeps (docs/dispatch.md), with the two ideas it leans on in
-modules of their own:
+``take_step(now=)`` for a ``TrainStep``. It owns the state (its fields are what ``platoon.policy.dispatch_state``
+writes and reads: ``state_dict``/``load_state_dict``) and decides *when* a group starts; each other idea lives in a
+module of its own, which the dispatcher calls with itself (docs/dispatch.md):
 
-- **Drawing.** A static run sampler decides position ``n`` as soon as a group may start (its draw waits for permits);
-  an adaptive one (and an adaptive entry's *token*) is asked only once the permits are held, among the tasks whose
-  label has room. One start is pending at a time and nothing overtakes it: permits are FIFO.
-- **The horizon** (``platoon.policy.horizon``): the plan and ``max_staleness`` bound what may start; a step is
-  complete at ``B`` groups (or, under a rule, ``B`` admitted or the cap counted); the stale filter at dequeue.
-- **The mixture** (``platoon.policy.mixture``): labels at their limit, and the draws and tokens waiting for room.
-- **Admission** (rule mode). A rejected group gets its fate at settle, with the outstanding draw removed in the same
-  call; what it does to the horizon is the horizon's.
-
-State transitions of the step cycle: ASSEMBLING --take_step--> TRAINING --commit_step--> COMMITTED --publish-->
-ASSEMBLING (or FINISHED after the last step). A call in the wrong phase raises, naming the call and the phase.
-Its state is written and read by ``platoon.policy.dispatch_state`` (``state_dict``/``load_state_dict``).
+- **Starting** (here). One start is pending at a time and nothing overtakes it: permits are FIFO. A group may start
+  when the horizon has room (the places held for waiting labels counted) and some label has room; a waiting draw or
+  token with room starts before a new draw. The blocked reason is set for the time until the next change.
+- **The lease** (here, on ``platoon.policy.permits``): a group's permits, granted block by block, go back as its
+  rollouts end (or all at once with the group), and a smaller adaptive group gives back what it does not use.
+- **Drawing** (``platoon.policy.drawing``): static draws at once, adaptive ones once the permits are held; binding.
+- **The horizon** (``platoon.policy.horizon``) and **the mixture** (``platoon.policy.mixture``): the plan,
+  ``max_staleness`` and the cap bound what may start; labels at their limit, and the draws and tokens waiting.
+- **Settling** (``platoon.policy.settle``): a group's record, its admission verdict and fate, its place in the queue.
+- **Step assembly** (``platoon.policy.step_assembly``): the step phases (a call in the wrong phase raises), what a
+  step takes, the fates at commit, the version.
+- **Teardown waits** (``platoon.policy.teardown_waits``) and **the step's metrics**
+  (``platoon.policy.dispatch_metrics``).
 """
 
 from __future__ import annotations
@@ -26,14 +28,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from platoon.policy import dispatch_state
-from platoon.policy.admission import AdmissionSet, carries_datums, step_cap
+from platoon.policy import dispatch_state, step_assembly, teardown_waits
+from platoon.policy.admission import AdmissionSet, step_cap
 from platoon.policy.dispatch_metrics import (
     DispatchGauges,
     StaleWatch,
-    batch_kind_metrics,
-    censoring_metrics,
-    short_step_warning,
+    step_metrics,
 )
 from platoon.policy.dispatch_records import (
     TEARDOWN_WAIT_S,
@@ -44,27 +44,19 @@ from platoon.policy.dispatch_records import (
     StepPhase,
     dispatch_config,
 )
+from platoon.policy.drawing import adaptive_draw, bind, draw_static
 from platoon.policy.horizon import Horizon
 from platoon.policy.mixture import Mixture
-from platoon.policy.outputs import GroupOutput, Key, SettledGroup, SettledKind, TrainStep, draw_order
+from platoon.policy.outputs import GroupOutput, Key, SettledGroup, TrainStep
 from platoon.policy.permits import DrawLease, GrantPermit, PermitPool
 from platoon.policy.pool import TaskPool, TaskRow
 from platoon.policy.recorder import StatsRecorder
-from platoon.policy.samplers.base import TaskStatsView
 from platoon.policy.samplers.runtime import Bound, SamplerSet, Token
-from platoon.policy.stats import GroupRecord
-from platoon.policy.task_table import task_metrics
+from platoon.policy.settle import group_record, queue_settled
 
 ROLLOUT_NOTICE = (
     "Each rollout returns its permit as it ends (train.permit_release: rollout); a group's rollouts {how}"
 )
-
-
-_TRANSITIONS = {
-    ("take_step", StepPhase.ASSEMBLING): StepPhase.TRAINING,
-    ("commit_step", StepPhase.TRAINING): StepPhase.COMMITTED,
-    ("publish", StepPhase.COMMITTED): StepPhase.ASSEMBLING,
-}
 
 
 @dataclass(frozen=True)
@@ -172,34 +164,22 @@ class Dispatcher:
 
     def on_teardowns_done(self, key: Key, index: int, *, now: float) -> list[DispatchDecision]:
         self._tick(now)
-        waits = self.teardowns.get(key, {})
-        if waits.pop(index, None) is None:
+        if not teardown_waits.end(self.teardowns, key, index):
             return []
-        if not waits:
-            self.teardowns.pop(key, None)
         return self._exit_block(self._lease(key, "on_teardowns_done"), index, now)
 
     def next_deadline(self) -> float | None:
         """The earliest teardown deadline, or None."""
-        if not self.teardowns:
-            return None
-        return min((t for waits in self.teardowns.values() for t in waits.values()), default=None)
+        return teardown_waits.next_deadline(self.teardowns)
 
     def on_deadline(self, *, now: float) -> list[DispatchDecision]:
         """Return the permits whose teardowns outlasted their wait, with a warning each."""
         self._tick(now)
         decisions: list[DispatchDecision] = []
-        for key in list(self.teardowns):
-            for index, due in list(self.teardowns[key].items()):
-                if due <= now:
-                    draw, lease = self.running[key]
-                    self._warnings.append(
-                        f"Rollout {index} of task {draw.task_id} returns its permit with its teardowns still "
-                        f"running after {self.config.teardown_wait_s:g}s")
-                    del self.teardowns[key][index]
-                    decisions += self._exit_block(lease, index, now)
-            if not self.teardowns[key]:
-                del self.teardowns[key]
+        for key, index in teardown_waits.overdue(self.teardowns, now):
+            draw, lease = self.running[key]
+            self._warnings.append(teardown_waits.overdue_warning(index, draw.task_id, self.config.teardown_wait_s))
+            decisions += self._exit_block(lease, index, now)
         return decisions
 
     def on_group_finished(self, key: Key, output: GroupOutput | None, *, now: float) -> list[DispatchDecision]:
@@ -209,17 +189,12 @@ class Dispatcher:
             raise RuntimeError(f"on_group_finished: group {key} is not running")
         draw, lease = self.running.pop(key)
         self.teardowns.pop(key, None)
-        record = self._record(draw, output)
+        record = group_record(draw, output, self.pool.label_column)
         self.recorder.settle(record)
         granted = self._granted(self.permits.release(lease, now=now), now)
         self.gauges.group_ended(lease, now=now)
         self.mixture.release_label(draw.label)
-        item = SettledGroup(draw.key, draw.task_id, draw.entry, draw.position, output, record,
-                            kind=SettledKind.FAILED if output is None else SettledKind.ADMITTED)
-        if self.admission is not None:
-            item = self._admit(item, draw)
-        if item is not None:
-            self.queue.append(item)
+        queue_settled(self, draw, output, record)
         return granted + self._dispatch(now)
 
     # ------------------------------------------------------------------------------------------------ steps
@@ -233,81 +208,25 @@ class Dispatcher:
         """Dequeue settled groups toward the current step; the ``TrainStep`` once its batch is complete.
         Follow it with ``poll(now=)``: a dequeue may let another group start."""
         self._tick(now)
-        self._expect("take_step")
-        while self.queue and not self.horizon.step_complete():
-            self._dequeue(self.queue.popleft())
-        if not self.horizon.step_complete():
-            return None
-        self.phase = _TRANSITIONS["take_step", self.phase]
-        by_kind: dict[str, list[SettledGroup]] = {"admitted": [], "stale": [], "failed": [], "marker": []}
-        for item in self.step_items:
-            by_kind[item.kind].append(item)
-        admitted = draw_order(by_kind["admitted"])
-        return TrainStep(self.step, self.version, admitted, draw_order(by_kind["stale"]),
-                         draw_order(by_kind["failed"]), draw_order(by_kind["marker"]),
-                         self.samplers.loss_weights([g.record for g in admitted]))
+        return step_assembly.take_step(self)
 
     def commit_step(self, *, now: float) -> None:
         """The update is done: give the dequeued groups their fates and feed the statistics (in draw order)."""
         self._tick(now)
-        self._expect("commit_step")
-        self.phase = _TRANSITIONS["commit_step", self.phase]
-        consumed, stale = 0, 0
-        for item in sorted(self.step_items, key=lambda g: g.key):
-            if item.kind == "marker":
-                continue
-            fate = {"admitted": "consumed", "stale": "stale", "failed": "failed"}[item.kind]
-            self.recorder.fate(*item.key, fate, task_id=item.task_id)
-            self.outstanding.pop(item.key, None)
-            consumed += 1
-            stale += item.kind == "stale"
-            if self.admission is not None:
-                self.admission.note(item.kind, label=item.entry, reason=item.reason,
-                                    informative=item.record.verdict == "trained" if item.output is not None else None)
-        self.samplers.note_consumed([g.record for g in self.step_items
-                                     if g.kind == "admitted" or (g.kind == "marker" and g.output is not None)])
-        warning = self.stale_watch.note_step(consumed, stale, self.gauges.last_blocked,
-                                             self.config.max_staleness)
-        if warning:
-            self._warnings.append(warning)
-        if self.admission is not None:
-            short = short_step_warning(self.step_items, step=self.step, admitted=self.horizon.step_admitted,
-                                       counted=self.horizon.step_counted, batch_size=self.config.batch_size,
-                                       version=self.version)
-            if short is not None:
-                self._warn_once(f"{short[0]}_step", short[1])
-        self.recorder.flush()
+        step_assembly.commit_step(self)
 
     @property
     def next_version(self) -> int:
         """The policy version the next step trains from: one more than ``version`` once a step that updates the
         policy is taken; a step that trains no group, or only groups whose advantages are all 0 (under a loss that
         is zero there), takes no optimizer update, so the version stays."""
-        trains = self.phase in (StepPhase.TRAINING, StepPhase.COMMITTED) and any(
-            self._updates(item) for item in self.step_items)
-        return self.version + trains
-
-    def _updates(self, item: SettledGroup) -> bool:
-        """Whether an item of the step gives the update a nonzero objective (``DispatchConfig``)."""
-        if item.kind != SettledKind.ADMITTED or item.output is None:
-            return False
-        verdict = item.output.verdict
-        return verdict == "trained" or (self.config.uniform_groups_update and verdict == "uniform")
+        return step_assembly.next_version(self)
 
     def publish(self, *, now: float) -> list[DispatchDecision]:
         """New weights are live: the version moves on (unless the step trained no group: in-flight groups do not age
         without an update) and the next step begins (or the run is done)."""
         self._tick(now)
-        self._expect("publish")
-        self.version = self.next_version
-        self.step += 1
-        self.horizon.published()
-        self.step_items = []
-        if self.step >= self.config.steps:
-            self.phase = StepPhase.FINISHED
-            return []
-        self.phase = _TRANSITIONS["publish", self.phase]
-        return self._dispatch(now)
+        return self._dispatch(now) if step_assembly.publish(self) else []
 
     # ---------------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -345,42 +264,13 @@ class Dispatcher:
     def step_metrics(self, *, now: float) -> dict[str, float]:
         """The metrics of the step just committed (call between ``commit_step`` and ``publish``)."""
         self._tick(now)
-        metrics = self.gauges.read(now=now, groups_in_flight=len(self.running))
-        metrics.update(batch_kind_metrics(self.step_items, self.threshold))
-        if self.config.straggler_policy:
-            metrics.update(censoring_metrics(self.step_items, self.threshold))
-        metrics["train/sampler/skipped_slots"] = float(self.skipped_slots)
-        self.skipped_slots = 0
-        metrics.update(self.mixture.row_metrics(self.skipped_rows))
-        self.skipped_rows = {}
-        for entry, queue in self.mixture.tokens.items():
-            waiting = len(queue) + (self.pending is not None and self.pending.token is not None
-                                    and self.pending.token.entry == entry)
-            metrics[f"train/sampler/environment/{entry.replace('/', '--')}/tokens"] = float(waiting)
-        view = self.recorder.view(self.version)
-        metrics.update(self.samplers.metrics(view))
-        if not self.recorder.stopped:
-            metrics.update(task_metrics(self.recorder.store, self.version))
-        if self.admission is not None:
-            draws = metrics.get("train/sampler/draws")
-            metrics.update(self.admission.metrics(draws=draws))
-            metrics["train/admission/counted"] = float(self.horizon.step_counted)
-            metrics["train/admission/short"] = float(self.horizon.step_admitted < self.config.batch_size)
-        metrics["train/dispatch/groups_in_flight"] = float(len(self.running))
-        metrics["train/policy_version"] = float(self.version)
-        return metrics
+        return step_metrics(self, now)
 
     # --------------------------------------------------------------------------------------------- internals
     def _tick(self, now: float) -> None:
         if now < self.now:
             raise ValueError(f"time went backwards: now={now} after {self.now}")
         self.now = now
-
-    def _expect(self, call: str) -> None:
-        """Refuse ``call`` unless the transition table has it leave the current phase."""
-        if (call, self.phase) not in _TRANSITIONS:
-            needs = " or ".join(p.value for c, p in _TRANSITIONS if c == call)
-            raise RuntimeError(f"{call}: the dispatcher is {self.phase.value}, not {needs}")
 
     def _lease(self, key: Key, call: str) -> DrawLease:
         if key not in self.running:
@@ -442,7 +332,12 @@ class Dispatcher:
             if self.samplers.run_adaptive:
                 self._reserve(PendingStart(PendingKind.ASK, self._new_lease(self._largest_group())), now, decisions)
                 continue
-            self._draw_static(now, decisions)
+            answer = draw_static(self)
+            if isinstance(answer, Token):
+                self._start_token(answer, now, decisions)
+            elif answer is not None:
+                self._start_draw(answer, now, decisions)
+
 
     def _start_waiting(self, now: float, decisions: list[DispatchDecision]) -> bool:
         """Start the waiting draw or token with the smallest ticket whose label/entry can start, and for which the
@@ -458,26 +353,6 @@ class Dispatcher:
         else:
             self._start_draw(waiting, now, decisions)
         return True
-
-    def _draw_static(self, now: float, decisions: list[DispatchDecision]) -> None:
-        position = self.next_position
-        self.next_position += 1
-        answer = self.samplers.static_decision(position)
-        if isinstance(answer, Token):
-            if not self.mixture.tokens_waiting(answer.entry) and self.mixture.entry_can_start(answer.entry):
-                self._start_token(answer, now, decisions)
-            elif not self.mixture.park_token(answer):
-                self._skip_slot(position, answer.entry, "backlog")
-            return
-        draw = self.bind(answer, position)
-        if self.mixture.has_room(draw.label):
-            self._start_draw(draw, now, decisions)
-        elif not self.mixture.park_draw(draw):
-            self.outstanding.pop(draw.key)
-            self.recorder.fate(*draw.key, "skipped", task_id=draw.task_id)
-            self.skipped_rows[draw.label] = self.skipped_rows.get(draw.label, 0) + 1
-            self._warn_once(f"skip:{draw.label}", f"label {draw.label}'s backlog is full: skipping drawn rows "
-                                                  "(counted in train/batch/skipped_rows)")
 
     def _start_draw(self, draw: BoundDraw, now: float, decisions: list[DispatchDecision]) -> None:
         self.mixture.take_label(draw.label)
@@ -499,7 +374,10 @@ class Dispatcher:
         assert pending is not None
         draw = pending.draw
         if draw is None:
-            draw = self._adaptive(pending, now)
+            size = pending.lease.size
+            draw = adaptive_draw(self, pending)
+            if draw is not None and draw.group_size != size:
+                self._granted(self.permits.resize(pending.lease, draw.group_size, now=now), now)
             if draw is None:
                 self.permits.release(pending.lease, now=now)
                 self.horizon.released()
@@ -514,46 +392,9 @@ class Dispatcher:
         return StartGroup(draw.key, draw.task_id, draw.entry, draw.row, draw.group_size, draw.version, draw.position,
                           self.pool[draw.row])
 
-    def _adaptive(self, pending: PendingStart, now: float) -> BoundDraw | None:
-        entry = pending.token.entry if pending.token is not None else None
-        size = pending.lease.size
-        room = {}
-
-        def eligible(task_id: str) -> bool:
-            row = self.pool.rows[self.pool.first_index(task_id)]
-            if row.label not in room:
-                room[row.label] = self.mixture.has_room(row.label)
-            return room[row.label] and row.group_size <= size
-
-        self.recorder.flush()
-        bound = self.samplers.adaptive_decision(entry, eligible=eligible, view=self.recorder.view(self.version),
-                                                step=self.step, version=self.version, max_group_size=size,
-                                                fallback_slot=pending.token is not None and pending.token.fallback)
-        if bound is None:
-            return None
-        if pending.token is not None:
-            position = pending.token.position
-        else:
-            position = self.next_position
-            self.next_position += 1
-        draw = self.bind(bound, position)
-        pending.lease.key, pending.lease.task_id = draw.key, draw.task_id
-        if draw.group_size != size:
-            self._granted(self.permits.resize(pending.lease, draw.group_size, now=now), now)
-        self.mixture.take_label(draw.label)
-        return draw
-
     def bind(self, bound: Bound, position: int) -> BoundDraw:
         """A decision's row becomes draw ``(start, next_seq)`` at ``position``: outstanding, and recorded."""
-        row: TaskRow = bound.row
-        key = (self.start_number, self.next_seq)
-        self.next_seq += 1
-        draw = BoundDraw(key, row.index, row.task_id, row.entry, row.label, position, row.group_size, self.version,
-                     bound.sampler, bound.reason, bound.score)
-        self.outstanding[key] = draw
-        self.recorder.draw(*key, row.task_id, position, version=self.version, sampler=bound.sampler,
-                           reason=bound.reason, score=bound.score)
-        return draw
+        return bind(self, bound, position)
 
     def _new_lease(self, size: int, draw: BoundDraw | None = None) -> DrawLease:
         key = draw.key if draw is not None else (self.start_number, self.next_seq)
@@ -563,58 +404,16 @@ class Dispatcher:
     def _largest_group(self) -> int:
         return max(e.group_size for e in self.pool.entries.values())
 
-    def _skip_slot(self, position: int, entry: str, why: str) -> None:
-        self.skipped_slots += 1
-        self._events.append({"event": "slot_skipped", "start": self.start_number, "position": position,
-                             "entry": entry, "why": why})
-        self._warn_once(f"slot:{entry}", f"environment {entry}'s token queue is full: skipping its slots")
+    def warn(self, message: str) -> None:
+        """Add ``message`` to the outbox of warnings (``take_warnings``)."""
+        self._warnings.append(message)
 
-    def _warn_once(self, key: str, message: str) -> None:
+    def warn_once(self, key: str, message: str) -> None:
+        """``warn`` with ``message`` the first time ``key`` comes, never again in this run (``said`` holds the keys)."""
         if key not in self.said:
             self.said.add(key)
             self._warnings.append(message)
 
-    # -- settling and dequeuing
-    def _record(self, draw: BoundDraw, output: GroupOutput | None) -> GroupRecord:
-        return GroupRecord(
-            start=draw.key[0], seq=draw.key[1], task_id=draw.task_id, entry=draw.entry,
-            labels={} if draw.label is None else {self.pool.label_column: draw.label},
-            harness=None, group_size=draw.group_size, sampler=draw.sampler, reason=draw.reason,
-            score=draw.score, position=draw.position, drawn_at={"main": draw.version},
-            members=tuple(output.members) if output is not None else (),
-            verdict="failed" if output is None else (output.verdict if isinstance(output.verdict, str)
-                                                     else "unknown"))
-
-    def _admit(self, item: SettledGroup, draw: BoundDraw) -> SettledGroup | None:
-        assert self.admission is not None
-        view = TaskStatsView(self.recorder.peek_store(), self.version, live=not self.recorder.stopped)
-        verdict, rule = self.admission.decide(item.record if item.output is not None else None, view,
-                                              entry=draw.entry)
-        if verdict.admit:
-            return SettledGroup(item.key, item.task_id, item.entry, item.position, item.output, item.record,
-                                SettledKind.ADMITTED, verdict.reason)
-        held = not carries_datums(item.output)
-        fate = "failed" if item.output is None else "rejected"
-        self.recorder.fate(*draw.key, fate, task_id=draw.task_id, rule=rule, admission=verdict.reason)
-        self.outstanding.pop(draw.key, None)
-        if item.output is not None:
-            self.admission.note("rejected", label=draw.entry, reason=verdict.reason,
-                                informative=item.record.verdict == "trained")
-        else:
-            self.admission.note("failed", label=draw.entry, reason=verdict.reason, informative=None)
-        emptied = None if item.output is None else GroupOutput(item.output.verdict, item.output.members, ())
-        self.horizon.rejected(held=held)
-        return SettledGroup(item.key, item.task_id, item.entry, item.position, emptied, item.record, SettledKind.MARKER,
-                            verdict.reason, self.step, held)
-
-    def _dequeue(self, item: SettledGroup) -> None:
-        kind = item.kind
-        if kind == SettledKind.ADMITTED and self.horizon.is_stale(item, version=self.version):
-            kind = SettledKind.STALE
-        item = SettledGroup(item.key, item.task_id, item.entry, item.position, item.output, item.record, kind,
-                            item.reason, item.window, item.held)
-        self.horizon.dequeued(item, step=self.step)
-        self.step_items.append(item)
 
 
 __all__ = ["DispatchDecision", "Dispatcher", "DispatchConfig", "TEARDOWN_WAIT_S", "StartGroup", "GrantPermit",
