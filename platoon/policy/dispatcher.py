@@ -245,6 +245,16 @@ class Dispatcher:
         """Add ``event`` to the outbox of ``tasks/events.jsonl`` (``take_events``)."""
         self._events.append(event)
 
+    def warn(self, message: str) -> None:
+        """Add ``message`` to the outbox of warnings (``take_warnings``)."""
+        self._warnings.append(message)
+
+    def warn_once(self, key: str, message: str) -> None:
+        """``warn`` with ``message`` the first time ``key`` comes, never again in this run (``said`` holds the keys)."""
+        if key not in self.said:
+            self.said.add(key)
+            self._warnings.append(message)
+
     # ------------------------------------------------------------------------------------------- outboxes
     def take_events(self) -> list[dict]:
         """Events for ``tasks/events.jsonl`` since the last call (the statistics' and the dispatcher's own)."""
@@ -338,7 +348,6 @@ class Dispatcher:
             elif answer is not None:
                 self._start_draw(answer, now, decisions)
 
-
     def _start_waiting(self, now: float, decisions: list[DispatchDecision]) -> bool:
         """Start the waiting draw or token with the smallest ticket whose label/entry can start, and for which the
         horizon has room (the places held for its labels released for it); True if one did. The caller has found
@@ -376,8 +385,6 @@ class Dispatcher:
         if draw is None:
             size = pending.lease.size
             draw = adaptive_draw(self, pending)
-            if draw is not None and draw.group_size != size:
-                self._granted(self.permits.resize(pending.lease, draw.group_size, now=now), now)
             if draw is None:
                 self.permits.release(pending.lease, now=now)
                 self.horizon.released()
@@ -385,6 +392,8 @@ class Dispatcher:
                     self.mixture.requeue_token(pending.token)
                 self.pending = None
                 return None
+            if draw.group_size != size:  # a smaller group gives back the permits it does not use
+                self._granted(self.permits.resize(pending.lease, draw.group_size, now=now), now)
         self.pending = None
         draw.started_at = now
         self.running[draw.key] = (draw, pending.lease)
@@ -403,17 +412,6 @@ class Dispatcher:
 
     def _largest_group(self) -> int:
         return max(e.group_size for e in self.pool.entries.values())
-
-    def warn(self, message: str) -> None:
-        """Add ``message`` to the outbox of warnings (``take_warnings``)."""
-        self._warnings.append(message)
-
-    def warn_once(self, key: str, message: str) -> None:
-        """``warn`` with ``message`` the first time ``key`` comes, never again in this run (``said`` holds the keys)."""
-        if key not in self.said:
-            self.said.add(key)
-            self._warnings.append(message)
-
 
 
 __all__ = ["DispatchDecision", "Dispatcher", "DispatchConfig", "TEARDOWN_WAIT_S", "StartGroup", "GrantPermit",
